@@ -1,0 +1,1 @@
+"""sqsq: an SQS-class message queue server."""

@@ -1,0 +1,394 @@
+"""The delivery state machine of one message, as pure functions of (state, command, now).
+
+    DELAYED(visible_at) ──due──► VISIBLE ──receive──► IN_FLIGHT(epoch, deadline) ──delete──► gone
+                                   ▲                      │
+                                   └──deadline passes, ───┘
+                                      or visibility 0
+    VISIBLE ──receive with receive count ≥ maxReceiveCount──► dead-letter queue (same MessageId)
+    any ──retention expiry or purge──► gone
+
+Standard queues deliver from the visible index in (visible_at, seq) order. FIFO queues keep
+each message group's messages in send order and a ready index of groups that are not blocked
+(no message in flight) and whose head is visible. Timers (delays and visibility deadlines)
+live in one index per queue ordered by deadline; a due timer is materialised when a receive
+or a sweep reaches it, so a receive never scans deleted or in-flight messages.
+"""
+
+from __future__ import annotations
+
+from sqsq.core import limits
+from sqsq.core import records as r
+from sqsq.core.attributes import parse_queue_arn
+from sqsq.core.commands import (
+    BatchResult,
+    ChangeVisibilities,
+    DeleteMessages,
+    EntryFailed,
+    Outcome,
+    Received,
+    ReceivedMessage,
+    ReceiveMessages,
+    WakeReceivers,
+)
+from sqsq.core.errors import ErrorCode, Rejection, reject
+from sqsq.core.receipts import (
+    ReceiptHandle,
+    decode_receipt_handle,
+    encode_receipt_handle,
+    queue_name_hash,
+)
+from sqsq.core.records import DELAYED, IN_FLIGHT, TIMER_DELAYED, TIMER_IN_FLIGHT, VISIBLE
+from sqsq.core.records import Delivery, MessageRecord, QueueRecord
+from sqsq.core.state import ShardState
+
+_SEQ_AT = -8  # the last 8 bytes of index keys are the message's seq
+
+
+def _seq_of(key: bytes) -> int:
+    return r.read_u64(key, len(key) - 8)
+
+
+def sequence_number(seq: int) -> str:
+    return f"{seq:020d}"
+
+
+# ---- placing a message --------------------------------------------------------------------
+
+
+def enqueue(
+    st: ShardState,
+    q: QueueRecord,
+    m: MessageRecord,
+    *,
+    visible_at: int,
+    now: int,
+    receive_count: int = 0,
+    first_receive_ms: int = 0,
+) -> int:
+    """Store a new message in queue ``q`` and index it; returns its seq."""
+    seq = st.next_seq()
+    fifo = q.attributes.fifo_queue
+    group = m.group_id if fifo else None
+    state = DELAYED if visible_at > now else VISIBLE
+    st.txn.put(r.message_key(q.qid, seq), m.encode())
+    d = Delivery(state, visible_at if state == DELAYED else now, receive_count, first_receive_ms,
+                 group, m.sent_ms)
+    st.put_delivery(q.qid, seq, d)
+    st.txn.put(r.retention_key(q.qid, m.sent_ms, seq), b"")
+    if state == DELAYED:
+        st.txn.put(r.timer_key(q.qid, visible_at, seq), TIMER_DELAYED)
+    elif not fifo:
+        st.txn.put(r.visible_key(q.qid, now, seq), b"")
+    if fifo:
+        st.txn.put(r.group_message_key(q.qid, group, seq), b"")
+        if state == VISIBLE:
+            refresh_group(st, q.qid, group)
+    st.counters(q.qid).add(state, 1)
+    return seq
+
+
+def remove(st: ShardState, q: QueueRecord, seq: int, d: Delivery) -> None:
+    """Forget a message entirely: record, state and every index entry that points at it."""
+    qid = q.qid
+    st.txn.delete(r.message_key(qid, seq))
+    st.txn.delete(r.delivery_key(qid, seq))
+    st.txn.delete(r.retention_key(qid, d.sent_ms, seq))
+    if d.state == VISIBLE:
+        if d.group_id is None:
+            st.txn.delete(r.visible_key(qid, d.visible_at_ms, seq))
+    else:
+        st.txn.delete(r.timer_key(qid, d.visible_at_ms, seq))
+    st.counters(qid).add(d.state, -1)
+    if d.group_id is not None:
+        st.txn.delete(r.group_message_key(qid, d.group_id, seq))
+        g = st.group(qid, d.group_id)
+        if d.state == IN_FLIGHT:
+            g.in_flight -= 1
+            st.put_group(qid, d.group_id, g)
+        refresh_group(st, qid, d.group_id)
+
+
+def _make_visible(st: ShardState, q: QueueRecord, seq: int, d: Delivery, at: int) -> None:
+    """A delayed or in-flight message becomes visible at ``at`` (its timer entry is gone)."""
+    was = d.state
+    d.state, d.visible_at_ms = VISIBLE, at
+    st.put_delivery(q.qid, seq, d)
+    counters = st.counters(q.qid)
+    counters.add(was, -1)
+    counters.add(VISIBLE, 1)
+    if d.group_id is None:
+        st.txn.put(r.visible_key(q.qid, at, seq), b"")
+        return
+    if was == IN_FLIGHT:
+        g = st.group(q.qid, d.group_id)
+        g.in_flight -= 1
+        st.put_group(q.qid, d.group_id, g)
+    refresh_group(st, q.qid, d.group_id)
+
+
+def refresh_group(st: ShardState, qid: int, group: str) -> bool:
+    """Keep a FIFO group's entry in the ready index iff it is unblocked with a visible head."""
+    g = st.group(qid, group)
+    head_seq = None
+    for key, _ in st.scan_prefix(r.group_prefix(qid, group)):
+        head_seq = _seq_of(key)
+        break
+    want = None
+    if g.in_flight == 0 and head_seq is not None:
+        head = st.delivery(qid, head_seq)
+        if head is not None and head.state == VISIBLE:
+            want = r.ready_group_key(qid, head_seq, group)
+    if g.ready_key != want:
+        if g.ready_key is not None:
+            st.txn.delete(g.ready_key)
+        if want is not None:
+            st.txn.put(want, b"")
+        g.ready_key = want
+    if head_seq is None and g.in_flight == 0:
+        st.txn.delete(r.group_key(qid, group))
+    else:
+        st.put_group(qid, group, g)
+    return want is not None
+
+
+def promote_due(st: ShardState, q: QueueRecord, now: int, budget: int) -> int:
+    """Materialise timers that are due: delayed and timed-out messages become visible."""
+    n = 0
+    for key, _ in st.scan_until(b"w" + r.u64(q.qid), now):
+        if n >= budget:
+            break
+        seq, deadline = _seq_of(key), r.read_u64(key, 9)
+        st.txn.delete(key)
+        d = st.delivery(q.qid, seq)
+        if d is not None:
+            _make_visible(st, q, seq, d, deadline)
+        n += 1
+    return n
+
+
+def drop_expired(st: ShardState, q: QueueRecord, now: int, budget: int) -> int:
+    """Retention: messages sent more than MessageRetentionPeriod ago are gone."""
+    cutoff = now - q.attributes.message_retention_period_s * 1000
+    n = 0
+    for key, _ in st.scan_until(b"r" + r.u64(q.qid), cutoff):
+        if n >= budget:
+            break
+        seq = _seq_of(key)
+        d = st.delivery(q.qid, seq)
+        if d is None:
+            st.txn.delete(key)
+        else:
+            remove(st, q, seq, d)
+        n += 1
+    return n
+
+
+# ---- receive ------------------------------------------------------------------------------
+
+
+def _dead_letter_queue(st: ShardState, q: QueueRecord) -> QueueRecord | None:
+    policy = q.attributes.redrive_policy
+    if policy is None:
+        return None
+    parsed = parse_queue_arn(policy.dead_letter_target_arn)
+    if parsed is None or parsed[2] == q.name:
+        return None
+    return st.queue(parsed[2])
+
+
+def _move_to_dead_letter(
+    st: ShardState, q: QueueRecord, dlq: QueueRecord, seq: int, d: Delivery, m: MessageRecord,
+    now: int,
+) -> None:
+    remove(st, q, seq, d)
+    moved = MessageRecord(
+        m.message_id, m.body, m.message_attributes, m.sent_ms, m.md5_of_body,
+        m.md5_of_message_attributes, m.group_id, m.deduplication_id,
+        st.config.queue_arn(q.name),
+    )
+    enqueue(st, dlq, moved, visible_at=now, now=now, receive_count=d.receive_count,
+            first_receive_ms=d.first_receive_ms)
+
+
+def _claim(
+    st: ShardState, q: QueueRecord, seq: int, d: Delivery, m: MessageRecord, now: int,
+    timeout_s: int, nonce: int,
+) -> ReceivedMessage:
+    d.receive_count += 1
+    d.first_receive_ms = d.first_receive_ms or now
+    d.state, d.visible_at_ms = IN_FLIGHT, now + timeout_s * 1000
+    st.put_delivery(q.qid, seq, d)
+    st.txn.put(r.timer_key(q.qid, d.visible_at_ms, seq), TIMER_IN_FLIGHT)
+    counters = st.counters(q.qid)
+    counters.add(VISIBLE, -1)
+    counters.add(IN_FLIGHT, 1)
+    handle = ReceiptHandle(st.config.shard_id, q.qid, seq, d.receive_count,
+                           queue_name_hash(q.name), (nonce ^ seq) & 0xFFFF_FFFF_FFFF_FFFF)
+    attrs = [
+        ("SenderId", st.config.account),
+        ("SentTimestamp", str(m.sent_ms)),
+        ("ApproximateReceiveCount", str(d.receive_count)),
+        ("ApproximateFirstReceiveTimestamp", str(d.first_receive_ms)),
+    ]
+    if q.attributes.fifo_queue:
+        attrs += [
+            ("MessageGroupId", m.group_id or ""),
+            ("MessageDeduplicationId", m.deduplication_id or ""),
+            ("SequenceNumber", sequence_number(seq)),
+        ]
+    elif m.group_id:
+        attrs.append(("MessageGroupId", m.group_id))
+    if m.dead_letter_source_arn:
+        attrs.append(("DeadLetterQueueSourceArn", m.dead_letter_source_arn))
+    return ReceivedMessage(
+        m.message_id, encode_receipt_handle(st.config.secret, handle), m.body, m.md5_of_body,
+        m.md5_of_message_attributes, m.message_attributes, tuple(attrs),
+    )
+
+
+def _deliverable(
+    st: ShardState, q: QueueRecord, dlq: QueueRecord | None, seq: int, now: int,
+    effects: list,
+) -> tuple[Delivery, MessageRecord] | None:
+    """The message if it may be handed out now; expired or dead-lettered ones are moved away."""
+    d, m = st.delivery(q.qid, seq), st.message(q.qid, seq)
+    if d is None or m is None:
+        raise AssertionError(f"index points at a missing message {q.qid}/{seq}")
+    if m.sent_ms + q.attributes.message_retention_period_s * 1000 <= now:
+        remove(st, q, seq, d)
+        return None
+    policy = q.attributes.redrive_policy
+    if dlq is not None and policy is not None and d.receive_count >= policy.max_receive_count:
+        _move_to_dead_letter(st, q, dlq, seq, d, m, now)
+        effects.append(WakeReceivers(dlq.name))
+        return None
+    return d, m
+
+
+def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> Outcome:
+    timeout_s = cmd.visibility_timeout_s
+    if timeout_s is None:
+        timeout_s = q.attributes.visibility_timeout_s
+    promote_due(st, q, now, limits.SWEEP_MAX_ITEMS)
+    dlq = _dead_letter_queue(st, q)
+    effects: list[WakeReceivers] = []
+    out: list[ReceivedMessage] = []
+    want, budget = cmd.max_number_of_messages, limits.RECEIVE_SCAN_MAX
+    if not q.attributes.fifo_queue:
+        for key, _ in st.scan_prefix(b"v" + r.u64(q.qid)):
+            if len(out) >= want or budget <= 0:
+                break
+            budget -= 1
+            seq = _seq_of(key)
+            got = _deliverable(st, q, dlq, seq, now, effects)
+            if got is not None:
+                st.txn.delete(key)
+                out.append(_claim(st, q, seq, *got, now, timeout_s, cmd.nonce))
+        return Outcome(Received(tuple(out)), tuple(effects))
+    for rkey, _ in st.scan_prefix(b"k" + r.u64(q.qid)):
+        if len(out) >= want or budget <= 0:
+            break
+        group = rkey[17:].decode()
+        g = st.group(q.qid, group)
+        if g.in_flight:  # the ready entry is stale only if refresh was skipped: never
+            raise AssertionError(f"blocked group {group!r} in the ready index")
+        for fkey, _ in st.scan_prefix(r.group_prefix(q.qid, group)):
+            if len(out) >= want or budget <= 0:
+                break
+            budget -= 1
+            seq = _seq_of(fkey)
+            d = st.delivery(q.qid, seq)
+            if d is None or d.state != VISIBLE:
+                break  # strict order: nothing behind a delayed or in-flight message
+            got = _deliverable(st, q, dlq, seq, now, effects)
+            if got is not None:
+                out.append(_claim(st, q, seq, *got, now, timeout_s, cmd.nonce))
+                g = st.group(q.qid, group)
+                g.in_flight += 1
+                st.put_group(q.qid, group, g)
+        refresh_group(st, q.qid, group)
+    return Outcome(Received(tuple(out)), tuple(effects))
+
+
+# ---- delete and visibility change -------------------------------------------------------
+
+
+def _handle_for(st: ShardState, q: QueueRecord, text: str) -> ReceiptHandle | Rejection:
+    h = decode_receipt_handle(st.config.secret, text)
+    if h is None or h.name_hash != queue_name_hash(q.name) or h.shard_id != st.config.shard_id:
+        return reject(
+            ErrorCode.RECEIPT_HANDLE_IS_INVALID,
+            f'The input receipt handle "{text}" is not a valid receipt handle.',
+        )
+    return h
+
+
+def _expired(text: str) -> Rejection:
+    return reject(
+        ErrorCode.INVALID_PARAMETER_VALUE,
+        f"Value {text} for parameter ReceiptHandle is invalid. Reason: The receipt handle has "
+        "expired.",
+    )
+
+
+def delete(st: ShardState, q: QueueRecord, cmd: DeleteMessages, now: int) -> Outcome:
+    ok: list[str] = []
+    failed: list[EntryFailed] = []
+    effects: list[WakeReceivers] = []
+    for entry_id, text in cmd.entries:
+        h = _handle_for(st, q, text)
+        if isinstance(h, Rejection):
+            failed.append(EntryFailed(entry_id, h))
+            continue
+        d = st.delivery(q.qid, h.seq) if h.queue_id == q.qid else None
+        if d is not None and d.receive_count != h.epoch:
+            failed.append(EntryFailed(entry_id, _expired(text)))
+            continue
+        if d is not None:  # already gone (deleted, purged, expired): deleting again succeeds
+            remove(st, q, h.seq, d)
+            if d.group_id is not None:
+                effects.append(WakeReceivers(q.name))
+        ok.append(entry_id)
+    return Outcome(BatchResult(tuple(ok), tuple(failed)), tuple(set(effects)))
+
+
+def change_visibility(st: ShardState, q: QueueRecord, cmd: ChangeVisibilities, now: int) -> Outcome:
+    ok: list[str] = []
+    failed: list[EntryFailed] = []
+    effects: list[WakeReceivers] = []
+    lo, hi, _ = limits.VISIBILITY_TIMEOUT_S
+    for entry_id, text, timeout_s in cmd.entries:
+        h = _handle_for(st, q, text)
+        if isinstance(h, Rejection):
+            failed.append(EntryFailed(entry_id, h))
+            continue
+        if not lo <= timeout_s <= hi:
+            failed.append(EntryFailed(entry_id, reject(
+                ErrorCode.INVALID_PARAMETER_VALUE,
+                f"Value {timeout_s} for parameter VisibilityTimeout is invalid. Reason: Must be "
+                f"between {lo} and {hi}.")))
+            continue
+        d = st.delivery(q.qid, h.seq) if h.queue_id == q.qid else None
+        if d is None:
+            failed.append(EntryFailed(entry_id, reject(
+                ErrorCode.INVALID_PARAMETER_VALUE,
+                f"Value {text} for parameter ReceiptHandle is invalid. Reason: Message does not "
+                "exist or is not available for visibility timeout change.")))
+            continue
+        if d.receive_count != h.epoch:
+            failed.append(EntryFailed(entry_id, _expired(text)))
+            continue
+        if d.state != IN_FLIGHT or d.visible_at_ms <= now:
+            failed.append(EntryFailed(entry_id, reject(
+                ErrorCode.MESSAGE_NOT_INFLIGHT, "The message referred to isn't in flight.")))
+            continue
+        st.txn.delete(r.timer_key(q.qid, d.visible_at_ms, h.seq))
+        if timeout_s == 0:
+            _make_visible(st, q, h.seq, d, now)
+            effects.append(WakeReceivers(q.name))
+        else:
+            d.visible_at_ms = now + timeout_s * 1000
+            st.put_delivery(q.qid, h.seq, d)
+            st.txn.put(r.timer_key(q.qid, d.visible_at_ms, h.seq), TIMER_IN_FLIGHT)
+        ok.append(entry_id)
+    return Outcome(BatchResult(tuple(ok), tuple(failed)), tuple(set(effects)))

@@ -1,0 +1,90 @@
+"""The one entry point of the shard state machine: ``apply(txn, config, command, now_ms)``.
+
+Deterministic: it reads only the transaction, the command and ``now``; it writes only into
+the transaction. ``now`` never goes backwards across applies (``max`` with the last applied
+time), so a new leader with a slower clock cannot resurrect expired timers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqsq.core import commands as c
+from sqsq.core import delivery, limits, queues, sending
+from sqsq.core import records as r
+from sqsq.core.state import ShardConfig, ShardState, Writer
+
+
+def _on_queue(
+    fn: Callable[[ShardState, r.QueueRecord, c.Command, int], c.Outcome],
+) -> Callable[[ShardState, c.Command, int], c.Outcome]:
+    def run(st: ShardState, cmd: c.Command, now: int) -> c.Outcome:
+        q = st.queue(cmd.queue)  # type: ignore[union-attr]
+        if q is None:
+            return c.Outcome(queues.queue_does_not_exist())
+        return fn(st, q, cmd, now)
+
+    return run
+
+
+def _send(st: ShardState, q: r.QueueRecord, cmd: c.SendMessages, now: int) -> c.Outcome:
+    rej = sending.check_batch(cmd)
+    return c.Outcome(rej) if rej else sending.send(st, q, cmd, now)
+
+
+def sweep(st: ShardState, cmd: c.Sweep, now: int) -> c.Outcome:
+    """Bounded time-driven work; ``Swept.more`` asks the leader to sweep again soon."""
+    budget = limits.SWEEP_MAX_ITEMS
+    woken: list[c.WakeReceivers] = []
+    for q in list(st.queues()):
+        promoted = delivery.promote_due(st, q, now, budget)
+        budget -= promoted
+        if promoted:
+            woken.append(c.WakeReceivers(q.name))
+        budget -= delivery.drop_expired(st, q, now, budget)
+        if budget <= 0:
+            return c.Outcome(c.Swept(more=True), tuple(woken))
+    budget -= sending.expire_dedup(st, now, budget)
+    for key, deleted_at in list(st.scan_prefix(b"x")):
+        if now - r.read_u64(deleted_at) >= limits.QUEUE_DELETED_RECENTLY_MS:
+            st.txn.delete(key)
+    for gkey, _ in list(st.scan_prefix(b"z")):
+        qid = r.read_u64(gkey, 1)
+        for prefix in r.QUEUE_SCOPED_PREFIXES:
+            for key, _ in st.scan_prefix(prefix + r.u64(qid)):
+                if budget <= 0:
+                    return c.Outcome(c.Swept(more=True), tuple(woken))
+                st.txn.delete(key)
+                budget -= 1
+        st.txn.delete(gkey)
+    return c.Outcome(c.Swept(more=budget <= 0), tuple(woken))
+
+
+HANDLERS: dict[type, Callable[[ShardState, c.Command, int], c.Outcome]] = {
+    c.CreateQueue: queues.create,
+    c.DeleteQueue: queues.delete_queue,
+    c.SetQueueAttributes: queues.set_attributes,
+    c.PurgeQueue: queues.purge,
+    c.TagQueue: queues.tag,
+    c.UntagQueue: queues.untag,
+    c.SendMessages: _on_queue(_send),
+    c.ReceiveMessages: _on_queue(delivery.receive),
+    c.DeleteMessages: _on_queue(delivery.delete),
+    c.ChangeVisibilities: _on_queue(delivery.change_visibility),
+    c.Sweep: sweep,
+}
+
+
+def apply(txn: Writer, config: ShardConfig, command: c.Command, now_ms: int) -> c.Outcome:
+    st = ShardState(txn, config)
+    now = max(now_ms, st.meta.last_now_ms)
+    st.meta.last_now_ms = now
+    outcome = HANDLERS[type(command)](st, command, now)
+    st.flush()
+    return outcome
+
+
+def effective_now(txn: Writer, now_ms: int) -> int:
+    """The time ``apply`` would use: queries read state as of the same clock."""
+    return max(now_ms, r.Meta.decode(txn.get(r.META_KEY)).last_now_ms)
+

@@ -1,0 +1,119 @@
+"""Read-only questions about a shard: not commands, never logged, never write."""
+
+from __future__ import annotations
+
+from sqsq.core import limits
+from sqsq.core import records as r
+from sqsq.core.attributes import render_queue_attributes
+from sqsq.core.errors import ErrorCode, Rejection, reject
+from sqsq.core.queues import queue_does_not_exist
+from sqsq.core.records import TIMER_DELAYED, Counters, QueueRecord
+from sqsq.core.state import ShardState
+
+COMPUTED_ATTRIBUTE_NAMES = frozenset({
+    "QueueArn",
+    "CreatedTimestamp",
+    "LastModifiedTimestamp",
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+})
+
+
+def queue(st: ShardState, name: str) -> QueueRecord | Rejection:
+    q = st.queue(name)
+    return q if q is not None else queue_does_not_exist()
+
+
+def depth(st: ShardState, q: QueueRecord, now: int) -> Counters:
+    """Counts as of ``now``: materialised counters corrected for timers already due."""
+    c = st.counters(q.qid)
+    visible, in_flight, delayed = c.visible, c.in_flight, c.delayed
+    for _, kind in st.scan_until(b"w" + r.u64(q.qid), now):
+        if kind == TIMER_DELAYED:
+            delayed -= 1
+        else:
+            in_flight -= 1
+        visible += 1
+    return Counters(visible, in_flight, delayed)
+
+
+def queue_attributes(
+    st: ShardState, name: str, names: list[str], now: int
+) -> dict[str, str] | Rejection:
+    q = st.queue(name)
+    if q is None:
+        return queue_does_not_exist()
+    settable = render_queue_attributes(q.attributes)
+    known = set(settable) | COMPUTED_ATTRIBUTE_NAMES
+    for n in names:
+        if n != "All" and n not in known and n not in _SETTABLE_NOT_RENDERED:
+            return reject(ErrorCode.INVALID_ATTRIBUTE_NAME, f"Unknown Attribute {n}.")
+    if not names:
+        return {}
+    counts = depth(st, q, now)
+    everything = {
+        **settable,
+        "QueueArn": st.config.queue_arn(q.name),
+        "CreatedTimestamp": str(q.created_ms // 1000),
+        "LastModifiedTimestamp": str(q.modified_ms // 1000),
+        "ApproximateNumberOfMessages": str(counts.visible),
+        "ApproximateNumberOfMessagesNotVisible": str(counts.in_flight),
+        "ApproximateNumberOfMessagesDelayed": str(counts.delayed),
+    }
+    if "All" in names:
+        return everything
+    return {n: everything[n] for n in names if n in everything}
+
+
+# Attributes a user may ask for that a queue reports only when set (RedrivePolicy, Policy...).
+_SETTABLE_NOT_RENDERED = frozenset({
+    "RedrivePolicy",
+    "RedriveAllowPolicy",
+    "Policy",
+    "KmsMasterKeyId",
+    "KmsDataKeyReusePeriodSeconds",
+    "SqsManagedSseEnabled",
+    "FifoQueue",
+    "ContentBasedDeduplication",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
+})
+
+
+def list_queues(
+    st: ShardState, prefix: str = "", max_results: int | None = None, next_token: str = ""
+) -> tuple[list[str], str] | Rejection:
+    """Queue names in name order, and the token for the next page ('' when done)."""
+    if max_results is not None and not 1 <= max_results <= limits.LIST_QUEUES_MAX_RESULTS:
+        return reject(
+            ErrorCode.INVALID_PARAMETER_VALUE,
+            f"Value {max_results} for parameter MaxResults is invalid. Reason: MaxResults must "
+            f"be an integer between 1 and {limits.LIST_QUEUES_MAX_RESULTS}.",
+        )
+    limit = max_results or limits.LIST_QUEUES_MAX_RESULTS
+    names: list[str] = []
+    for q in st.queues(prefix):
+        if next_token and q.name <= next_token:
+            continue
+        if len(names) == limit:
+            return names, names[-1] if max_results else ""
+        names.append(q.name)
+    return names, ""
+
+
+def dead_letter_source_queues(st: ShardState, name: str) -> list[str] | Rejection:
+    q = st.queue(name)
+    if q is None:
+        return queue_does_not_exist()
+    arn = st.config.queue_arn(name)
+    return [
+        s.name
+        for s in st.queues()
+        if s.attributes.redrive_policy and s.attributes.redrive_policy.dead_letter_target_arn == arn
+    ]
+
+
+def queue_tags(st: ShardState, name: str) -> dict[str, str] | Rejection:
+    q = st.queue(name)
+    return dict(q.tags) if q is not None else queue_does_not_exist()

@@ -1,0 +1,180 @@
+"""Queue administration: create, delete, set attributes, purge, tags."""
+
+from __future__ import annotations
+
+from sqsq.core import limits
+from sqsq.core import records as r
+from sqsq.core.attributes import (
+    QueueAttributes,
+    parse_queue_arn,
+    parse_queue_attributes,
+    render_queue_attributes,
+    validate_queue_name,
+)
+from sqsq.core.commands import (
+    CreateQueue,
+    DeleteQueue,
+    Ok,
+    Outcome,
+    PurgeQueue,
+    QueueCreated,
+    SetQueueAttributes,
+    TagQueue,
+    UntagQueue,
+)
+from sqsq.core.errors import ErrorCode, Rejection, reject
+from sqsq.core.records import QueueRecord
+from sqsq.core.state import ShardState
+
+
+def queue_does_not_exist() -> Rejection:
+    return reject(ErrorCode.QUEUE_DOES_NOT_EXIST, "The specified queue does not exist.")
+
+
+def _check_redrive(st: ShardState, name: str, a: QueueAttributes) -> Rejection | None:
+    """The dead-letter target must exist, be here, be another queue and be of the same type."""
+    policy = a.redrive_policy
+    if policy is None:
+        return None
+
+    def invalid(reason: str) -> Rejection:
+        return reject(
+            ErrorCode.INVALID_PARAMETER_VALUE,
+            f"Value {policy.to_json()} for parameter RedrivePolicy is invalid. Reason: {reason}",
+        )
+
+    parsed = parse_queue_arn(policy.dead_letter_target_arn)
+    if parsed is None:
+        return invalid("Invalid value for deadLetterTargetArn.")
+    region, account, target = parsed
+    if (region, account) != (st.config.region, st.config.account):
+        return invalid("Dead-letter target does not exist.")
+    if target == name:
+        return invalid("Dead-letter target must not be the source queue.")
+    dlq = st.queue(target)
+    if dlq is None:
+        return invalid("Dead-letter target does not exist.")
+    if dlq.attributes.fifo_queue != a.fifo_queue:
+        return invalid("Dead-letter queue must be same type of queue as the source.")
+    return None
+
+
+def _check_tags(tags: dict[str, str]) -> Rejection | None:
+    if len(tags) > limits.QUEUE_TAGS_MAX:
+        return reject(ErrorCode.INVALID_PARAMETER_VALUE,
+                      f"Too many tags: at most {limits.QUEUE_TAGS_MAX} per queue.")
+    for k, v in tags.items():
+        if not 1 <= len(k) <= 128 or len(v) > 256:
+            return reject(ErrorCode.INVALID_PARAMETER_VALUE,
+                          "Tag keys are 1-128 characters and tag values at most 256.")
+    return None
+
+
+def create(st: ShardState, cmd: CreateQueue, now: int) -> Outcome:
+    rej = validate_queue_name(cmd.name)
+    if rej is not None:
+        return Outcome(rej)
+    raw = dict(cmd.attributes)
+    attrs = parse_queue_attributes(raw, queue_name=cmd.name)
+    if isinstance(attrs, Rejection):
+        return Outcome(attrs)
+    existing = st.queue(cmd.name)
+    if existing is not None:
+        # Idempotent when every attribute the caller named has the value the queue has.
+        want, have = render_queue_attributes(attrs), render_queue_attributes(existing.attributes)
+        for name in raw:
+            if want.get(name) != have.get(name):
+                return Outcome(reject(
+                    ErrorCode.QUEUE_ALREADY_EXISTS,
+                    f"A queue already exists with the same name and a different value for "
+                    f"attribute {name}",
+                ))
+        return Outcome(QueueCreated(cmd.name))
+    deleted = st.txn.get(r.deleted_key(cmd.name))
+    if deleted is not None and now - r.read_u64(deleted) < limits.QUEUE_DELETED_RECENTLY_MS:
+        return Outcome(reject(
+            ErrorCode.QUEUE_DELETED_RECENTLY,
+            "You must wait 60 seconds after deleting a queue before you can create another "
+            "with the same name.",
+        ))
+    tags = dict(cmd.tags)
+    rej = _check_redrive(st, cmd.name, attrs) or _check_tags(tags)
+    if rej is not None:
+        return Outcome(rej)
+    q = QueueRecord(st.next_qid(), cmd.name, attrs, now, now, tags)
+    st.put_queue(q)
+    st.counters(q.qid)  # materialise zero counters: the sweep walks live queues by them
+    st.txn.delete(r.deleted_key(cmd.name))
+    return Outcome(QueueCreated(cmd.name))
+
+
+def _retire(st: ShardState, q: QueueRecord) -> None:
+    """Hand a queue incarnation's data to the sweep, which deletes it in bounded steps."""
+    st.drop_counters(q.qid)
+    st.txn.put(r.garbage_key(q.qid), b"")
+
+
+def delete_queue(st: ShardState, cmd: DeleteQueue, now: int) -> Outcome:
+    q = st.queue(cmd.name)
+    if q is None:
+        return Outcome(queue_does_not_exist())
+    st.txn.delete(r.queue_key(q.name))
+    st.txn.put(r.deleted_key(q.name), r.u64(now))
+    _retire(st, q)
+    return Outcome(Ok())
+
+
+def set_attributes(st: ShardState, cmd: SetQueueAttributes, now: int) -> Outcome:
+    q = st.queue(cmd.name)
+    if q is None:
+        return Outcome(queue_does_not_exist())
+    attrs = parse_queue_attributes(dict(cmd.attributes), queue_name=q.name, base=q.attributes)
+    if isinstance(attrs, Rejection):
+        return Outcome(attrs)
+    rej = _check_redrive(st, q.name, attrs)
+    if rej is not None:
+        return Outcome(rej)
+    q.attributes, q.modified_ms = attrs, now
+    st.put_queue(q)
+    return Outcome(Ok())
+
+
+def purge(st: ShardState, cmd: PurgeQueue, now: int) -> Outcome:
+    q = st.queue(cmd.name)
+    if q is None:
+        return Outcome(queue_does_not_exist())
+    if q.last_purge_ms is not None and now - q.last_purge_ms < limits.PURGE_IN_PROGRESS_MS:
+        return Outcome(reject(
+            ErrorCode.PURGE_QUEUE_IN_PROGRESS,
+            f"Only one PurgeQueue operation on {q.name} is allowed every 60 seconds.",
+        ))
+    # A new incarnation: messages, groups and deduplication records of the old one are gone
+    # for readers at once and deleted by the sweep.
+    _retire(st, q)
+    q.qid, q.last_purge_ms = st.next_qid(), now
+    st.counters(q.qid)
+    st.put_queue(q)
+    return Outcome(Ok())
+
+
+def tag(st: ShardState, cmd: TagQueue, now: int) -> Outcome:
+    q = st.queue(cmd.name)
+    if q is None:
+        return Outcome(queue_does_not_exist())
+    tags = {**q.tags, **dict(cmd.tags)}
+    rej = _check_tags(tags)
+    if rej is not None:
+        return Outcome(rej)
+    q.tags = tags
+    st.put_queue(q)
+    return Outcome(Ok())
+
+
+def untag(st: ShardState, cmd: UntagQueue, now: int) -> Outcome:
+    q = st.queue(cmd.name)
+    if q is None:
+        return Outcome(queue_does_not_exist())
+    for k in cmd.tag_keys:
+        q.tags.pop(k, None)
+    st.put_queue(q)
+    return Outcome(Ok())

@@ -1,0 +1,69 @@
+"""Receipt handles: opaque, new on every receive, authenticated with the shard secret.
+
+A handle names (shard, queue incarnation, message sequence, epoch) plus a hash of the queue
+name, so a handle used on another queue is recognised as invalid rather than routed. The
+epoch is the message's receive count at the receive that issued the handle: fencing is a
+comparison of that epoch with the message's current one. The nonce comes from the leader's
+random source inside the command, so every replica builds the same handle.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass
+
+_VERSION = 1
+_BODY = struct.Struct(">BHQQIIQ")  # version, shard, queue id, seq, epoch, name hash, nonce
+_MAC_LEN = 16
+
+
+@dataclass(frozen=True)
+class ReceiptHandle:
+    shard_id: int
+    queue_id: int
+    seq: int
+    epoch: int
+    name_hash: int
+    nonce: int
+
+
+def queue_name_hash(name: str) -> int:
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
+
+
+def encode_receipt_handle(secret: bytes, handle: ReceiptHandle) -> str:
+    body = _BODY.pack(
+        _VERSION,
+        handle.shard_id,
+        handle.queue_id,
+        handle.seq,
+        handle.epoch,
+        handle.name_hash,
+        handle.nonce,
+    )
+    mac = hmac.new(secret, body, hashlib.sha256).digest()[:_MAC_LEN]
+    return base64.urlsafe_b64encode(body + mac).decode().rstrip("=")
+
+
+def decode_receipt_handle(secret: bytes, text: str) -> ReceiptHandle | None:
+    """The handle, or None when it is garbled, forged or altered."""
+    if not text or len(text) > 256:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        return None
+    if len(raw) != _BODY.size + _MAC_LEN:
+        return None
+    body, mac = raw[: _BODY.size], raw[_BODY.size :]
+    expected = hmac.new(secret, body, hashlib.sha256).digest()[:_MAC_LEN]
+    if not hmac.compare_digest(mac, expected):
+        return None
+    version, shard_id, queue_id, seq, epoch, name_hash, nonce = _BODY.unpack(body)
+    if version != _VERSION:
+        return None
+    return ReceiptHandle(shard_id, queue_id, seq, epoch, name_hash, nonce)

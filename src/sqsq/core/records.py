@@ -1,0 +1,329 @@
+"""What the shard stores: records, their encoding, and the keyspace.
+
+Every key starts with a one-byte prefix; integers are big-endian so byte order is numeric
+order. Values are msgpack lists (deterministic for equal input, so replicas stay identical).
+
+| prefix | key                                   | value                     |
+|--------|---------------------------------------|---------------------------|
+| q      | name                                  | QueueRecord               |
+| x      | name                                  | deleted-at ms (recently deleted names) |
+| c      | qid                                   | Counters                  |
+| m      | qid seq                               | MessageRecord (append-only) |
+| d      | qid seq                               | Delivery                  |
+| v      | qid visible_at seq                    | visible index (standard queues) |
+| w      | qid deadline seq                      | timer index: delayed or in flight |
+| r      | qid sent_ms seq                       | retention index           |
+| f      | qid group 0x00 seq                    | FIFO: a group's messages in order |
+| g      | qid group                             | FIFO: GroupRecord         |
+| k      | qid head_seq group                    | FIFO: groups ready to deliver |
+| u      | qid scope 0x00 dedup id               | Dedup record              |
+| e      | at_ms qid u-key                       | dedup expiry index        |
+| z      | qid                                   | garbage: a purged or deleted queue incarnation |
+| s      |                                       | meta: next seq, next qid, last now, applied index |
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import msgpack
+
+from sqsq.core.attributes import QueueAttributes, RedrivePolicy
+from sqsq.core.messages import MessageAttributeValue
+
+_U64 = struct.Struct(">Q")
+
+DELAYED, VISIBLE, IN_FLIGHT = 0, 1, 2
+TIMER_DELAYED, TIMER_IN_FLIGHT = b"d", b"i"
+
+
+def u64(n: int) -> bytes:
+    return _U64.pack(n)
+
+
+def read_u64(b: bytes, offset: int = 0) -> int:
+    return _U64.unpack_from(b, offset)[0]
+
+
+def pack(value: object) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)
+
+
+def unpack(raw: bytes) -> list:
+    return msgpack.unpackb(raw, raw=False)
+
+
+# ---- keys -----------------------------------------------------------------------------------
+
+META_KEY = b"s"
+
+
+def queue_key(name: str) -> bytes:
+    return b"q" + name.encode()
+
+
+def deleted_key(name: str) -> bytes:
+    return b"x" + name.encode()
+
+
+def counters_key(qid: int) -> bytes:
+    return b"c" + u64(qid)
+
+
+def message_key(qid: int, seq: int) -> bytes:
+    return b"m" + u64(qid) + u64(seq)
+
+
+def delivery_key(qid: int, seq: int) -> bytes:
+    return b"d" + u64(qid) + u64(seq)
+
+
+def visible_key(qid: int, visible_at: int, seq: int) -> bytes:
+    return b"v" + u64(qid) + u64(visible_at) + u64(seq)
+
+
+def timer_key(qid: int, deadline: int, seq: int) -> bytes:
+    return b"w" + u64(qid) + u64(deadline) + u64(seq)
+
+
+def retention_key(qid: int, sent_ms: int, seq: int) -> bytes:
+    return b"r" + u64(qid) + u64(sent_ms) + u64(seq)
+
+
+def group_message_key(qid: int, group: str, seq: int) -> bytes:
+    return b"f" + u64(qid) + group.encode() + b"\x00" + u64(seq)
+
+
+def group_prefix(qid: int, group: str) -> bytes:
+    return b"f" + u64(qid) + group.encode() + b"\x00"
+
+
+def group_key(qid: int, group: str) -> bytes:
+    return b"g" + u64(qid) + group.encode()
+
+
+def ready_group_key(qid: int, head_seq: int, group: str) -> bytes:
+    return b"k" + u64(qid) + u64(head_seq) + group.encode()
+
+
+def dedup_key(qid: int, scope: str, dedup_id: str) -> bytes:
+    return b"u" + u64(qid) + scope.encode() + b"\x00" + dedup_id.encode()
+
+
+def dedup_expiry_key(at_ms: int, ukey: bytes) -> bytes:
+    return b"e" + u64(at_ms) + ukey
+
+
+def garbage_key(qid: int) -> bytes:
+    return b"z" + u64(qid)
+
+
+# Every prefix whose keys start with the queue id: what garbage collection clears.
+QUEUE_SCOPED_PREFIXES = (b"c", b"m", b"d", b"v", b"w", b"r", b"f", b"g", b"k", b"u")
+
+
+# ---- records ----------------------------------------------------------------------------
+
+
+@dataclass
+class Meta:
+    next_seq: int = 1
+    next_qid: int = 1
+    last_now_ms: int = 0
+    applied_index: int = 0
+
+    def encode(self) -> bytes:
+        return pack([self.next_seq, self.next_qid, self.last_now_ms, self.applied_index])
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> Meta:
+        return cls(*unpack(raw)) if raw else cls()
+
+
+def _encode_attributes(a: QueueAttributes) -> list:
+    rp = a.redrive_policy
+    return [
+        a.visibility_timeout_s,
+        a.delay_seconds,
+        a.message_retention_period_s,
+        a.maximum_message_size,
+        a.receive_message_wait_time_s,
+        [rp.dead_letter_target_arn, rp.max_receive_count] if rp else None,
+        a.redrive_allow_policy,
+        a.fifo_queue,
+        a.content_based_deduplication,
+        a.deduplication_scope,
+        a.fifo_throughput_limit,
+        [list(p) for p in a.extra],
+    ]
+
+
+def _decode_attributes(v: list) -> QueueAttributes:
+    return QueueAttributes(
+        visibility_timeout_s=v[0],
+        delay_seconds=v[1],
+        message_retention_period_s=v[2],
+        maximum_message_size=v[3],
+        receive_message_wait_time_s=v[4],
+        redrive_policy=RedrivePolicy(v[5][0], v[5][1]) if v[5] else None,
+        redrive_allow_policy=v[6],
+        fifo_queue=v[7],
+        content_based_deduplication=v[8],
+        deduplication_scope=v[9],
+        fifo_throughput_limit=v[10],
+        extra=tuple((k, s) for k, s in v[11]),
+    )
+
+
+@dataclass
+class QueueRecord:
+    qid: int
+    name: str
+    attributes: QueueAttributes
+    created_ms: int
+    modified_ms: int
+    tags: dict[str, str] = field(default_factory=dict)
+    last_purge_ms: int | None = None
+
+    def encode(self) -> bytes:
+        return pack(
+            [
+                self.qid,
+                self.name,
+                _encode_attributes(self.attributes),
+                self.created_ms,
+                self.modified_ms,
+                sorted(self.tags.items()),
+                self.last_purge_ms,
+            ]
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> QueueRecord:
+        v = unpack(raw)
+        return cls(v[0], v[1], _decode_attributes(v[2]), v[3], v[4], dict(v[5]), v[6])
+
+
+@dataclass
+class Counters:
+    """Materialised depth per state; queries correct for timers that are due but not swept."""
+
+    visible: int = 0
+    in_flight: int = 0
+    delayed: int = 0
+
+    def encode(self) -> bytes:
+        return pack([self.visible, self.in_flight, self.delayed])
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> Counters:
+        return cls(*unpack(raw)) if raw else cls()
+
+    def add(self, state: int, n: int) -> None:
+        if state == VISIBLE:
+            self.visible += n
+        elif state == IN_FLIGHT:
+            self.in_flight += n
+        else:
+            self.delayed += n
+
+
+@dataclass
+class MessageRecord:
+    message_id: str
+    body: str
+    message_attributes: tuple[tuple[str, MessageAttributeValue], ...]
+    sent_ms: int
+    md5_of_body: str
+    md5_of_message_attributes: str | None
+    group_id: str | None = None
+    deduplication_id: str | None = None
+    dead_letter_source_arn: str | None = None
+
+    def encode(self) -> bytes:
+        attrs = [[n, a.data_type, a.string_value, a.binary_value] for n, a in self.message_attributes]
+        return pack(
+            [
+                self.message_id,
+                self.body,
+                attrs,
+                self.sent_ms,
+                self.md5_of_body,
+                self.md5_of_message_attributes,
+                self.group_id,
+                self.deduplication_id,
+                self.dead_letter_source_arn,
+            ]
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> MessageRecord:
+        v = unpack(raw)
+        attrs = tuple((n, MessageAttributeValue(t, s, b)) for n, t, s, b in v[2])
+        return cls(v[0], v[1], attrs, v[3], v[4], v[5], v[6], v[7], v[8])
+
+
+@dataclass
+class Delivery:
+    """The per-message delivery state. ``epoch`` is the receive count: it fences handles."""
+
+    state: int
+    visible_at_ms: int  # DELAYED: when it shows; IN_FLIGHT: when it comes back; VISIBLE: since
+    receive_count: int = 0
+    first_receive_ms: int = 0
+    group_id: str | None = None
+    sent_ms: int = 0
+
+    def encode(self) -> bytes:
+        return pack(
+            [
+                self.state,
+                self.visible_at_ms,
+                self.receive_count,
+                self.first_receive_ms,
+                self.group_id,
+                self.sent_ms,
+            ]
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Delivery:
+        return cls(*unpack(raw))
+
+
+@dataclass
+class GroupRecord:
+    in_flight: int = 0
+    ready_key: bytes | None = None
+
+    def encode(self) -> bytes:
+        return pack([self.in_flight, self.ready_key])
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> GroupRecord:
+        return cls(*unpack(raw)) if raw else cls()
+
+
+@dataclass
+class DedupRecord:
+    message_id: str
+    sequence_number: str | None
+    md5_of_message_body: str
+    md5_of_message_attributes: str | None
+    expires_ms: int
+
+    def encode(self) -> bytes:
+        return pack(
+            [
+                self.message_id,
+                self.sequence_number,
+                self.md5_of_message_body,
+                self.md5_of_message_attributes,
+                self.expires_ms,
+            ]
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> DedupRecord:
+        return cls(*unpack(raw))

@@ -1,0 +1,164 @@
+"""SendMessage / SendMessageBatch: validation, deduplication, placement."""
+
+from __future__ import annotations
+
+from sqsq.core import limits
+from sqsq.core import records as r
+from sqsq.core.commands import BatchResult, EntryFailed, Outcome, SendEntry, SendMessages
+from sqsq.core.commands import SentMessage, WakeReceivers
+from sqsq.core.delivery import enqueue, sequence_number
+from sqsq.core.errors import ErrorCode, Rejection, reject
+from sqsq.core.messages import (
+    check_message,
+    content_deduplication_id,
+    md5_of_body,
+    md5_of_message_attributes,
+    validate_batch_entry_ids,
+    validate_fifo_id,
+)
+from sqsq.core.records import DedupRecord, MessageRecord, QueueRecord
+from sqsq.core.state import ShardState
+
+# Scope marker for client request ids on standard queues; group ids are printable, never \x01.
+_REQUEST_SCOPE = "\x01"
+
+
+def _invalid(message: str) -> Rejection:
+    return reject(ErrorCode.INVALID_PARAMETER_VALUE, message)
+
+
+def _dedup_scope(q: QueueRecord, e: SendEntry) -> tuple[str, str] | Rejection:
+    """(scope, deduplication id) for a FIFO entry."""
+    a = q.attributes
+    dedup_id = e.message_deduplication_id
+    if dedup_id is None:
+        if not a.content_based_deduplication:
+            return _invalid(
+                "The queue should either have ContentBasedDeduplication enabled or "
+                "MessageDeduplicationId provided explicitly"
+            )
+        dedup_id = content_deduplication_id(e.body)
+    scope = e.message_group_id if a.deduplication_scope == "messageGroup" else ""
+    return scope or "", dedup_id
+
+
+def check_entry(q: QueueRecord, e: SendEntry) -> Rejection | None:
+    """Everything about one entry that does not depend on other messages."""
+    a = q.attributes
+    rej = check_message(e.body, dict(e.message_attributes), a.maximum_message_size)
+    if rej is not None:
+        return rej
+    lo, hi, _ = limits.DELAY_SECONDS
+    if e.delay_seconds is not None:
+        if a.fifo_queue:
+            return _invalid(
+                f"Value {e.delay_seconds} for parameter DelaySeconds is invalid. Reason: The "
+                "request include parameter that is not valid for this queue type."
+            )
+        if not lo <= e.delay_seconds <= hi:
+            return _invalid(
+                f"Value {e.delay_seconds} for parameter DelaySeconds is invalid. Reason: "
+                f"DelaySeconds must be >= {lo} and <= {hi}."
+            )
+    if a.fifo_queue:
+        if e.message_group_id is None:
+            return reject(
+                ErrorCode.MISSING_PARAMETER, "The request must contain the parameter MessageGroupId."
+            )
+        for value, name in (
+            (e.message_group_id, "MessageGroupId"),
+            (e.message_deduplication_id, "MessageDeduplicationId"),
+        ):
+            if value is not None and (rej := validate_fifo_id(value, name)) is not None:
+                return rej
+        scope = _dedup_scope(q, e)
+        if isinstance(scope, Rejection):
+            return scope
+    else:
+        if e.message_deduplication_id is not None:
+            return _invalid(
+                "The request include parameter MessageDeduplicationId that is not valid for "
+                "this queue type."
+            )
+        if e.message_group_id is not None and (
+            rej := validate_fifo_id(e.message_group_id, "MessageGroupId")
+        ):
+            return rej
+    return None
+
+
+def check_batch(cmd: SendMessages) -> Rejection | None:
+    rej = validate_batch_entry_ids([e.entry_id for e in cmd.entries])
+    if rej is not None:
+        return rej
+    total = sum(len(e.body.encode()) for e in cmd.entries)
+    if total > limits.MAXIMUM_MESSAGE_SIZE_BYTES[1]:
+        return reject(
+            ErrorCode.BATCH_REQUEST_TOO_LONG,
+            f"Batch requests cannot be longer than {limits.MAXIMUM_MESSAGE_SIZE_BYTES[1]} bytes."
+            f" You have sent {total} bytes.",
+        )
+    return None
+
+
+def send(st: ShardState, q: QueueRecord, cmd: SendMessages, now: int) -> Outcome:
+    if len(cmd.message_ids) != len(cmd.entries):
+        raise AssertionError("the leader stamps one message id per entry")
+    fifo = q.attributes.fifo_queue
+    ok: list[SentMessage] = []
+    failed: list[EntryFailed] = []
+    woke = False
+    for e, message_id in zip(cmd.entries, cmd.message_ids, strict=True):
+        rej = check_entry(q, e)
+        if rej is not None:
+            failed.append(EntryFailed(e.entry_id, rej))
+            continue
+        dedup_id = None
+        ukey = None
+        if fifo:
+            scope, dedup_id = _dedup_scope(q, e)  # type: ignore[misc]  # checked above
+            ukey = r.dedup_key(q.qid, scope, dedup_id)
+        elif cmd.request_id:
+            ukey = r.dedup_key(q.qid, _REQUEST_SCOPE, f"{cmd.request_id}/{e.entry_id}")
+        if ukey is not None:
+            raw = st.txn.get(ukey)
+            if raw is not None:
+                first = DedupRecord.decode(raw)
+                if first.expires_ms > now:  # a duplicate: the first message's answer, no new one
+                    ok.append(SentMessage(e.entry_id, first.message_id, first.md5_of_message_body,
+                                          first.md5_of_message_attributes, first.sequence_number))
+                    continue
+        attrs = e.message_attributes
+        m = MessageRecord(
+            message_id, e.body, attrs, now, md5_of_body(e.body),
+            md5_of_message_attributes(dict(attrs)), e.message_group_id, dedup_id,
+        )
+        delay_s = e.delay_seconds if e.delay_seconds is not None else q.attributes.delay_seconds
+        seq = enqueue(st, q, m, visible_at=now + delay_s * 1000, now=now)
+        woke = woke or delay_s == 0
+        seq_no = sequence_number(seq) if fifo else None
+        sent = SentMessage(e.entry_id, message_id, m.md5_of_body, m.md5_of_message_attributes,
+                           seq_no)
+        ok.append(sent)
+        if ukey is not None:
+            expires = now + limits.DEDUPLICATION_WINDOW_MS
+            st.txn.put(ukey, DedupRecord(message_id, seq_no, m.md5_of_body,
+                                         m.md5_of_message_attributes, expires).encode())
+            st.txn.put(r.dedup_expiry_key(expires, ukey), b"")
+    effects = (WakeReceivers(q.name),) if woke else ()
+    return Outcome(BatchResult(tuple(ok), tuple(failed)), effects)
+
+
+def expire_dedup(st: ShardState, now: int, budget: int) -> int:
+    """Forget deduplication records whose 5-minute window has passed."""
+    n = 0
+    for key, _ in st.scan_until(b"e", now):
+        if n >= budget:
+            break
+        ukey = key[9:]
+        raw = st.txn.get(ukey)
+        if raw is not None and DedupRecord.decode(raw).expires_ms <= now:
+            st.txn.delete(ukey)
+        st.txn.delete(key)
+        n += 1
+    return n

@@ -1,0 +1,113 @@
+"""Typed access to one shard's state through a transaction; no rules live here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sqsq.core import records as r
+from sqsq.core.records import Counters, Delivery, GroupRecord, Meta, MessageRecord, QueueRecord
+from sqsq.core.txn import KVReader, prefix_end
+
+
+@dataclass(frozen=True)
+class ShardConfig:
+    shard_id: int = 0
+    secret: bytes = b"sqsq-dev-secret"
+    region: str = "us-east-1"
+    account: str = "000000000000"
+
+    def queue_arn(self, name: str) -> str:
+        return f"arn:aws:sqs:{self.region}:{self.account}:{name}"
+
+
+class Writer(KVReader):
+    def put(self, key: bytes, value: bytes) -> None: ...
+    def delete(self, key: bytes) -> None: ...
+
+
+class ShardState:
+    """One command's view: reads through, writes into the transaction, caches hot records.
+
+    Counters and meta are cached for the duration of a command and written once by ``flush``.
+    """
+
+    def __init__(self, txn: Writer, config: ShardConfig) -> None:
+        self.txn = txn
+        self.config = config
+        self._meta: Meta | None = None
+        self._counters: dict[int, Counters] = {}
+
+    # ---- meta ----
+    @property
+    def meta(self) -> Meta:
+        if self._meta is None:
+            self._meta = Meta.decode(self.txn.get(r.META_KEY))
+        return self._meta
+
+    def next_seq(self) -> int:
+        seq = self.meta.next_seq
+        self.meta.next_seq += 1
+        return seq
+
+    def next_qid(self) -> int:
+        qid = self.meta.next_qid
+        self.meta.next_qid += 1
+        return qid
+
+    def flush(self) -> None:
+        if self._meta is not None:
+            self.txn.put(r.META_KEY, self._meta.encode())
+        for qid, c in self._counters.items():
+            if c is not None:
+                self.txn.put(r.counters_key(qid), c.encode())
+        self._counters.clear()
+
+    # ---- queues ----
+    def queue(self, name: str) -> QueueRecord | None:
+        raw = self.txn.get(r.queue_key(name))
+        return QueueRecord.decode(raw) if raw else None
+
+    def put_queue(self, q: QueueRecord) -> None:
+        self.txn.put(r.queue_key(q.name), q.encode())
+
+    def queues(self, prefix: str = "") -> Iterator[QueueRecord]:
+        start = r.queue_key(prefix)
+        for _, raw in self.txn.scan(start, prefix_end(start)):
+            yield QueueRecord.decode(raw)
+
+    def counters(self, qid: int) -> Counters:
+        c = self._counters.get(qid)
+        if c is None:
+            c = Counters.decode(self.txn.get(r.counters_key(qid)))
+            self._counters[qid] = c
+        return c
+
+    def drop_counters(self, qid: int) -> None:
+        self._counters.pop(qid, None)
+        self.txn.delete(r.counters_key(qid))
+
+    # ---- messages ----
+    def message(self, qid: int, seq: int) -> MessageRecord | None:
+        raw = self.txn.get(r.message_key(qid, seq))
+        return MessageRecord.decode(raw) if raw else None
+
+    def delivery(self, qid: int, seq: int) -> Delivery | None:
+        raw = self.txn.get(r.delivery_key(qid, seq))
+        return Delivery.decode(raw) if raw else None
+
+    def put_delivery(self, qid: int, seq: int, d: Delivery) -> None:
+        self.txn.put(r.delivery_key(qid, seq), d.encode())
+
+    def group(self, qid: int, group: str) -> GroupRecord:
+        return GroupRecord.decode(self.txn.get(r.group_key(qid, group)))
+
+    def put_group(self, qid: int, group: str, g: GroupRecord) -> None:
+        self.txn.put(r.group_key(qid, group), g.encode())
+
+    def scan_prefix(self, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        return self.txn.scan(start or prefix, prefix_end(prefix))
+
+    def scan_until(self, prefix: bytes, until: int) -> Iterator[tuple[bytes, bytes]]:
+        """Entries of ``prefix`` whose next 8 key bytes (a time) are <= ``until``."""
+        return self.txn.scan(prefix, prefix + r.u64(until + 1))
