@@ -37,8 +37,16 @@ from sqsq.core.receipts import (
     encode_receipt_handle,
     queue_name_hash,
 )
-from sqsq.core.records import DELAYED, IN_FLIGHT, TIMER_DELAYED, TIMER_IN_FLIGHT, VISIBLE
-from sqsq.core.records import Delivery, MessageRecord, QueueRecord
+from sqsq.core.records import (
+    DELAYED,
+    IN_FLIGHT,
+    TIMER_DELAYED,
+    TIMER_IN_FLIGHT,
+    VISIBLE,
+    Delivery,
+    MessageRecord,
+    QueueRecord,
+)
 from sqsq.core.state import ShardState
 
 _SEQ_AT = -8  # the last 8 bytes of index keys are the message's seq

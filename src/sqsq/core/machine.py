@@ -60,6 +60,22 @@ def sweep(st: ShardState, cmd: c.Sweep, now: int) -> c.Outcome:
     return c.Outcome(c.Swept(more=budget <= 0), tuple(woken))
 
 
+def sweep_needed(st: ShardState, now: int) -> bool:
+    """Whether a Sweep would change anything: a read-only check so idle shards write nothing."""
+    for q in st.queues():
+        if any(True for _ in st.scan_until(b"w" + r.u64(q.qid), now)):
+            return True
+        cutoff = now - q.attributes.message_retention_period_s * 1000
+        if cutoff >= 0 and any(True for _ in st.scan_until(b"r" + r.u64(q.qid), cutoff)):
+            return True
+    if any(True for _ in st.scan_until(b"e", now)) or any(True for _ in st.scan_prefix(b"z")):
+        return True
+    return any(
+        now - r.read_u64(deleted_at) >= limits.QUEUE_DELETED_RECENTLY_MS
+        for _, deleted_at in st.scan_prefix(b"x")
+    )
+
+
 HANDLERS: dict[type, Callable[[ShardState, c.Command, int], c.Outcome]] = {
     c.CreateQueue: queues.create,
     c.DeleteQueue: queues.delete_queue,

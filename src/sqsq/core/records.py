@@ -6,7 +6,7 @@ order. Values are msgpack lists (deterministic for equal input, so replicas stay
 | prefix | key                                   | value                     |
 |--------|---------------------------------------|---------------------------|
 | q      | name                                  | QueueRecord               |
-| x      | name                                  | deleted-at ms (recently deleted names) |
+| x      | name                                  | deleted-at ms             |
 | c      | qid                                   | Counters                  |
 | m      | qid seq                               | MessageRecord (append-only) |
 | d      | qid seq                               | Delivery                  |
@@ -242,7 +242,10 @@ class MessageRecord:
     dead_letter_source_arn: str | None = None
 
     def encode(self) -> bytes:
-        attrs = [[n, a.data_type, a.string_value, a.binary_value] for n, a in self.message_attributes]
+        attrs = [
+            [n, a.data_type, a.string_value, a.binary_value]
+            for n, a in self.message_attributes
+        ]
         return pack(
             [
                 self.message_id,

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from sqsq.core import limits
 from sqsq.core import records as r
-from sqsq.core.commands import BatchResult, EntryFailed, Outcome, SendEntry, SendMessages
-from sqsq.core.commands import SentMessage, WakeReceivers
+from sqsq.core.commands import (
+    BatchResult,
+    EntryFailed,
+    Outcome,
+    SendEntry,
+    SendMessages,
+    SentMessage,
+    WakeReceivers,
+)
 from sqsq.core.delivery import enqueue, sequence_number
 from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.messages import (
@@ -62,9 +69,8 @@ def check_entry(q: QueueRecord, e: SendEntry) -> Rejection | None:
             )
     if a.fifo_queue:
         if e.message_group_id is None:
-            return reject(
-                ErrorCode.MISSING_PARAMETER, "The request must contain the parameter MessageGroupId."
-            )
+            return reject(ErrorCode.MISSING_PARAMETER,
+                          "The request must contain the parameter MessageGroupId.")
         for value, name in (
             (e.message_group_id, "MessageGroupId"),
             (e.message_deduplication_id, "MessageDeduplicationId"),

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sqsq.core import records as r
-from sqsq.core.records import Counters, Delivery, GroupRecord, Meta, MessageRecord, QueueRecord
+from sqsq.core.records import Counters, Delivery, GroupRecord, MessageRecord, Meta, QueueRecord
 from sqsq.core.txn import KVReader, prefix_end
 
 
@@ -105,7 +105,9 @@ class ShardState:
     def put_group(self, qid: int, group: str, g: GroupRecord) -> None:
         self.txn.put(r.group_key(qid, group), g.encode())
 
-    def scan_prefix(self, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+    def scan_prefix(
+        self, prefix: bytes, start: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
         return self.txn.scan(start or prefix, prefix_end(prefix))
 
     def scan_until(self, prefix: bytes, until: int) -> Iterator[tuple[bytes, bytes]]:

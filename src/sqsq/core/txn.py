@@ -64,9 +64,10 @@ class Txn:
         self._base = base
         # key -> value, or None for a delete that must hide the base key
         self._ov: dict[bytes, bytes | None] = {}
-        # the overlay's keys, sorted. A plain list with C bisect/insort beats
-        # SortedDict by ~3x for the small overlays of a command or group; inserts
-        # are O(n) memmove, which only matters past ~100k distinct keys.
+        # the overlay's keys, sorted. A plain list with C bisect/insort makes
+        # merged scans ~2-3x faster than SortedDict for the small overlays of a
+        # command or group; inserts are an O(n) memmove, ~2us/put at 10k
+        # distinct random keys, ~12us at 100k (ascending keys stay cheap).
         self._keys: list[bytes] = []
         # (key, previous overlay entry or _ABSENT); only kept once a savepoint
         # exists, so single-command txns pay nothing for it

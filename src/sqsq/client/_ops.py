@@ -1,0 +1,388 @@
+"""Request building and response parsing shared by ``Client`` and ``AsyncClient``.
+
+Each action is a function returning a ``Call``: which RPC, the request message, how to turn
+the response into the SDK's result and whether an UNAVAILABLE may be retried. The two clients
+only differ in how they invoke it (blocking or awaited).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from sqsq.client.types import (
+    BatchError,
+    BatchResult,
+    BatchResultEntry,
+    Message,
+    MessageAttributes,
+    SendBatchResultEntry,
+    SendResult,
+)
+from sqsq.errors import QueueError, ServiceUnavailable, error_for
+from sqsq.v1 import queues_pb2 as pb
+
+DEFAULT_ENDPOINT = "127.0.0.1:7400"
+ERROR_CODE_KEY = "sqs-error-code"
+MAX_WAIT_SECONDS = 20  # SQS's longest long poll; the default when the queue decides
+RECEIVE_DEADLINE_MARGIN = 10.0
+RETRIES = 3  # retries after the first attempt, UNAVAILABLE only
+BACKOFF = (0.1, 0.3, 0.9)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One RPC to make: ``method`` names the stub attribute."""
+
+    method: str
+    request: Any
+    parse: Callable[[Any], Any]
+    retry: bool = False  # safe to repeat on UNAVAILABLE (read-only or idempotent by request id)
+    min_timeout: float | None = None  # the deadline must be at least this (long polls)
+
+    def timeout(self, default: float | None) -> float | None:
+        if self.min_timeout is None:
+            return default
+        if default is None:
+            return None
+        return max(default, self.min_timeout)
+
+
+def normalize_target(endpoint: str | None) -> str:
+    """``host:port`` for grpc from ``host:port`` or ``http://host:port[/]``."""
+    target = (endpoint or DEFAULT_ENDPOINT).strip()
+    for scheme in ("http://", "https://", "grpc://"):
+        if target.startswith(scheme):
+            target = target[len(scheme):]
+            break
+    return target.rstrip("/") or DEFAULT_ENDPOINT
+
+
+def map_rpc_error(err: grpc.RpcError) -> QueueError:
+    """The ``QueueError`` for a failed RPC (SQS code from trailing metadata when present)."""
+    code_fn = getattr(err, "code", None)
+    status = code_fn() if callable(code_fn) else None
+    details_fn = getattr(err, "details", None)
+    details = (details_fn() if callable(details_fn) else None) or ""
+    trailing_fn = getattr(err, "trailing_metadata", None)
+    trailing = (trailing_fn() if callable(trailing_fn) else None) or ()
+    for key, value in trailing:
+        if key == ERROR_CODE_KEY:
+            sqs_code = value.decode() if isinstance(value, bytes) else str(value)
+            return error_for(sqs_code, details)
+    name = status.name if isinstance(status, grpc.StatusCode) else str(status)
+    text = f"gRPC {name}: {details}" if details else f"gRPC {name}"
+    if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return ServiceUnavailable(text)
+    return error_for("InternalError", text)
+
+
+def is_retryable(err: grpc.RpcError) -> bool:
+    code_fn = getattr(err, "code", None)
+    return callable(code_fn) and code_fn() == grpc.StatusCode.UNAVAILABLE
+
+
+# -- conversions ---------------------------------------------------------------------------
+
+
+def _none_if_empty(value: str) -> str | None:
+    return value or None
+
+
+def attributes_to_pb(attrs: MessageAttributes | None) -> dict[str, pb.MessageAttributeValue]:
+    """boto3-shaped message attributes to protobuf values."""
+    out: dict[str, pb.MessageAttributeValue] = {}
+    for name, value in (attrs or {}).items():
+        if not isinstance(value, Mapping):
+            raise TypeError(f"message attribute {name!r}: expected a dict with DataType")
+        item = pb.MessageAttributeValue(data_type=str(value.get("DataType", "")))
+        if value.get("StringValue") is not None:
+            item.string_value = str(value["StringValue"])
+        if value.get("BinaryValue") is not None:
+            raw = value["BinaryValue"]
+            item.binary_value = raw.encode() if isinstance(raw, str) else bytes(raw)
+        out[name] = item
+    return out
+
+
+def attributes_from_pb(attrs: Mapping[str, pb.MessageAttributeValue]) -> MessageAttributes:
+    """Protobuf message attributes to boto3's shape."""
+    out: MessageAttributes = {}
+    for name, value in attrs.items():
+        item: dict[str, Any] = {"DataType": value.data_type}
+        if value.HasField("string_value"):
+            item["StringValue"] = value.string_value
+        if value.HasField("binary_value"):
+            item["BinaryValue"] = bytes(value.binary_value)
+        out[name] = item
+    return out
+
+
+def _send_fields(
+    message_body: str,
+    delay_seconds: int | None,
+    message_attributes: MessageAttributes | None,
+    message_group_id: str | None,
+    message_deduplication_id: str | None,
+) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "message_body": message_body,
+        "message_attributes": attributes_to_pb(message_attributes),
+    }
+    if delay_seconds is not None:
+        fields["delay_seconds"] = int(delay_seconds)
+    if message_group_id is not None:
+        fields["message_group_id"] = message_group_id
+    if message_deduplication_id is not None:
+        fields["message_deduplication_id"] = message_deduplication_id
+    return fields
+
+
+def _batch_errors(failed: Iterable[pb.BatchResultErrorEntry]) -> list[BatchError]:
+    return [BatchError(f.id, f.code, f.message, f.sender_fault) for f in failed]
+
+
+def _parse_send(resp: pb.SendMessageResponse) -> SendResult:
+    return SendResult(
+        message_id=resp.message_id,
+        md5_of_message_body=resp.md5_of_message_body,
+        md5_of_message_attributes=_none_if_empty(resp.md5_of_message_attributes),
+        sequence_number=_none_if_empty(resp.sequence_number),
+    )
+
+
+def _parse_send_batch(resp: pb.SendMessageBatchResponse) -> BatchResult:
+    successful = [
+        SendBatchResultEntry(
+            id=s.id,
+            message_id=s.message_id,
+            md5_of_message_body=s.md5_of_message_body,
+            md5_of_message_attributes=_none_if_empty(s.md5_of_message_attributes),
+            sequence_number=_none_if_empty(s.sequence_number),
+        )
+        for s in resp.successful
+    ]
+    return BatchResult(successful=successful, failed=_batch_errors(resp.failed))
+
+
+def _parse_batch(resp: pb.BatchResponse) -> BatchResult:
+    return BatchResult(
+        successful=[BatchResultEntry(i) for i in resp.successful],
+        failed=_batch_errors(resp.failed),
+    )
+
+
+def _parse_message(m: pb.Message) -> Message:
+    return Message(
+        message_id=m.message_id,
+        receipt_handle=m.receipt_handle,
+        body=m.body,
+        md5_of_body=m.md5_of_body,
+        md5_of_message_attributes=_none_if_empty(m.md5_of_message_attributes),
+        attributes=dict(m.attributes),
+        message_attributes=attributes_from_pb(m.message_attributes),
+    )
+
+
+def _none(_resp: Any) -> None:
+    return None
+
+
+def _names(values: Iterable[str] | str | None) -> list[str]:
+    if values is None:
+        return []
+    if isinstance(values, str):
+        return [values]
+    return list(values)
+
+
+# -- actions -------------------------------------------------------------------------------
+
+
+def create_queue(
+    queue_name: str,
+    attributes: Mapping[str, str] | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> Call:
+    req = pb.CreateQueueRequest(
+        queue_name=queue_name,
+        attributes={k: str(v) for k, v in (attributes or {}).items()},
+        tags=dict(tags or {}),
+    )
+    return Call("CreateQueue", req, lambda r: r.queue_url)
+
+
+def get_queue_url(queue_name: str, queue_owner_aws_account_id: str | None = None) -> Call:
+    req = pb.GetQueueUrlRequest(
+        queue_name=queue_name, queue_owner_aws_account_id=queue_owner_aws_account_id or ""
+    )
+    return Call("GetQueueUrl", req, lambda r: r.queue_url, retry=True)
+
+
+def list_queues_page(
+    queue_name_prefix: str = "", max_results: int | None = None, next_token: str | None = None
+) -> Call:
+    req = pb.ListQueuesRequest(
+        queue_name_prefix=queue_name_prefix or "",
+        max_results=int(max_results or 0),
+        next_token=next_token or "",
+    )
+    return Call(
+        "ListQueues", req, lambda r: (list(r.queue_urls), r.next_token or None), retry=True
+    )
+
+
+def list_queues(
+    queue_name_prefix: str = "", max_results: int | None = None, next_token: str | None = None
+) -> Call:
+    page = list_queues_page(queue_name_prefix, max_results, next_token)
+    return Call(page.method, page.request, lambda r: list(r.queue_urls), retry=True)
+
+
+def delete_queue(queue: str) -> Call:
+    return Call("DeleteQueue", pb.QueueRequest(queue_url=queue), _none)
+
+
+def purge_queue(queue: str) -> Call:
+    return Call("PurgeQueue", pb.QueueRequest(queue_url=queue), _none)
+
+
+def get_queue_attributes(queue: str, attribute_names: Iterable[str] | str = ("All",)) -> Call:
+    req = pb.GetQueueAttributesRequest(queue_url=queue, attribute_names=_names(attribute_names))
+    return Call("GetQueueAttributes", req, lambda r: dict(r.attributes), retry=True)
+
+
+def set_queue_attributes(queue: str, attributes: Mapping[str, str]) -> Call:
+    req = pb.SetQueueAttributesRequest(
+        queue_url=queue, attributes={k: str(v) for k, v in attributes.items()}
+    )
+    return Call("SetQueueAttributes", req, _none)
+
+
+def tag_queue(queue: str, tags: Mapping[str, str]) -> Call:
+    return Call("TagQueue", pb.TagQueueRequest(queue_url=queue, tags=dict(tags)), _none)
+
+
+def untag_queue(queue: str, tag_keys: Iterable[str] | str) -> Call:
+    req = pb.UntagQueueRequest(queue_url=queue, tag_keys=_names(tag_keys))
+    return Call("UntagQueue", req, _none)
+
+
+def list_queue_tags(queue: str) -> Call:
+    return Call(
+        "ListQueueTags", pb.QueueRequest(queue_url=queue), lambda r: dict(r.tags), retry=True
+    )
+
+
+def list_dead_letter_source_queues(queue: str) -> Call:
+    return Call(
+        "ListDeadLetterSourceQueues",
+        pb.QueueRequest(queue_url=queue),
+        lambda r: list(r.queue_urls),
+        retry=True,
+    )
+
+
+def send_message(
+    queue: str,
+    message_body: str,
+    delay_seconds: int | None = None,
+    message_attributes: MessageAttributes | None = None,
+    message_group_id: str | None = None,
+    message_deduplication_id: str | None = None,
+) -> Call:
+    fields = _send_fields(
+        message_body, delay_seconds, message_attributes, message_group_id,
+        message_deduplication_id,
+    )
+    req = pb.SendMessageRequest(queue_url=queue, request_id=uuid.uuid4().hex, **fields)
+    # One request id for every attempt: the server maps a retry to the first result.
+    return Call("SendMessage", req, _parse_send, retry=True)
+
+
+def send_message_batch(queue: str, entries: Iterable[Mapping[str, Any]]) -> Call:
+    pb_entries = []
+    for entry in entries:
+        fields = _send_fields(
+            entry.get("MessageBody", ""),
+            entry.get("DelaySeconds"),
+            entry.get("MessageAttributes"),
+            entry.get("MessageGroupId"),
+            entry.get("MessageDeduplicationId"),
+        )
+        pb_entries.append(pb.SendMessageBatchEntry(id=str(entry.get("Id", "")), **fields))
+    req = pb.SendMessageBatchRequest(
+        queue_url=queue, entries=pb_entries, request_id=uuid.uuid4().hex
+    )
+    return Call("SendMessageBatch", req, _parse_send_batch, retry=True)
+
+
+def receive_message(
+    queue: str,
+    max_number_of_messages: int = 1,
+    visibility_timeout: int | None = None,
+    wait_time_seconds: int | None = None,
+    attribute_names: Iterable[str] | str | None = None,
+    message_attribute_names: Iterable[str] | str | None = None,
+    message_system_attribute_names: Iterable[str] | str | None = None,
+) -> Call:
+    # The wire has one list of system attribute names; boto3's two spellings merge into it.
+    system = _names(attribute_names)
+    system += [n for n in _names(message_system_attribute_names) if n not in system]
+    req = pb.ReceiveMessageRequest(
+        queue_url=queue,
+        max_number_of_messages=int(max_number_of_messages or 0),
+        attribute_names=system,
+        message_attribute_names=_names(message_attribute_names),
+    )
+    if visibility_timeout is not None:
+        req.visibility_timeout = int(visibility_timeout)
+    if wait_time_seconds is not None:
+        req.wait_time_seconds = int(wait_time_seconds)
+    wait = MAX_WAIT_SECONDS if wait_time_seconds is None else max(0, int(wait_time_seconds))
+    return Call(
+        "ReceiveMessage",
+        req,
+        lambda r: [_parse_message(m) for m in r.messages],
+        min_timeout=wait + RECEIVE_DEADLINE_MARGIN,
+    )
+
+
+def delete_message(queue: str, receipt_handle: str) -> Call:
+    req = pb.DeleteMessageRequest(queue_url=queue, receipt_handle=receipt_handle)
+    return Call("DeleteMessage", req, _none)
+
+
+def delete_message_batch(queue: str, entries: Iterable[Mapping[str, Any]]) -> Call:
+    pb_entries = [
+        pb.DeleteMessageBatchEntry(
+            id=str(e.get("Id", "")), receipt_handle=str(e.get("ReceiptHandle", ""))
+        )
+        for e in entries
+    ]
+    req = pb.DeleteMessageBatchRequest(queue_url=queue, entries=pb_entries)
+    return Call("DeleteMessageBatch", req, _parse_batch)
+
+
+def change_message_visibility(queue: str, receipt_handle: str, visibility_timeout: int) -> Call:
+    req = pb.ChangeMessageVisibilityRequest(
+        queue_url=queue, receipt_handle=receipt_handle, visibility_timeout=int(visibility_timeout)
+    )
+    return Call("ChangeMessageVisibility", req, _none)
+
+
+def change_message_visibility_batch(queue: str, entries: Iterable[Mapping[str, Any]]) -> Call:
+    pb_entries = [
+        pb.ChangeMessageVisibilityBatchEntry(
+            id=str(e.get("Id", "")),
+            receipt_handle=str(e.get("ReceiptHandle", "")),
+            visibility_timeout=int(e.get("VisibilityTimeout", 0)),
+        )
+        for e in entries
+    ]
+    req = pb.ChangeMessageVisibilityBatchRequest(queue_url=queue, entries=pb_entries)
+    return Call("ChangeMessageVisibilityBatch", req, _parse_batch)

@@ -1,0 +1,187 @@
+"""The blocking client: ``Client("127.0.0.1:7400")``, one grpc channel, SQS's actions."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import grpc
+
+from sqsq.client import _ops
+from sqsq.client.types import BatchResult, Message, MessageAttributes, SendResult
+from sqsq.v1 import queues_pb2_grpc
+
+DEFAULT_TIMEOUT = 30.0
+
+
+class Client:
+    """A synchronous sqsq client. Queues are named by name or URL (``queue``).
+
+    Errors are raised as ``sqsq.errors.QueueError`` subclasses carrying the SQS error code.
+    """
+
+    def __init__(self, endpoint: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT):
+        self.target = _ops.normalize_target(endpoint)
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(self.target)
+        self._stub = queues_pb2_grpc.QueuesStub(self._channel)
+
+    def close(self) -> None:
+        """Close the channel."""
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self.target!r})"
+
+    def _run(self, call: _ops.Call) -> Any:
+        method = getattr(self._stub, call.method)
+        timeout = call.timeout(self.timeout)
+        attempts = 1 + (_ops.RETRIES if call.retry else 0)
+        for attempt in range(attempts):
+            try:
+                return call.parse(method(call.request, timeout=timeout))
+            except grpc.RpcError as err:
+                if attempt + 1 < attempts and _ops.is_retryable(err):
+                    time.sleep(_ops.BACKOFF[min(attempt, len(_ops.BACKOFF) - 1)])
+                    continue
+                raise _ops.map_rpc_error(err) from None
+        raise AssertionError("unreachable")
+
+    # -- queues ----------------------------------------------------------------------------
+
+    def create_queue(
+        self,
+        queue_name: str,
+        attributes: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        """Create a queue (or return the existing one with the same attributes); its URL."""
+        return self._run(_ops.create_queue(queue_name, attributes, tags))
+
+    def get_queue_url(self, queue_name: str, queue_owner_aws_account_id: str | None = None) -> str:
+        """The URL of a queue."""
+        return self._run(_ops.get_queue_url(queue_name, queue_owner_aws_account_id))
+
+    def list_queues(
+        self,
+        queue_name_prefix: str = "",
+        max_results: int | None = None,
+        next_token: str | None = None,
+    ) -> list[str]:
+        """Queue URLs (one page when ``max_results`` is given; see ``list_queues_page``)."""
+        return self._run(_ops.list_queues(queue_name_prefix, max_results, next_token))
+
+    def list_queues_page(
+        self,
+        queue_name_prefix: str = "",
+        max_results: int | None = None,
+        next_token: str | None = None,
+    ) -> tuple[list[str], str | None]:
+        """One page of queue URLs and the token of the next page (None on the last)."""
+        return self._run(_ops.list_queues_page(queue_name_prefix, max_results, next_token))
+
+    def delete_queue(self, queue: str) -> None:
+        """Delete a queue and its messages."""
+        self._run(_ops.delete_queue(queue))
+
+    def purge_queue(self, queue: str) -> None:
+        """Delete every message of a queue."""
+        self._run(_ops.purge_queue(queue))
+
+    def get_queue_attributes(
+        self, queue: str, attribute_names: Iterable[str] | str = ("All",)
+    ) -> dict[str, str]:
+        """Queue attributes by name (``"All"`` for every one)."""
+        return self._run(_ops.get_queue_attributes(queue, attribute_names))
+
+    def set_queue_attributes(self, queue: str, attributes: Mapping[str, str]) -> None:
+        """Change queue attributes."""
+        self._run(_ops.set_queue_attributes(queue, attributes))
+
+    def tag_queue(self, queue: str, tags: Mapping[str, str]) -> None:
+        """Add or overwrite tags."""
+        self._run(_ops.tag_queue(queue, tags))
+
+    def untag_queue(self, queue: str, tag_keys: Iterable[str] | str) -> None:
+        """Remove tags by key."""
+        self._run(_ops.untag_queue(queue, tag_keys))
+
+    def list_queue_tags(self, queue: str) -> dict[str, str]:
+        """The queue's tags."""
+        return self._run(_ops.list_queue_tags(queue))
+
+    def list_dead_letter_source_queues(self, queue: str) -> list[str]:
+        """URLs of the queues whose redrive policy targets this queue."""
+        return self._run(_ops.list_dead_letter_source_queues(queue))
+
+    # -- messages --------------------------------------------------------------------------
+
+    def send_message(
+        self,
+        queue: str,
+        message_body: str,
+        delay_seconds: int | None = None,
+        message_attributes: MessageAttributes | None = None,
+        message_group_id: str | None = None,
+        message_deduplication_id: str | None = None,
+    ) -> SendResult:
+        """Send one message; retried on UNAVAILABLE with one request id (never duplicated)."""
+        return self._run(
+            _ops.send_message(
+                queue, message_body, delay_seconds, message_attributes, message_group_id,
+                message_deduplication_id,
+            )
+        )
+
+    def send_message_batch(
+        self, queue: str, entries: Iterable[Mapping[str, Any]]
+    ) -> BatchResult:
+        """Send up to 10 boto3-shaped entries (``Id``, ``MessageBody``, ...)."""
+        return self._run(_ops.send_message_batch(queue, entries))
+
+    def receive_message(
+        self,
+        queue: str,
+        max_number_of_messages: int = 1,
+        visibility_timeout: int | None = None,
+        wait_time_seconds: int | None = None,
+        attribute_names: Iterable[str] | str | None = None,
+        message_attribute_names: Iterable[str] | str | None = None,
+        message_system_attribute_names: Iterable[str] | str | None = None,
+    ) -> list[Message]:
+        """Receive up to ``max_number_of_messages`` (long polls ``wait_time_seconds``)."""
+        return self._run(
+            _ops.receive_message(
+                queue, max_number_of_messages, visibility_timeout, wait_time_seconds,
+                attribute_names, message_attribute_names, message_system_attribute_names,
+            )
+        )
+
+    def delete_message(self, queue: str, receipt_handle: str) -> None:
+        """Delete a received message by its latest receipt handle."""
+        self._run(_ops.delete_message(queue, receipt_handle))
+
+    def delete_message_batch(
+        self, queue: str, entries: Iterable[Mapping[str, Any]]
+    ) -> BatchResult:
+        """Delete up to 10 entries ``{"Id", "ReceiptHandle"}``."""
+        return self._run(_ops.delete_message_batch(queue, entries))
+
+    def change_message_visibility(
+        self, queue: str, receipt_handle: str, visibility_timeout: int
+    ) -> None:
+        """Set a received message's remaining visibility timeout (0: visible now)."""
+        self._run(_ops.change_message_visibility(queue, receipt_handle, visibility_timeout))
+
+    def change_message_visibility_batch(
+        self, queue: str, entries: Iterable[Mapping[str, Any]]
+    ) -> BatchResult:
+        """Change up to 10 entries ``{"Id", "ReceiptHandle", "VisibilityTimeout"}``."""
+        return self._run(_ops.change_message_visibility_batch(queue, entries))

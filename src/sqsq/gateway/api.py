@@ -1,0 +1,234 @@
+"""The public API as Python coroutines, shared by the gRPC service and the SQS HTTP front.
+
+Thin by design: check request parameters against ``limits``, build the command, hand it to
+the backend (a local shard engine now; a router to shard leaders in a cluster), turn a
+``Rejection`` into the ``QueueError`` for its SQS code, and wait for long polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from sqsq.core import commands as c
+from sqsq.core import limits, queries
+from sqsq.core.errors import ErrorCode, Rejection, reject
+from sqsq.core.messages import (
+    md5_of_message_attributes,
+    validate_batch_entry_ids,
+)
+from sqsq.errors import QueueError, from_rejection
+from sqsq.shard.engine import ShardEngine
+
+SYSTEM_ATTRIBUTE_NAMES = frozenset({
+    "All",
+    "SenderId",
+    "SentTimestamp",
+    "ApproximateReceiveCount",
+    "ApproximateFirstReceiveTimestamp",
+    "MessageGroupId",
+    "MessageDeduplicationId",
+    "SequenceNumber",
+    "DeadLetterQueueSourceArn",
+    "AWSTraceHeader",
+    "SqsManagedSseEnabled",
+})
+
+
+def _raise(rejection: Rejection) -> None:
+    raise from_rejection(rejection)
+
+
+def _invalid(message: str) -> QueueError:
+    return from_rejection(reject(ErrorCode.INVALID_PARAMETER_VALUE, message))
+
+
+def _check_range(name: str, value: int | None, lo: int, hi: int) -> None:
+    if value is not None and not lo <= value <= hi:
+        raise _invalid(
+            f"Value {value} for parameter {name} is invalid. Reason: Must be between {lo} and "
+            f"{hi}, if provided."
+        )
+
+
+def queue_name_of(queue_url: str) -> str:
+    """A queue URL (http://host:port/account/name) or a bare name -> the name."""
+    if "/" in queue_url:
+        path = urlparse(queue_url).path if "://" in queue_url else queue_url
+        return path.rstrip("/").rsplit("/", 1)[-1]
+    return queue_url
+
+
+def wants_attribute(selected: Iterable[str], name: str) -> bool:
+    """Message attribute selection as SQS does it: a name, "All", ".*", or "prefix.*"."""
+    for s in selected:
+        if s in ("All", ".*") or s == name or (s.endswith(".*") and name.startswith(s[:-1])):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """How queue URLs look from outside: http://host:port/account/name."""
+
+    base_url: str = "http://127.0.0.1:9324"
+    account: str = "000000000000"
+
+    def queue_url(self, name: str) -> str:
+        return f"{self.base_url}/{self.account}/{name}"
+
+
+class QueueApi:
+    def __init__(self, engine: ShardEngine, endpoint: Endpoint) -> None:
+        self.engine = engine
+        self.endpoint = endpoint
+
+    async def _run(self, command: c.Command) -> c.Result:
+        result = await self.engine.execute(command)
+        if isinstance(result, Rejection):
+            _raise(result)
+        return result
+
+    def _query(self, fn, *args):  # noqa: ANN001, ANN202 - a thin pass-through
+        result = self.engine.query(fn, *args)
+        if isinstance(result, Rejection):
+            _raise(result)
+        return result
+
+    # ---- queues ----
+    async def create_queue(
+        self, name: str, attributes: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        await self._run(c.CreateQueue(name, tuple((attributes or {}).items()),
+                                      tuple((tags or {}).items())))
+        return self.endpoint.queue_url(name)
+
+    async def get_queue_url(self, name: str) -> str:
+        self._query(lambda st, n, now: queries.queue(st, n), name)
+        return self.endpoint.queue_url(name)
+
+    async def list_queues(
+        self, prefix: str = "", max_results: int | None = None, next_token: str = ""
+    ) -> tuple[list[str], str]:
+        names, token = self._query(
+            lambda st, now: queries.list_queues(st, prefix, max_results, next_token)
+        )
+        return [self.endpoint.queue_url(n) for n in names], token
+
+    async def delete_queue(self, queue_url: str) -> None:
+        await self._run(c.DeleteQueue(queue_name_of(queue_url)))
+
+    async def purge_queue(self, queue_url: str) -> None:
+        await self._run(c.PurgeQueue(queue_name_of(queue_url)))
+
+    async def get_queue_attributes(self, queue_url: str, names: list[str]) -> dict[str, str]:
+        return self._query(queries.queue_attributes, queue_name_of(queue_url), list(names))
+
+    async def set_queue_attributes(self, queue_url: str, attributes: Mapping[str, str]) -> None:
+        await self._run(c.SetQueueAttributes(queue_name_of(queue_url), tuple(attributes.items())))
+
+    async def tag_queue(self, queue_url: str, tags: Mapping[str, str]) -> None:
+        await self._run(c.TagQueue(queue_name_of(queue_url), tuple(tags.items())))
+
+    async def untag_queue(self, queue_url: str, keys: Iterable[str]) -> None:
+        await self._run(c.UntagQueue(queue_name_of(queue_url), tuple(keys)))
+
+    async def list_queue_tags(self, queue_url: str) -> dict[str, str]:
+        return self._query(lambda st, n, now: queries.queue_tags(st, n), queue_name_of(queue_url))
+
+    async def list_dead_letter_source_queues(self, queue_url: str) -> list[str]:
+        names = self._query(lambda st, n, now: queries.dead_letter_source_queues(st, n),
+                            queue_name_of(queue_url))
+        return [self.endpoint.queue_url(n) for n in names]
+
+    # ---- messages ----
+    async def send_message_batch(
+        self, queue_url: str, entries: list[c.SendEntry], request_id: str = ""
+    ) -> c.BatchResult:
+        for e in entries:
+            if e.body is None or e.body == "":
+                raise from_rejection(reject(
+                    ErrorCode.MISSING_PARAMETER, "The request must contain the parameter "
+                    "MessageBody."))
+        result = await self._run(c.SendMessages(queue_name_of(queue_url), tuple(entries),
+                                                request_id))
+        assert isinstance(result, c.BatchResult)
+        return result
+
+    async def receive_message(
+        self,
+        queue_url: str,
+        max_number_of_messages: int = 1,
+        visibility_timeout: int | None = None,
+        wait_time_seconds: int | None = None,
+        attribute_names: Iterable[str] = (),
+        message_attribute_names: Iterable[str] = (),
+    ) -> list[c.ReceivedMessage]:
+        _check_range("MaxNumberOfMessages", max_number_of_messages, 1, limits.RECEIVE_MAX_MESSAGES)
+        _check_range("VisibilityTimeout", visibility_timeout, *limits.VISIBILITY_TIMEOUT_S[:2])
+        _check_range("WaitTimeSeconds", wait_time_seconds, 0, limits.RECEIVE_WAIT_MAX_S)
+        attribute_names = list(attribute_names)
+        for n in attribute_names:
+            if n not in SYSTEM_ATTRIBUTE_NAMES:
+                raise from_rejection(reject(ErrorCode.INVALID_ATTRIBUTE_NAME,
+                                            f"Unknown Attribute {n}."))
+        name = queue_name_of(queue_url)
+        if wait_time_seconds is None:
+            attrs = self._query(queries.queue_attributes, name, ["ReceiveMessageWaitTimeSeconds"])
+            wait_time_seconds = int(attrs["ReceiveMessageWaitTimeSeconds"])
+        command = c.ReceiveMessages(name, max_number_of_messages, visibility_timeout)
+        deadline = time.monotonic() + wait_time_seconds
+        while True:
+            # Park before trying, so a send that lands between the try and the wait wakes us.
+            woken = self.engine.waiters.event(name)
+            result = await self._run(command)
+            assert isinstance(result, c.Received)
+            left = deadline - time.monotonic()
+            if result.messages or left <= 0:
+                break
+            try:
+                await asyncio.wait_for(woken.wait(), timeout=min(left, 1.0))
+            except TimeoutError:
+                pass
+        message_names = list(message_attribute_names)
+        return [_select(m, attribute_names, message_names) for m in result.messages]
+
+    async def delete_message_batch(
+        self, queue_url: str, entries: list[tuple[str, str]]
+    ) -> c.BatchResult:
+        _check_batch_ids([e[0] for e in entries])
+        result = await self._run(c.DeleteMessages(queue_name_of(queue_url), tuple(entries)))
+        assert isinstance(result, c.BatchResult)
+        return result
+
+    async def change_message_visibility_batch(
+        self, queue_url: str, entries: list[tuple[str, str, int]]
+    ) -> c.BatchResult:
+        _check_batch_ids([e[0] for e in entries])
+        result = await self._run(c.ChangeVisibilities(queue_name_of(queue_url), tuple(entries)))
+        assert isinstance(result, c.BatchResult)
+        return result
+
+
+def _check_batch_ids(ids: list[str]) -> None:
+    rej = validate_batch_entry_ids(ids)
+    if rej is not None:
+        _raise(rej)
+
+
+def _select(m: c.ReceivedMessage, attribute_names: list[str],
+            message_names: list[str]) -> c.ReceivedMessage:
+    """Only the system and message attributes the receiver asked for, as SQS returns them."""
+    want_all = "All" in attribute_names
+    attrs = tuple((k, v) for k, v in m.attributes if want_all or k in attribute_names)
+    mattrs = tuple((k, v) for k, v in m.message_attributes if wants_attribute(message_names, k))
+    # The digest covers what is returned, which is what SDKs check it against.
+    md5 = m.md5_of_message_attributes if len(mattrs) == len(m.message_attributes) else (
+        md5_of_message_attributes(dict(mattrs)))
+    return c.ReceivedMessage(m.message_id, m.receipt_handle, m.body, m.md5_of_body,
+                             md5 if mattrs else None, mattrs, attrs)
+

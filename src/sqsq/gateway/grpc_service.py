@@ -1,0 +1,229 @@
+"""The public gRPC service (sqsq.v1.Queues): protobuf in, ``QueueApi`` call, protobuf out.
+
+Errors become the gRPC status from the error table, with the SQS error code in the trailing
+metadata key ``sqs-error-code`` so clients can raise the matching ``QueueError``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import grpc
+
+from sqsq.core import commands as c
+from sqsq.core.errors import ErrorCode, Rejection
+from sqsq.core.messages import MessageAttributeValue
+from sqsq.errors import QueueError, from_rejection
+from sqsq.gateway.api import QueueApi
+from sqsq.v1 import queues_pb2 as pb
+from sqsq.v1 import queues_pb2_grpc as pb_grpc
+
+log = logging.getLogger("sqsq.gateway")
+ERROR_CODE_KEY = "sqs-error-code"
+
+
+def _status(code: ErrorCode) -> grpc.StatusCode:
+    return getattr(grpc.StatusCode, code.spec.grpc_status)
+
+
+def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
+    @functools.wraps(method)
+    async def run(self, request, context):  # noqa: ANN001, ANN202
+        try:
+            return await method(self, request, context)
+        except QueueError as e:
+            await context.abort(_status(e.error_code), e.message,
+                                trailing_metadata=((ERROR_CODE_KEY, e.code),))
+        except Exception as e:  # noqa: BLE001 - every failure leaves with an SQS code
+            if isinstance(e, grpc.aio.AbortError):
+                raise
+            log.exception("internal error in %s", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {e}",
+                                trailing_metadata=((ERROR_CODE_KEY, "InternalError"),))
+
+    return run
+
+
+def _attrs_in(attrs) -> tuple[tuple[str, MessageAttributeValue], ...]:  # noqa: ANN001
+    return tuple(
+        (name, MessageAttributeValue(
+            v.data_type,
+            v.string_value if v.HasField("string_value") else None,
+            v.binary_value if v.HasField("binary_value") else None,
+        ))
+        for name, v in sorted(attrs.items())
+    )
+
+
+def _attrs_out(attrs: tuple[tuple[str, MessageAttributeValue], ...]) -> dict:
+    out = {}
+    for name, v in attrs:
+        pv = pb.MessageAttributeValue(data_type=v.data_type)
+        if v.string_value is not None:
+            pv.string_value = v.string_value
+        if v.binary_value is not None:
+            pv.binary_value = v.binary_value
+        out[name] = pv
+    return out
+
+
+def _opt(msg, field: str):  # noqa: ANN001, ANN202
+    return getattr(msg, field) if msg.HasField(field) else None
+
+
+def _entry(e, entry_id: str) -> c.SendEntry:  # noqa: ANN001
+    return c.SendEntry(
+        entry_id, e.message_body, _opt(e, "delay_seconds"), _attrs_in(e.message_attributes),
+        _opt(e, "message_group_id"), _opt(e, "message_deduplication_id"),
+    )
+
+
+def _failed(failed: tuple[c.EntryFailed, ...]) -> list:
+    return [
+        pb.BatchResultErrorEntry(id=f.entry_id, code=f.rejection.sqs_code,
+                                 message=f.rejection.message,
+                                 sender_fault=f.rejection.code.spec.sender_fault)
+        for f in failed
+    ]
+
+
+def _sent(s: c.SentMessage) -> dict:
+    return dict(message_id=s.message_id, md5_of_message_body=s.md5_of_message_body,
+                md5_of_message_attributes=s.md5_of_message_attributes or "",
+                sequence_number=s.sequence_number or "")
+
+
+class QueuesService(pb_grpc.QueuesServicer):
+    def __init__(self, api: QueueApi) -> None:
+        self.api = api
+
+    @_rpc
+    async def CreateQueue(self, request, context):  # noqa: ANN001, ANN201, N802
+        url = await self.api.create_queue(request.queue_name, dict(request.attributes),
+                                          dict(request.tags))
+        return pb.CreateQueueResponse(queue_url=url)
+
+    @_rpc
+    async def GetQueueUrl(self, request, context):  # noqa: ANN001, ANN201, N802
+        return pb.GetQueueUrlResponse(queue_url=await self.api.get_queue_url(request.queue_name))
+
+    @_rpc
+    async def ListQueues(self, request, context):  # noqa: ANN001, ANN201, N802
+        urls, token = await self.api.list_queues(request.queue_name_prefix,
+                                                 request.max_results or None, request.next_token)
+        return pb.ListQueuesResponse(queue_urls=urls, next_token=token)
+
+    @_rpc
+    async def DeleteQueue(self, request, context):  # noqa: ANN001, ANN201, N802
+        await self.api.delete_queue(request.queue_url)
+        return pb.Empty()
+
+    @_rpc
+    async def PurgeQueue(self, request, context):  # noqa: ANN001, ANN201, N802
+        await self.api.purge_queue(request.queue_url)
+        return pb.Empty()
+
+    @_rpc
+    async def GetQueueAttributes(self, request, context):  # noqa: ANN001, ANN201, N802
+        attrs = await self.api.get_queue_attributes(request.queue_url,
+                                                    list(request.attribute_names))
+        return pb.GetQueueAttributesResponse(attributes=attrs)
+
+    @_rpc
+    async def SetQueueAttributes(self, request, context):  # noqa: ANN001, ANN201, N802
+        await self.api.set_queue_attributes(request.queue_url, dict(request.attributes))
+        return pb.Empty()
+
+    @_rpc
+    async def TagQueue(self, request, context):  # noqa: ANN001, ANN201, N802
+        await self.api.tag_queue(request.queue_url, dict(request.tags))
+        return pb.Empty()
+
+    @_rpc
+    async def UntagQueue(self, request, context):  # noqa: ANN001, ANN201, N802
+        await self.api.untag_queue(request.queue_url, list(request.tag_keys))
+        return pb.Empty()
+
+    @_rpc
+    async def ListQueueTags(self, request, context):  # noqa: ANN001, ANN201, N802
+        return pb.ListQueueTagsResponse(tags=await self.api.list_queue_tags(request.queue_url))
+
+    @_rpc
+    async def ListDeadLetterSourceQueues(self, request, context):  # noqa: ANN001, ANN201, N802
+        urls = await self.api.list_dead_letter_source_queues(request.queue_url)
+        return pb.ListQueuesResponse(queue_urls=urls)
+
+    @_rpc
+    async def SendMessage(self, request, context):  # noqa: ANN001, ANN201, N802
+        result = await self.api.send_message_batch(request.queue_url, [_entry(request, "0")],
+                                                   request.request_id)
+        if result.failed:
+            raise _single_failure(result.failed[0].rejection)
+        return pb.SendMessageResponse(**_sent(result.successful[0]))
+
+    @_rpc
+    async def SendMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
+        entries = [_entry(e, e.id) for e in request.entries]
+        result = await self.api.send_message_batch(request.queue_url, entries,
+                                                   request.request_id)
+        return pb.SendMessageBatchResponse(
+            successful=[pb.SendMessageBatchResultEntry(id=s.entry_id, **_sent(s))
+                        for s in result.successful],
+            failed=_failed(result.failed),
+        )
+
+    @_rpc
+    async def ReceiveMessage(self, request, context):  # noqa: ANN001, ANN201, N802
+        messages = await self.api.receive_message(
+            request.queue_url,
+            request.max_number_of_messages or 1,
+            _opt(request, "visibility_timeout"),
+            _opt(request, "wait_time_seconds"),
+            list(request.attribute_names),
+            list(request.message_attribute_names),
+        )
+        return pb.ReceiveMessageResponse(messages=[
+            pb.Message(
+                message_id=m.message_id, receipt_handle=m.receipt_handle, body=m.body,
+                md5_of_body=m.md5_of_body,
+                md5_of_message_attributes=m.md5_of_message_attributes or "",
+                attributes=dict(m.attributes), message_attributes=_attrs_out(m.message_attributes),
+            )
+            for m in messages
+        ])
+
+    @_rpc
+    async def DeleteMessage(self, request, context):  # noqa: ANN001, ANN201, N802
+        result = await self.api.delete_message_batch(request.queue_url,
+                                                     [("0", request.receipt_handle)])
+        if result.failed:
+            raise _single_failure(result.failed[0].rejection)
+        return pb.Empty()
+
+    @_rpc
+    async def DeleteMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
+        result = await self.api.delete_message_batch(
+            request.queue_url, [(e.id, e.receipt_handle) for e in request.entries])
+        return pb.BatchResponse(successful=list(result.successful),
+                                failed=_failed(result.failed))
+
+    @_rpc
+    async def ChangeMessageVisibility(self, request, context):  # noqa: ANN001, ANN201, N802
+        result = await self.api.change_message_visibility_batch(
+            request.queue_url, [("0", request.receipt_handle, request.visibility_timeout)])
+        if result.failed:
+            raise _single_failure(result.failed[0].rejection)
+        return pb.Empty()
+
+    @_rpc
+    async def ChangeMessageVisibilityBatch(self, request, context):  # noqa: ANN001, ANN201, N802
+        result = await self.api.change_message_visibility_batch(
+            request.queue_url,
+            [(e.id, e.receipt_handle, e.visibility_timeout) for e in request.entries])
+        return pb.BatchResponse(successful=list(result.successful),
+                                failed=_failed(result.failed))
+
+
+def _single_failure(rejection: Rejection) -> QueueError:
+    return from_rejection(rejection)
