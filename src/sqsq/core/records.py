@@ -18,8 +18,8 @@ order. Values are msgpack lists (deterministic for equal input, so replicas stay
 | k      | qid head_seq group                    | FIFO: groups ready to deliver |
 | u      | qid scope 0x00 dedup id               | Dedup record              |
 | e      | at_ms qid u-key                       | dedup expiry index        |
-| z      | qid                                   | garbage: a purged or deleted queue incarnation |
-| s      |                                       | meta: next seq, next qid, last now, applied index |
+| z      | qid                                   | garbage: a retired queue incarnation |
+| s      |                                       | Meta: seqs, qids, last now, index |
 """
 
 from __future__ import annotations

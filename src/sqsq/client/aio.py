@@ -1,0 +1,187 @@
+"""The asyncio client: ``AsyncClient("127.0.0.1:7400")``, the same actions as coroutines."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from sqsq.client import _ops
+from sqsq.client.sync import DEFAULT_TIMEOUT
+from sqsq.client.types import BatchResult, Message, MessageAttributes, SendResult
+from sqsq.v1 import queues_pb2_grpc
+
+
+class AsyncClient:
+    """An asyncio sqsq client (grpc.aio); create it inside the running event loop.
+
+    Errors are raised as ``sqsq.errors.QueueError`` subclasses carrying the SQS error code.
+    """
+
+    def __init__(self, endpoint: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT):
+        self.target = _ops.normalize_target(endpoint)
+        self.timeout = timeout
+        self._channel = grpc.aio.insecure_channel(self.target)
+        self._stub = queues_pb2_grpc.QueuesStub(self._channel)
+
+    async def close(self) -> None:
+        """Close the channel."""
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncClient({self.target!r})"
+
+    async def _run(self, call: _ops.Call) -> Any:
+        method = getattr(self._stub, call.method)
+        timeout = call.timeout(self.timeout)
+        attempts = 1 + (_ops.RETRIES if call.retry else 0)
+        for attempt in range(attempts):
+            try:
+                return call.parse(await method(call.request, timeout=timeout))
+            except grpc.RpcError as err:
+                if attempt + 1 < attempts and _ops.is_retryable(err):
+                    await asyncio.sleep(_ops.BACKOFF[min(attempt, len(_ops.BACKOFF) - 1)])
+                    continue
+                raise _ops.map_rpc_error(err) from None
+        raise AssertionError("unreachable")
+
+    # -- queues ----------------------------------------------------------------------------
+
+    async def create_queue(
+        self,
+        queue_name: str,
+        attributes: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        """Create a queue (or return the existing one with the same attributes); its URL."""
+        return await self._run(_ops.create_queue(queue_name, attributes, tags))
+
+    async def get_queue_url(self, queue_name: str, queue_owner_aws_account_id: str | None = None) -> str:
+        """The URL of a queue."""
+        return await self._run(_ops.get_queue_url(queue_name, queue_owner_aws_account_id))
+
+    async def list_queues(
+        self,
+        queue_name_prefix: str = "",
+        max_results: int | None = None,
+        next_token: str | None = None,
+    ) -> list[str]:
+        """Queue URLs (one page when ``max_results`` is given; see ``list_queues_page``)."""
+        return await self._run(_ops.list_queues(queue_name_prefix, max_results, next_token))
+
+    async def list_queues_page(
+        self,
+        queue_name_prefix: str = "",
+        max_results: int | None = None,
+        next_token: str | None = None,
+    ) -> tuple[list[str], str | None]:
+        """One page of queue URLs and the token of the next page (None on the last)."""
+        return await self._run(_ops.list_queues_page(queue_name_prefix, max_results, next_token))
+
+    async def delete_queue(self, queue: str) -> None:
+        """Delete a queue and its messages."""
+        await self._run(_ops.delete_queue(queue))
+
+    async def purge_queue(self, queue: str) -> None:
+        """Delete every message of a queue."""
+        await self._run(_ops.purge_queue(queue))
+
+    async def get_queue_attributes(
+        self, queue: str, attribute_names: Iterable[str] | str = ("All",)
+    ) -> dict[str, str]:
+        """Queue attributes by name (``"All"`` for every one)."""
+        return await self._run(_ops.get_queue_attributes(queue, attribute_names))
+
+    async def set_queue_attributes(self, queue: str, attributes: Mapping[str, str]) -> None:
+        """Change queue attributes."""
+        await self._run(_ops.set_queue_attributes(queue, attributes))
+
+    async def tag_queue(self, queue: str, tags: Mapping[str, str]) -> None:
+        """Add or overwrite tags."""
+        await self._run(_ops.tag_queue(queue, tags))
+
+    async def untag_queue(self, queue: str, tag_keys: Iterable[str] | str) -> None:
+        """Remove tags by key."""
+        await self._run(_ops.untag_queue(queue, tag_keys))
+
+    async def list_queue_tags(self, queue: str) -> dict[str, str]:
+        """The queue's tags."""
+        return await self._run(_ops.list_queue_tags(queue))
+
+    async def list_dead_letter_source_queues(self, queue: str) -> list[str]:
+        """URLs of the queues whose redrive policy targets this queue."""
+        return await self._run(_ops.list_dead_letter_source_queues(queue))
+
+    # -- messages --------------------------------------------------------------------------
+
+    async def send_message(
+        self,
+        queue: str,
+        message_body: str,
+        delay_seconds: int | None = None,
+        message_attributes: MessageAttributes | None = None,
+        message_group_id: str | None = None,
+        message_deduplication_id: str | None = None,
+    ) -> SendResult:
+        """Send one message; retried on UNAVAILABLE with one request id (never duplicated)."""
+        return await self._run(
+            _ops.send_message(
+                queue, message_body, delay_seconds, message_attributes, message_group_id,
+                message_deduplication_id,
+            )
+        )
+
+    async def send_message_batch(
+        self, queue: str, entries: Iterable[Mapping[str, Any]]
+    ) -> BatchResult:
+        """Send up to 10 boto3-shaped entries (``Id``, ``MessageBody``, ...)."""
+        return await self._run(_ops.send_message_batch(queue, entries))
+
+    async def receive_message(
+        self,
+        queue: str,
+        max_number_of_messages: int = 1,
+        visibility_timeout: int | None = None,
+        wait_time_seconds: int | None = None,
+        attribute_names: Iterable[str] | str | None = None,
+        message_attribute_names: Iterable[str] | str | None = None,
+        message_system_attribute_names: Iterable[str] | str | None = None,
+    ) -> list[Message]:
+        """Receive up to ``max_number_of_messages`` (long polls ``wait_time_seconds``)."""
+        return await self._run(
+            _ops.receive_message(
+                queue, max_number_of_messages, visibility_timeout, wait_time_seconds,
+                attribute_names, message_attribute_names, message_system_attribute_names,
+            )
+        )
+
+    async def delete_message(self, queue: str, receipt_handle: str) -> None:
+        """Delete a received message by its latest receipt handle."""
+        await self._run(_ops.delete_message(queue, receipt_handle))
+
+    async def delete_message_batch(
+        self, queue: str, entries: Iterable[Mapping[str, Any]]
+    ) -> BatchResult:
+        """Delete up to 10 entries ``{"Id", "ReceiptHandle"}``."""
+        return await self._run(_ops.delete_message_batch(queue, entries))
+
+    async def change_message_visibility(
+        self, queue: str, receipt_handle: str, visibility_timeout: int
+    ) -> None:
+        """Set a received message's remaining visibility timeout (0: visible now)."""
+        await self._run(_ops.change_message_visibility(queue, receipt_handle, visibility_timeout))
+
+    async def change_message_visibility_batch(
+        self, queue: str, entries: Iterable[Mapping[str, Any]]
+    ) -> BatchResult:
+        """Change up to 10 entries ``{"Id", "ReceiptHandle", "VisibilityTimeout"}``."""
+        return await self._run(_ops.change_message_visibility_batch(queue, entries))
