@@ -14,7 +14,7 @@ setup: $(STAMP) $(GEN)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,analytics]'
 	touch $(STAMP)
 
 $(GEN): $(PROTO) $(STAMP)

@@ -65,7 +65,9 @@ class AsyncClient:
         """Create a queue (or return the existing one with the same attributes); its URL."""
         return await self._run(_ops.create_queue(queue_name, attributes, tags))
 
-    async def get_queue_url(self, queue_name: str, queue_owner_aws_account_id: str | None = None) -> str:
+    async def get_queue_url(
+        self, queue_name: str, queue_owner_aws_account_id: str | None = None
+    ) -> str:
         """The URL of a queue."""
         return await self._run(_ops.get_queue_url(queue_name, queue_owner_aws_account_id))
 

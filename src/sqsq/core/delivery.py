@@ -212,7 +212,7 @@ def _move_to_dead_letter(
     moved = MessageRecord(
         m.message_id, m.body, m.message_attributes, m.sent_ms, m.md5_of_body,
         m.md5_of_message_attributes, m.group_id, m.deduplication_id,
-        st.config.queue_arn(q.name),
+        st.config.queue_arn(q.name), now,
     )
     enqueue(st, dlq, moved, visible_at=now, now=now, receive_count=d.receive_count,
             first_receive_ms=d.first_receive_ms)

@@ -240,6 +240,7 @@ class MessageRecord:
     group_id: str | None = None
     deduplication_id: str | None = None
     dead_letter_source_arn: str | None = None
+    dead_lettered_ms: int | None = None  # when it was moved to this dead-letter queue
 
     def encode(self) -> bytes:
         attrs = [
@@ -257,6 +258,7 @@ class MessageRecord:
                 self.group_id,
                 self.deduplication_id,
                 self.dead_letter_source_arn,
+                self.dead_lettered_ms,
             ]
         )
 
@@ -264,7 +266,7 @@ class MessageRecord:
     def decode(cls, raw: bytes) -> MessageRecord:
         v = unpack(raw)
         attrs = tuple((n, MessageAttributeValue(t, s, b)) for n, t, s, b in v[2])
-        return cls(v[0], v[1], attrs, v[3], v[4], v[5], v[6], v[7], v[8])
+        return cls(v[0], v[1], attrs, v[3], v[4], v[5], v[6], v[7], v[8], v[9])
 
 
 @dataclass

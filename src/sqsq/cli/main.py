@@ -1,0 +1,275 @@
+"""The ``sqsq`` command: run a server, manage queues, send and receive from the shell.
+
+    sqsq server --data-dir ./data
+    sqsq queue create jobs --attr VisibilityTimeout=60
+    sqsq send jobs "hello"
+    sqsq receive jobs -n 10 --wait 5 --delete
+
+Errors print ``error: <Code>: <message>`` to stderr and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from sqsq.client import Client, Message
+from sqsq.errors import QueueError, ServiceUnavailable
+
+DEFAULT_ENDPOINT = "127.0.0.1:7400"
+
+
+def _pairs(values: Sequence[str] | None, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"{what} must look like NAME=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str | None) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True, default=_json_default))
+    elif text:
+        print(text)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+# -- handlers ------------------------------------------------------------------------------
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from sqsq.shard.server import serve  # lazy: the CLI's client commands need no server code
+
+    result = serve(
+        data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port, http_port=args.http_port
+    )
+    return int(result or 0)
+
+
+def cmd_queue_create(args: argparse.Namespace, client: Client) -> int:
+    attributes = _pairs(args.attr, "--attr")
+    name = args.name
+    if args.fifo:
+        attributes.setdefault("FifoQueue", "true")
+        if not name.endswith(".fifo"):
+            name += ".fifo"
+    url = client.create_queue(name, attributes=attributes or None)
+    _emit(args, {"QueueUrl": url}, url)
+    return 0
+
+
+def cmd_queue_list(args: argparse.Namespace, client: Client) -> int:
+    urls = client.list_queues(queue_name_prefix=args.prefix or "")
+    _emit(args, {"QueueUrls": urls}, "\n".join(urls))
+    return 0
+
+
+def cmd_queue_attrs(args: argparse.Namespace, client: Client) -> int:
+    changes = _pairs(args.set, "--set")
+    if changes:
+        client.set_queue_attributes(args.name, changes)
+    attrs = client.get_queue_attributes(args.name, ["All"])
+    width = max((len(k) for k in attrs), default=0)
+    text = "\n".join(f"{k.ljust(width)}  {attrs[k]}" for k in sorted(attrs))
+    _emit(args, {"Attributes": attrs}, text)
+    return 0
+
+
+def cmd_queue_delete(args: argparse.Namespace, client: Client) -> int:
+    client.delete_queue(args.name)
+    _emit(args, {"Deleted": args.name}, f"deleted {args.name}")
+    return 0
+
+
+def cmd_queue_purge(args: argparse.Namespace, client: Client) -> int:
+    client.purge_queue(args.name)
+    _emit(args, {"Purged": args.name}, f"purged {args.name}")
+    return 0
+
+
+def cmd_send(args: argparse.Namespace, client: Client) -> int:
+    attrs = {
+        name: {"DataType": "String", "StringValue": value}
+        for name, value in _pairs(args.attr, "--attr").items()
+    }
+    result = client.send_message(
+        args.queue,
+        args.body,
+        delay_seconds=args.delay,
+        message_attributes=attrs or None,
+        message_group_id=args.group,
+        message_deduplication_id=args.dedup_id,
+    )
+    _emit(args, asdict(result), result.message_id)
+    return 0
+
+
+def _format_message(m: Message) -> str:
+    lines = [
+        f"message {m.message_id}",
+        f"  receive count:  {m.attributes.get('ApproximateReceiveCount', '?')}",
+    ]
+    group = m.attributes.get("MessageGroupId")
+    if group:
+        lines.append(f"  group:          {group}")
+    for name in sorted(m.message_attributes):
+        value = m.message_attributes[name]
+        shown = value.get("StringValue", value.get("BinaryValue", ""))
+        lines.append(f"  attribute:      {name}={shown!s} ({value.get('DataType', '')})")
+    lines.append(f"  body:           {m.body}")
+    lines.append(f"  receipt handle: {m.receipt_handle}")
+    return "\n".join(lines)
+
+
+def cmd_receive(args: argparse.Namespace, client: Client) -> int:
+    messages = client.receive_message(
+        args.queue,
+        max_number_of_messages=args.n,
+        visibility_timeout=args.visibility_timeout,
+        wait_time_seconds=args.wait,
+        attribute_names=["All"],
+        message_attribute_names=["All"],
+    )
+    if args.json:
+        _emit(args, {"Messages": [asdict(m) for m in messages]}, None)
+    elif not messages:
+        print("no messages", file=sys.stderr)
+    else:
+        print("\n\n".join(_format_message(m) for m in messages))
+    if args.delete:
+        for m in messages:
+            client.delete_message(args.queue, m.receipt_handle)
+        if messages and not args.json:
+            print(f"\ndeleted {len(messages)} message(s)", file=sys.stderr)
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace, client: Client) -> int:
+    client.delete_message(args.queue, args.receipt_handle)
+    _emit(args, {"Deleted": True}, "deleted")
+    return 0
+
+
+# -- parser --------------------------------------------------------------------------------
+
+
+def _common(suppress: bool) -> argparse.ArgumentParser:
+    """--endpoint / --json, accepted before or after the subcommand."""
+    parser = argparse.ArgumentParser(add_help=False)
+    default_endpoint = os.environ.get("SQSQ_ENDPOINT") or DEFAULT_ENDPOINT
+    parser.add_argument(
+        "--endpoint",
+        default=argparse.SUPPRESS if suppress else default_endpoint,
+        help=f"server gRPC address host:port (env SQSQ_ENDPOINT, default {DEFAULT_ENDPOINT})",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="machine-readable JSON output",
+    )
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common(suppress=True)
+    parser = argparse.ArgumentParser(
+        prog="sqsq", description="sqsq: an SQS-compatible message queue", parents=[_common(False)]
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("server", help="run a single-node server", parents=[common])
+    p.add_argument("--data-dir", default="./data", help="where the queues are stored")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--grpc-port", type=int, default=7400, help="gRPC port (default 7400)")
+    p.add_argument("--http-port", type=int, default=9324, help="SQS HTTP port (default 9324)")
+    p.set_defaults(handler=cmd_server, needs_client=False)
+
+    q = sub.add_parser("queue", help="create, list, inspect, delete, purge queues")
+    qsub = q.add_subparsers(dest="queue_command", metavar="ACTION", required=True)
+    p = qsub.add_parser("create", help="create a queue, print its URL", parents=[common])
+    p.add_argument("name")
+    p.add_argument("--attr", action="append", metavar="K=V", help="queue attribute (repeat)")
+    p.add_argument("--fifo", action="store_true", help="FIFO queue (adds .fifo to the name)")
+    p.set_defaults(handler=cmd_queue_create)
+    p = qsub.add_parser("list", help="list queue URLs", parents=[common])
+    p.add_argument("--prefix", default="", help="only names starting with this")
+    p.set_defaults(handler=cmd_queue_list)
+    p = qsub.add_parser("attrs", help="show (and with --set change) attributes", parents=[common])
+    p.add_argument("name", help="queue name or URL")
+    p.add_argument("--set", action="append", metavar="K=V", help="attribute to set (repeat)")
+    p.set_defaults(handler=cmd_queue_attrs)
+    for action, handler, text in (
+        ("delete", cmd_queue_delete, "delete a queue"),
+        ("purge", cmd_queue_purge, "delete every message of a queue"),
+    ):
+        p = qsub.add_parser(action, help=text, parents=[common])
+        p.add_argument("name", help="queue name or URL")
+        p.set_defaults(handler=handler)
+
+    p = sub.add_parser("send", help="send a message, print its id", parents=[common])
+    p.add_argument("queue", help="queue name or URL")
+    p.add_argument("body")
+    p.add_argument("--group", help="MessageGroupId (FIFO)")
+    p.add_argument("--dedup-id", help="MessageDeduplicationId (FIFO)")
+    p.add_argument("--delay", type=int, help="DelaySeconds")
+    p.add_argument("--attr", action="append", metavar="NAME=VALUE", help="String attribute")
+    p.set_defaults(handler=cmd_send)
+
+    p = sub.add_parser("receive", help="receive and print messages", parents=[common])
+    p.add_argument("queue", help="queue name or URL")
+    p.add_argument("-n", type=int, default=1, help="max messages (1-10, default 1)")
+    p.add_argument("--wait", type=int, help="long-poll seconds (0-20)")
+    p.add_argument("--visibility-timeout", type=int, help="seconds to hide received messages")
+    p.add_argument("--delete", action="store_true", help="delete after printing")
+    p.set_defaults(handler=cmd_receive)
+
+    p = sub.add_parser("delete", help="delete a message by receipt handle", parents=[common])
+    p.add_argument("queue", help="queue name or URL")
+    p.add_argument("receipt_handle")
+    p.set_defaults(handler=cmd_delete)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``sqsq`` command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "needs_client", True):
+        return args.handler(args)
+    try:
+        with Client(args.endpoint) as client:
+            return args.handler(args, client)
+    except argparse.ArgumentTypeError as e:
+        parser.error(str(e))
+    except ServiceUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        print(
+            f"hint: is the server running at {args.endpoint}? "
+            "Start one with `sqsq server` or pass --endpoint / SQSQ_ENDPOINT.",
+            file=sys.stderr,
+        )
+        return 1
+    except QueueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Start and stop a real ``sqsq server`` process for tests, on 127.0.0.1, stopped by pid."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited early with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listened on port {port} within {timeout_s}s")
+
+
+@dataclass
+class ServerProcess:
+    data_dir: Path
+    grpc_port: int = field(default_factory=free_port)
+    http_port: int = field(default_factory=free_port)
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def start(self) -> ServerProcess:
+        log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sqsq.cli.main", "server", "--data-dir", str(self.data_dir),
+             "--host", "127.0.0.1", "--grpc-port", str(self.grpc_port),
+             "--http-port", str(self.http_port), *self.extra_args],
+            stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, **self.env},
+        )
+        log.close()
+        wait_for_port(self.grpc_port, self.proc)
+        return self
+
+    def stop(self) -> int:
+        """SIGTERM and wait: a clean shutdown."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def kill9(self) -> None:
+        """kill -9: no chance to flush anything."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def log_text(self) -> str:
+        path = self.data_dir.parent / f"{self.data_dir.name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
