@@ -101,7 +101,7 @@ class ErrorCode(Enum):
         "UnsupportedOperation",
         "AWS.SimpleQueueService.UnsupportedOperation",
         400,
-        "UNIMPLEMENTED",
+        "FAILED_PRECONDITION",
     )
     OVER_LIMIT = ErrorSpec("OverLimit", "OverLimit", 403, "RESOURCE_EXHAUSTED")
     RESOURCE_NOT_FOUND = ErrorSpec(

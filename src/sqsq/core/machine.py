@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sqsq.core import commands as c
-from sqsq.core import delivery, limits, queues, sending
+from sqsq.core import delivery, limits, queues, redrive, sending
 from sqsq.core import records as r
 from sqsq.core.state import ShardConfig, ShardState, Writer
 
@@ -44,6 +44,12 @@ def sweep(st: ShardState, cmd: c.Sweep, now: int) -> c.Outcome:
         budget -= delivery.drop_expired(st, q, now, budget)
         if budget <= 0:
             return c.Outcome(c.Swept(more=True), tuple(woken))
+    for task in redrive.running(st):
+        if budget <= 0:
+            return c.Outcome(c.Swept(more=True), tuple(woken))
+        work, queues_woken = redrive.advance(st, task, now, budget)
+        budget -= work
+        woken.extend(c.WakeReceivers(n) for n in sorted(queues_woken))
     budget -= sending.expire_dedup(st, now, budget)
     for key, deleted_at in list(st.scan_prefix(b"x")):
         if now - r.read_u64(deleted_at) >= limits.QUEUE_DELETED_RECENTLY_MS:
@@ -70,6 +76,8 @@ def sweep_needed(st: ShardState, now: int) -> bool:
             return True
     if any(True for _ in st.scan_until(b"e", now)) or any(True for _ in st.scan_prefix(b"z")):
         return True
+    if redrive.running(st):
+        return True
     return any(
         now - r.read_u64(deleted_at) >= limits.QUEUE_DELETED_RECENTLY_MS
         for _, deleted_at in st.scan_prefix(b"x")
@@ -88,6 +96,8 @@ HANDLERS: dict[type, Callable[[ShardState, c.Command, int], c.Outcome]] = {
     c.DeleteMessages: _on_queue(delivery.delete),
     c.ChangeVisibilities: _on_queue(delivery.change_visibility),
     c.Sweep: sweep,
+    redrive.StartMoveTask: redrive.start,
+    redrive.CancelMoveTask: redrive.cancel,
 }
 
 

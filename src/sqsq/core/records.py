@@ -18,6 +18,8 @@ order. Values are msgpack lists (deterministic for equal input, so replicas stay
 | k      | qid head_seq group                    | FIFO: groups ready to deliver |
 | u      | qid scope 0x00 dedup id               | Dedup record              |
 | e      | at_ms qid u-key                       | dedup expiry index        |
+| t      | source 0x00 started_ms handle         | message move task         |
+| h      | task handle                           | its t-key                 |
 | z      | qid                                   | garbage: a retired queue incarnation |
 | s      |                                       | Meta: seqs, qids, last now, index |
 """

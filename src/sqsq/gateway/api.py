@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from sqsq.core import commands as c
-from sqsq.core import limits, queries
+from sqsq.core import limits, queries, redrive
+from sqsq.core.attributes import parse_queue_arn
 from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.messages import (
     md5_of_message_attributes,
@@ -144,6 +145,38 @@ class QueueApi:
         names = self._query(lambda st, n, now: queries.dead_letter_source_queues(st, n),
                             queue_name_of(queue_url))
         return [self.endpoint.queue_url(n) for n in names]
+
+    # ---- dead-letter redrive ----
+    async def start_message_move_task(
+        self, source_arn: str, destination_arn: str | None = None,
+        max_number_of_messages_per_second: int | None = None,
+    ) -> str:
+        result = await self._run(redrive.StartMoveTask(
+            source_arn, destination_arn or None, max_number_of_messages_per_second))
+        assert isinstance(result, redrive.MoveTaskStarted)
+        return result.task_handle
+
+    async def cancel_message_move_task(self, task_handle: str) -> int:
+        result = await self._run(redrive.CancelMoveTask(task_handle))
+        assert isinstance(result, redrive.MoveTaskCancelled)
+        return result.approximate_number_of_messages_moved
+
+    async def list_message_move_tasks(
+        self, source_arn: str, max_results: int | None = None
+    ) -> list[dict]:
+        """SQS's result shape: newest first, at most ``max_results`` (1-10, default 1)."""
+        _check_range("MaxResults", max_results, 1, 10)
+        arn_of = self.engine.config.queue_arn
+
+        def run(st, now):  # noqa: ANN001, ANN202
+            parsed = parse_queue_arn(source_arn)
+            if parsed is None or st.queue(parsed[2]) is None:
+                return reject(ErrorCode.RESOURCE_NOT_FOUND, "The resource that you specified "
+                              "for the SourceArn parameter doesn't exist.")
+            tasks = redrive.tasks_of(st, parsed[2])[: max_results or 1]
+            return [redrive.describe(t, arn_of) for t in tasks]
+
+        return self._query(run)
 
     # ---- messages ----
     async def send_message_batch(

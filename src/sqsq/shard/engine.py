@@ -12,6 +12,7 @@ writing directly; ``apply`` does not change.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import secrets
 import time
@@ -21,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from sqsq.core import commands as c
-from sqsq.core import records
+from sqsq.core import records, redrive
 from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.machine import apply, effective_now, sweep_needed
 from sqsq.core.state import ShardConfig, ShardState
@@ -47,6 +48,8 @@ def stamp(command: c.Command) -> c.Command:
     if isinstance(command, c.ReceiveMessages):
         return c.ReceiveMessages(command.queue, command.max_number_of_messages,
                                  command.visibility_timeout_s, secrets.randbits(64))
+    if isinstance(command, redrive.StartMoveTask):
+        return dataclasses.replace(command, task_handle=secrets.token_urlsafe(24))
     return command
 
 
