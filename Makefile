@@ -4,8 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-PROTO := proto/sqsq/v1/queues.proto
-GEN := src/sqsq/v1/queues_pb2.py
+PROTOS := $(wildcard proto/sqsq/v1/*.proto)
+GEN := src/sqsq/v1/.generated
 
 .PHONY: setup run test lint clean bench
 
@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,analytics]'
 	touch $(STAMP)
 
-$(GEN): $(PROTO) $(STAMP)
-	$(PY) -m grpc_tools.protoc -Iproto --python_out=src --grpc_python_out=src --pyi_out=src $(PROTO)
+$(GEN): $(PROTOS) $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=src --grpc_python_out=src --pyi_out=src $(PROTOS)
 	touch $(GEN)
 
 run: setup

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -193,6 +193,7 @@ class CoreModel(RuleBasedStateMachine):
             if first is not None and first[2] > self.now:
                 # Invariant 1: a duplicate maps to the first message; nothing new is stored.
                 assert (got.message_id, got.sequence_number) == first[:2], (got, first)
+                event(f"duplicate send to {qname}")
                 continue
             assert (qname, got.message_id) not in self.msgs, "a message id was reused"
             assert (got.sequence_number is not None) == q.fifo
@@ -265,8 +266,10 @@ class CoreModel(RuleBasedStateMachine):
 
         def offer(m: M) -> None:
             if m.sent_ms + q.retention_s * 1000 <= now:
+                event("receive drops an expired message")
                 m.status = EXPIRED
             elif dlq is not None and m.rc >= q.max_rc:
+                event(f"dead-lettered from {q.name}")
                 m.status = DEAD
                 moved = M(dlq.name, m.mid, self.next_order(), m.body,
                           m.group if dlq.fifo else None, m.sent_ms, None, arn(q.name),
@@ -328,10 +331,14 @@ class CoreModel(RuleBasedStateMachine):
                            if x.group == m.group and x.order < m.order]
                 returned_before = {x.message_id for x in got[:i]}
                 for mid in earlier:
-                    assert mid in returned_before or before[mid][1] >= q.max_rc > 0, (
+                    x = self.msgs[(queue, mid)]
+                    gone = (x.sent_ms + q.retention_s * 1000 <= self.now  # expired
+                            or (q.dlq is not None and x.rc >= q.max_rc))  # dead-lettered
+                    assert mid in returned_before or gone, (
                         f"{r.message_id} overtook {mid} in group {m.group}")
         predicted = self._predict_receive(q, n, q.vis_s if timeout is None else timeout)
         assert [r.message_id for r in got] == [m.mid for m in predicted], (got, predicted)
+        event(f"receive from {queue}: {min(len(got), 2)}+ messages")
         for r, m in zip(got, predicted, strict=True):
             attrs = dict(r.attributes)
             assert r.body == m.body
@@ -345,6 +352,17 @@ class CoreModel(RuleBasedStateMachine):
                 else:
                     assert len(attrs["SequenceNumber"]) == 20
             self.handles.append(Handle(queue, m.mid, m.rc, r.receipt_handle))
+
+    @rule(queue=st.sampled_from((STD, FIFO)), n=st.integers(1, 10),
+          timeout=st.one_of(st.none(), st.integers(0, 60)))
+    def receive_from_source(self, queue: str, n: int, timeout: int | None) -> None:
+        self.receive(queue, n, timeout)
+
+    @rule(queue=st.sampled_from((STD, FIFO)), times=st.integers(1, 4))
+    def receive_with_zero_timeout(self, queue: str, times: int) -> None:
+        # Messages come straight back: receive counts climb towards the redrive limit.
+        for _ in range(times):
+            self.receive(queue, 10, 0)
 
     # ---- delete and change visibility ----------------------------------------------------
 
@@ -366,8 +384,10 @@ class CoreModel(RuleBasedStateMachine):
             (f,) = res.failed
             assert f.rejection.code is ErrorCode.INVALID_PARAMETER_VALUE, f
             assert "expired" in f.rejection.message
+            event("delete with a stale handle")
             return
         assert res.successful == ("0",), res
+        event(f"delete of a {m.status} message")
         if m.status == PRESENT:
             m.status = DELETED
 
@@ -390,7 +410,9 @@ class CoreModel(RuleBasedStateMachine):
             assert f.rejection.code is want, (f, m, h)
             if m.status == PRESENT and m.rc != h.epoch and timeout <= 43_200:
                 assert "expired" in f.rejection.message
+            event(f"change fails: {want.sqs_code}")
             return
+        event(f"change to {min(timeout, 1)}+ s")
         assert res.successful == ("0",), res
         if timeout == 0:
             m.kind, m.at = VISIBLE, self.now
@@ -411,7 +433,9 @@ class CoreModel(RuleBasedStateMachine):
 
     # ---- time, sweeps, purges, repeated creates ---------------------------------------------
 
-    @rule(ms=st.one_of(st.integers(0, 400).map(lambda s: s * 1000), st.integers(0, 400_000)))
+    @rule(ms=st.one_of(st.integers(0, 40).map(lambda s: s * 1000),
+                       st.integers(0, 400).map(lambda s: s * 1000),
+                       st.integers(0, 400_000)))
     def advance(self, ms: int) -> None:
         self.k.now_ms += ms
 
@@ -424,6 +448,7 @@ class CoreModel(RuleBasedStateMachine):
             if m.status == PRESENT:
                 q = self.queues[m.queue]
                 if m.sent_ms + q.retention_s * 1000 <= self.now:
+                    event("sweep drops an expired message")
                     m.status = EXPIRED
 
     @rule(queue=st.sampled_from(ALL_QUEUES))
@@ -492,8 +517,8 @@ class CoreModel(RuleBasedStateMachine):
 
 
 CoreModel.TestCase.settings = settings(
-    max_examples=60,
-    stateful_step_count=40,
+    max_examples=150,
+    stateful_step_count=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

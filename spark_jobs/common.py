@@ -1,0 +1,174 @@
+"""Shared plumbing for the sqsq Spark jobs: session, inputs, outputs, charts, Markdown.
+
+Jobs read an ``sqsq export`` directory (queues / messages / delivery, partitioned by
+snapshot_ms and shard) and write:
+
+    OUT/tables/<name>/   Parquet        OUT/csv/<name>/   CSV with a header
+    OUT/charts/*.png                    OUT/summary.md    one page embedding the charts
+
+Only built-in Spark functions are used (no Python UDFs), so executors on a cluster need
+nothing from this file; it runs on the driver. It does not import sqsq either.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+DEFAULT_MASTER = "local[*]"
+SHUFFLE_PARTITIONS = 4  # the tables are small: a few partitions keep local runs quick
+
+
+def parse_args(
+    description: str, argv: Sequence[str] | None,
+    extra: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--input", required=True, help="an `sqsq export --out` directory")
+    p.add_argument("--out", required=True, help="where tables, charts and summary.md go")
+    p.add_argument("--master", default=None,
+                   help=f"Spark master URL (default {DEFAULT_MASTER}, or spark-submit's)")
+    if extra:
+        extra(p)
+    return p.parse_args(argv)
+
+
+def build_session(app_name: str, master: str | None = None) -> SparkSession:
+    """A session for the jobs; local mode unless a master is given or spark-submit set one."""
+    builder = SparkSession.builder.appName(app_name)
+    # spark-submit starts the JVM first and hands its port over: its --master then rules
+    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        master = DEFAULT_MASTER
+    if master is not None:
+        builder = builder.master(master)
+    if master is not None and master.startswith("local"):
+        # bind to loopback: no surprises from the host's network setup in local runs
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
+            "spark.driver.host", "127.0.0.1")
+    spark = (
+        builder.config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def run_main(app_name: str, job: Callable[[SparkSession, argparse.Namespace], dict[str, Any]],
+             args: argparse.Namespace) -> int:
+    spark = build_session(app_name, args.master)
+    try:
+        result = job(spark, args)
+    finally:
+        spark.stop()
+    print(f"{app_name}: wrote {result['summary']}")
+    return 0
+
+
+# ---- inputs -----------------------------------------------------------------------------
+
+
+def read_dataset(spark: SparkSession, input_dir: str, name: str) -> DataFrame:
+    """One dataset with its partition columns (snapshot_ms, shard) rebuilt from the path."""
+    path = f"{input_dir.rstrip('/')}/{name}"
+    return (spark.read.option("basePath", path).parquet(path)
+            .withColumn("snapshot_ms", F.col("snapshot_ms").cast("long"))
+            .withColumn("shard", F.col("shard").cast("int")))
+
+
+def latest(df: DataFrame) -> DataFrame:
+    """Rows of the newest snapshot only."""
+    newest = df.agg(F.max("snapshot_ms")).first()[0]
+    return df.where(F.col("snapshot_ms") == F.lit(newest))
+
+
+def queue_name_of_arn(col: str) -> Any:
+    """The queue name of an SQS ARN (its last ':' field)."""
+    return F.element_at(F.split(F.col(col), ":"), -1)
+
+
+# ---- outputs ----------------------------------------------------------------------------
+
+
+class Outputs:
+    def __init__(self, out: str) -> None:
+        self.root = Path(out)
+        (self.root / "charts").mkdir(parents=True, exist_ok=True)
+        self.tables: list[str] = []
+
+    def table(self, name: str, df: DataFrame) -> list[Any]:
+        """Write ``df`` as Parquet and CSV (one file each: these are report-sized) and
+        return its rows for charts and the summary."""
+        df = df.coalesce(1)
+        df.write.mode("overwrite").parquet(str(self.root / "tables" / name))
+        df.write.mode("overwrite").option("header", True).csv(str(self.root / "csv" / name))
+        self.tables.append(name)
+        return df.collect()
+
+    def chart_path(self, name: str) -> Path:
+        return self.root / "charts" / f"{name}.png"
+
+    def summary(self, text: str) -> Path:
+        path = self.root / "summary.md"
+        path.write_text(text)
+        return path
+
+
+def pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers and in tests
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def empty_chart(path: Path, title: str, note: str) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 2.5))
+    ax.set_title(title)
+    ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+# ---- Markdown ---------------------------------------------------------------------------
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    return str(value)
+
+
+def md_table(rows: Sequence[Any], columns: Sequence[tuple[str, str]], limit: int = 20) -> str:
+    """A Markdown table of ``rows`` (Spark Rows) with (field, heading) columns."""
+    if not rows:
+        return "_none_\n"
+    head = "| " + " | ".join(h for _, h in columns) + " |"
+    rule = "|" + "|".join("---" for _ in columns) + "|"
+    body = ["| " + " | ".join(fmt(r[f]) for f, _ in columns) + " |" for r in rows[:limit]]
+    more = [f"\n_{len(rows) - limit} more rows in the table files._"] if len(rows) > limit else []
+    return "\n".join([head, rule, *body, *more]) + "\n"
+
+
+def ms_to_iso(ms: int | None) -> str:
+    if ms is None:
+        return "–"
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

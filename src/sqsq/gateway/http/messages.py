@@ -1,0 +1,132 @@
+"""Message actions: send, receive, delete, change visibility (single and batch).
+
+Single actions are batches of one, as in the gRPC service; a failed single entry becomes the
+request's error.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from sqsq.core import commands as c
+from sqsq.core.messages import MessageAttributeValue
+from sqsq.errors import from_rejection
+from sqsq.gateway.api import QueueApi
+from sqsq.gateway.http.wire import Params, b64decode, invalid
+
+Result = dict[str, Any]
+
+
+def _attributes_in(p: Params) -> tuple[tuple[str, MessageAttributeValue], ...]:
+    out = []
+    for name, value in sorted(p.mapping("MessageAttributes").items()):
+        if not isinstance(value, dict):
+            raise invalid(f"The message attribute '{name}' must be a structure.")
+        binary = value.get("BinaryValue")
+        out.append((name, MessageAttributeValue(
+            value.get("DataType") or "",
+            value.get("StringValue"),
+            b64decode(f"MessageAttribute.{name}.BinaryValue", binary)
+            if binary is not None else None,
+        )))
+    return tuple(out)
+
+
+def _attributes_out(attrs: tuple[tuple[str, MessageAttributeValue], ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, v in attrs:
+        item: dict[str, Any] = {"DataType": v.data_type}
+        if v.string_value is not None:
+            item["StringValue"] = v.string_value
+        if v.binary_value is not None:
+            item["BinaryValue"] = base64.b64encode(v.binary_value).decode()
+        out[name] = item
+    return out
+
+
+def _entry(p: Params, entry_id: str) -> c.SendEntry:
+    return c.SendEntry(entry_id, p.text("MessageBody") or "", p.integer("DelaySeconds"),
+                       _attributes_in(p), p.text("MessageGroupId"),
+                       p.text("MessageDeduplicationId"))
+
+
+def _sent(s: c.SentMessage) -> Result:
+    out: Result = {"MessageId": s.message_id, "MD5OfMessageBody": s.md5_of_message_body}
+    if s.md5_of_message_attributes:
+        out["MD5OfMessageAttributes"] = s.md5_of_message_attributes
+    if s.sequence_number:
+        out["SequenceNumber"] = s.sequence_number
+    return out
+
+
+def _failed(failed: tuple[c.EntryFailed, ...]) -> list[Result]:
+    return [{"Id": f.entry_id, "SenderFault": f.rejection.code.spec.sender_fault,
+             "Code": f.rejection.sqs_code, "Message": f.rejection.message} for f in failed]
+
+
+def _batch(result: c.BatchResult, successful: list[Result]) -> Result:
+    # Both members are required in SQS's model: sent even when empty.
+    return {"Successful": successful, "Failed": _failed(result.failed)}
+
+
+def _single(result: c.BatchResult) -> None:
+    if result.failed:
+        raise from_rejection(result.failed[0].rejection)
+
+
+async def send_message(api: QueueApi, p: Params) -> Result:
+    p.required("MessageBody")
+    result = await api.send_message_batch(p.queue_url(), [_entry(p, "0")])
+    _single(result)
+    return _sent(result.successful[0])
+
+
+async def send_message_batch(api: QueueApi, p: Params) -> Result:
+    entries = [_entry(e, e.text("Id") or "") for e in p.entries()]
+    result = await api.send_message_batch(p.queue_url(), entries)
+    return _batch(result, [{"Id": s.entry_id, **_sent(s)} for s in result.successful])
+
+
+async def receive_message(api: QueueApi, p: Params) -> Result:
+    # MessageSystemAttributeNames replaced AttributeNames; SDKs send either.
+    names = list(dict.fromkeys(p.strings("AttributeNames")
+                               + p.strings("MessageSystemAttributeNames")))
+    messages = await api.receive_message(
+        p.queue_url(), p.integer("MaxNumberOfMessages") or 1, p.integer("VisibilityTimeout"),
+        p.integer("WaitTimeSeconds"), names, p.strings("MessageAttributeNames"))
+    out = []
+    for m in messages:
+        item: Result = {"MessageId": m.message_id, "ReceiptHandle": m.receipt_handle,
+                        "MD5OfBody": m.md5_of_body, "Body": m.body}
+        if m.attributes:
+            item["Attributes"] = dict(m.attributes)
+        if m.message_attributes:
+            item["MD5OfMessageAttributes"] = m.md5_of_message_attributes
+            item["MessageAttributes"] = _attributes_out(m.message_attributes)
+        out.append(item)
+    return {"Messages": out} if out else {}  # SQS omits Messages when nothing was received
+
+
+async def delete_message(api: QueueApi, p: Params) -> Result:
+    _single(await api.delete_message_batch(p.queue_url(), [("0", p.required("ReceiptHandle"))]))
+    return {}
+
+
+async def delete_message_batch(api: QueueApi, p: Params) -> Result:
+    entries = [(e.text("Id") or "", e.required("ReceiptHandle")) for e in p.entries()]
+    result = await api.delete_message_batch(p.queue_url(), entries)
+    return _batch(result, [{"Id": i} for i in result.successful])
+
+
+async def change_message_visibility(api: QueueApi, p: Params) -> Result:
+    entry = ("0", p.required("ReceiptHandle"), p.integer("VisibilityTimeout", required=True))
+    _single(await api.change_message_visibility_batch(p.queue_url(), [entry]))
+    return {}
+
+
+async def change_message_visibility_batch(api: QueueApi, p: Params) -> Result:
+    entries = [(e.text("Id") or "", e.required("ReceiptHandle"),
+                e.integer("VisibilityTimeout", required=True)) for e in p.entries()]
+    result = await api.change_message_visibility_batch(p.queue_url(), entries)
+    return _batch(result, [{"Id": i} for i in result.successful])

@@ -1,0 +1,100 @@
+"""The Admin gRPC service: point-in-time shard snapshots for export, taken without stopping writes.
+
+A snapshot is the store's checkpoint (for RocksDB: hard-linked SST files plus a flushed
+memtable), written under ``snapshot_root`` on the server's machine. The committer keeps
+running while it is taken; RocksDB makes the checkpoint consistent at one sequence number, so
+it holds whole group commits only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import grpc
+
+from sqsq.core import records
+from sqsq.shard.engine import ShardEngine
+from sqsq.shard.store import MemoryStore, RocksStore
+from sqsq.v1 import admin_pb2 as pb
+from sqsq.v1 import admin_pb2_grpc as pb_grpc
+
+Engines = Mapping[int, ShardEngine] | Callable[[], Mapping[int, ShardEngine]]
+
+
+def checkpoint_meta(path: Path) -> records.Meta:
+    """The Meta record inside a checkpoint (a RocksDB directory or a MemoryStore file)."""
+    store = RocksStore(str(path)) if path.is_dir() else MemoryStore.load(str(path))
+    try:
+        return records.Meta.decode(store.get(records.META_KEY))
+    finally:
+        store.close()
+
+
+def take_snapshot(engine: ShardEngine, path: Path) -> tuple[int, records.Meta]:
+    """Checkpoint ``engine``'s store at ``path``; (snapshot time, the checkpoint's Meta).
+
+    The time is read after the checkpoint and raised to the checkpoint's last stamped ``now``,
+    so every command in the checkpoint happened at or before it (timers due by then count as
+    fired when the export evaluates states).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    engine.store.checkpoint(str(path))
+    now_ms = engine.clock_ms()
+    meta = checkpoint_meta(path)
+    return max(now_ms, meta.last_now_ms), meta
+
+
+class AdminService(pb_grpc.AdminServicer):
+    """``engines`` maps shard id to the engine this process runs (or is a callable giving it,
+    for nodes whose shards come and go)."""
+
+    def __init__(self, engines: Engines, snapshot_root: Path | str) -> None:
+        self._engines = engines
+        self.snapshot_root = Path(snapshot_root).resolve()
+
+    def _current(self) -> Mapping[int, ShardEngine]:
+        return self._engines() if callable(self._engines) else self._engines
+
+    async def CreateSnapshot(  # noqa: N802 (gRPC method name)
+        self, request: pb.CreateSnapshotRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateSnapshotResponse:
+        engines = self._current()
+        wanted = list(request.shard_ids) or sorted(engines)
+        missing = [s for s in wanted if s not in engines]
+        if missing:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"shards not served here: {missing}")
+        # one directory per call, named so that listing sorts by time
+        token = f"{engines[wanted[0]].clock_ms()}-{secrets.token_hex(4)}" if wanted else "none"
+        out = []
+        for shard_id in wanted:
+            engine = engines[shard_id]
+            path = self.snapshot_root / token / f"shard-{shard_id}"
+            # a thread: the checkpoint flushes the memtable, which must not stall the loop
+            snapshot_ms, meta = await asyncio.to_thread(take_snapshot, engine, path)
+            out.append(pb.ShardSnapshot(
+                shard_id=shard_id, path=str(path), snapshot_ms=snapshot_ms,
+                applied_index=meta.applied_index, region=engine.config.region,
+                account=engine.config.account,
+            ))
+        return pb.CreateSnapshotResponse(snapshots=out)
+
+    async def DeleteSnapshot(  # noqa: N802 (gRPC method name)
+        self, request: pb.DeleteSnapshotRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteSnapshotResponse:
+        path = Path(request.path).resolve()
+        # only ever delete what CreateSnapshot made: a shard-N entry under our root
+        if self.snapshot_root not in path.parents or not path.name.startswith("shard-"):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"not a snapshot of this server: {request.path}")
+        if path.is_dir():
+            await asyncio.to_thread(shutil.rmtree, path)
+        elif path.exists():
+            path.unlink()
+        parent = path.parent
+        if parent != self.snapshot_root and parent.exists() and not any(parent.iterdir()):
+            parent.rmdir()
+        return pb.DeleteSnapshotResponse()
