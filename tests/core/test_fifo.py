@@ -141,6 +141,21 @@ def test_visibility_zero_releases_group_in_order() -> None:
     assert bodies(k.receive(F, 10)) == ["a1", "a2"]
 
 
+def test_released_head_waits_for_in_flight_follower() -> None:
+    k = make()
+    put(k, "a1", "A")
+    put(k, "a2", "A")
+    put(k, "b1", "B")
+    m1, m2 = k.receive(F, 2, timeout=100)
+    assert bodies([m1, m2]) == ["a1", "a2"]
+    entry_ok(k.change(F, m1.receipt_handle, 0))
+    # a1 is visible again but a2 is still in flight: group A stays blocked.
+    assert bodies(k.receive(F, 10)) == ["b1"]
+    assert k.receive(F, 10) == []
+    entry_ok(k.delete(F, m2.receipt_handle))
+    assert bodies(k.receive(F, 10)) == ["a1"]
+
+
 def test_delete_behind_in_flight_head_keeps_group_blocked() -> None:
     k = make()
     put(k, "a1", "A")

@@ -10,8 +10,8 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from serverproc import ServerProcess
 
+from serverproc import ServerProcess
 from sqsq.client import Client, Message
 
 

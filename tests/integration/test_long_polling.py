@@ -24,7 +24,7 @@ def _send_later(endpoint: str, url: str, body: str, after_s: float) -> threading
 
 
 def test_long_poll_returns_as_soon_as_a_message_is_sent(
-    client: Client, make_queue, server  # noqa: ANN001
+    client: Client, make_queue, server
 ) -> None:
     url = make_queue("lp-send")
     sender = _send_later(server.endpoint, url, "wake up", 0.5)
@@ -37,7 +37,7 @@ def test_long_poll_returns_as_soon_as_a_message_is_sent(
 
 
 def test_long_poll_on_an_empty_queue_waits_then_returns_nothing(
-    client: Client, make_queue  # noqa: ANN001
+    client: Client, make_queue
 ) -> None:
     url = make_queue("lp-empty")
     start = time.monotonic()
@@ -47,14 +47,14 @@ def test_long_poll_on_an_empty_queue_waits_then_returns_nothing(
     assert 0.9 <= elapsed < 3.0, elapsed
 
 
-def test_short_poll_returns_at_once(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_short_poll_returns_at_once(client: Client, make_queue) -> None:
     url = make_queue("sp")
     start = time.monotonic()
     assert client.receive_message(url, wait_time_seconds=0) == []
     assert time.monotonic() - start < 0.9
 
 
-def test_queue_default_wait_time_applies(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_queue_default_wait_time_applies(client: Client, make_queue) -> None:
     url = make_queue("lp-default", {"ReceiveMessageWaitTimeSeconds": "1"})
     start = time.monotonic()
     assert client.receive_message(url) == []
@@ -62,7 +62,7 @@ def test_queue_default_wait_time_applies(client: Client, make_queue) -> None:  #
 
 
 def test_long_poll_wakes_when_a_delayed_message_becomes_visible(
-    client: Client, make_queue, depth  # noqa: ANN001
+    client: Client, make_queue, depth
 ) -> None:
     url = make_queue("lp-delay")
     sent = client.send_message(url, "later", delay_seconds=1)
@@ -76,7 +76,7 @@ def test_long_poll_wakes_when_a_delayed_message_becomes_visible(
 
 
 def test_long_poll_wakes_when_a_visibility_timeout_ends(
-    client: Client, make_queue  # noqa: ANN001
+    client: Client, make_queue
 ) -> None:
     url = make_queue("lp-vis")
     sent = client.send_message(url, "comes back")
@@ -93,7 +93,7 @@ def test_long_poll_wakes_when_a_visibility_timeout_ends(
 
 
 def test_several_long_polls_share_the_messages(
-    client: Client, make_queue, server  # noqa: ANN001
+    client: Client, make_queue, server
 ) -> None:
     url = make_queue("lp-many")
     results: list[list[str]] = []

@@ -18,7 +18,7 @@ def _arn(client: Client, url: str) -> str:
 # ---- dead-letter redrive -------------------------------------------------------------------
 
 
-def test_dead_letter_redrive(client: Client, make_queue, depth) -> None:  # noqa: ANN001
+def test_dead_letter_redrive(client: Client, make_queue, depth) -> None:
     dlq = make_queue("dlq")
     policy = json.dumps({"deadLetterTargetArn": _arn(client, dlq), "maxReceiveCount": 2})
     src = make_queue("src", {"RedrivePolicy": policy})
@@ -48,7 +48,7 @@ def test_dead_letter_redrive(client: Client, make_queue, depth) -> None:  # noqa
     assert depth(client, dlq) == (0, 0, 0)
 
 
-def test_redrive_leaves_messages_deleted_in_time(client: Client, make_queue, depth) -> None:  # noqa: ANN001
+def test_redrive_leaves_messages_deleted_in_time(client: Client, make_queue, depth) -> None:
     dlq = make_queue("dlq")
     policy = json.dumps({"deadLetterTargetArn": _arn(client, dlq), "maxReceiveCount": 1})
     src = make_queue("src", {"RedrivePolicy": policy})
@@ -59,7 +59,7 @@ def test_redrive_leaves_messages_deleted_in_time(client: Client, make_queue, dep
     assert depth(client, dlq) == (0, 0, 0)
 
 
-def test_fifo_dead_letter_redrive(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_fifo_dead_letter_redrive(client: Client, make_queue) -> None:
     dlq = make_queue("fdlq", fifo=True)
     policy = json.dumps({"deadLetterTargetArn": _arn(client, dlq), "maxReceiveCount": 1})
     src = make_queue("fsrc", {"RedrivePolicy": policy}, fifo=True)
@@ -76,7 +76,7 @@ def test_fifo_dead_letter_redrive(client: Client, make_queue) -> None:  # noqa: 
 # ---- FIFO ----------------------------------------------------------------------------------
 
 
-def test_fifo_order_within_group_and_sequence_numbers(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_fifo_order_within_group_and_sequence_numbers(client: Client, make_queue) -> None:
     url = make_queue("order", fifo=True)
     attrs = client.get_queue_attributes(url)
     assert attrs["FifoQueue"] == "true"
@@ -96,7 +96,7 @@ def test_fifo_order_within_group_and_sequence_numbers(client: Client, make_queue
         client.delete_message(url, m.receipt_handle)
 
 
-def test_fifo_group_blocks_while_in_flight(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_fifo_group_blocks_while_in_flight(client: Client, make_queue) -> None:
     url = make_queue("block", fifo=True)
     for i in range(3):
         client.send_message(url, f"a{i}", message_group_id="A", message_deduplication_id=f"a{i}")
@@ -116,7 +116,7 @@ def test_fifo_group_blocks_while_in_flight(client: Client, make_queue) -> None: 
     assert [m.body for m in rest] == ["a1", "a2"]
 
 
-def test_fifo_visibility_return_keeps_order(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_fifo_visibility_return_keeps_order(client: Client, make_queue) -> None:
     url = make_queue("redeliver", fifo=True)
     for i in range(3):
         client.send_message(url, f"m{i}", message_group_id="G", message_deduplication_id=f"m{i}")
@@ -129,7 +129,7 @@ def test_fifo_visibility_return_keeps_order(client: Client, make_queue) -> None:
     assert [m.attributes["ApproximateReceiveCount"] for m in again] == ["2", "2", "1"]
 
 
-def test_fifo_deduplication_returns_first_message_id(client: Client, make_queue, depth) -> None:  # noqa: ANN001
+def test_fifo_deduplication_returns_first_message_id(client: Client, make_queue, depth) -> None:
     url = make_queue("dedup", fifo=True)
     first = client.send_message(url, "once", message_group_id="g", message_deduplication_id="x")
     dup = client.send_message(url, "once more", message_group_id="g",
@@ -146,7 +146,7 @@ def test_fifo_deduplication_returns_first_message_id(client: Client, make_queue,
     assert client.receive_message(url, wait_time_seconds=0) == []
 
 
-def test_fifo_content_based_deduplication(client: Client, make_queue, depth) -> None:  # noqa: ANN001
+def test_fifo_content_based_deduplication(client: Client, make_queue, depth) -> None:
     url = make_queue("cbd", {"ContentBasedDeduplication": "true"}, fifo=True)
     a = client.send_message(url, "same body", message_group_id="g1")
     b = client.send_message(url, "same body", message_group_id="g2")
@@ -160,7 +160,7 @@ def test_fifo_content_based_deduplication(client: Client, make_queue, depth) -> 
         b"same body").hexdigest()
 
 
-def test_fifo_batch_send_keeps_order(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_fifo_batch_send_keeps_order(client: Client, make_queue) -> None:
     url = make_queue("fbatch", fifo=True)
     result = client.send_message_batch(url, [
         {"Id": f"e{i}", "MessageBody": f"m{i}", "MessageGroupId": "G",
@@ -174,10 +174,33 @@ def test_fifo_batch_send_keeps_order(client: Client, make_queue) -> None:  # noq
     assert [m.body for m in got] == [f"m{i}" for i in range(10)]
 
 
-def test_fifo_rejects_per_message_delay(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_fifo_rejects_per_message_delay(client: Client, make_queue) -> None:
     url = make_queue("fdelay", fifo=True)
     with pytest.raises(QueueError) as e:
         client.send_message(url, "x", delay_seconds=1, message_group_id="g",
                             message_deduplication_id="d")
     assert e.value.code == "InvalidParameterValue"
     assert client.receive_message(url, wait_time_seconds=0) == []
+
+
+def test_fifo_purge_clears_deduplication(client: Client, make_queue) -> None:
+    url = make_queue("fpurge", fifo=True)
+    first = client.send_message(url, "x", message_group_id="g", message_deduplication_id="d")
+    client.purge_queue(url)
+    again = client.send_message(url, "x", message_group_id="g", message_deduplication_id="d")
+    assert again.message_id != first.message_id
+    assert [m.message_id for m in client.receive_message(url)] == [again.message_id]
+
+
+def test_fifo_group_unblocks_when_visibility_times_out(client: Client, make_queue) -> None:
+    url = make_queue("funblock", fifo=True)
+    for i in range(2):
+        client.send_message(url, f"m{i}", message_group_id="G", message_deduplication_id=f"{i}")
+    held = client.receive_message(url, visibility_timeout=1)
+    assert [m.body for m in held] == ["m0"]
+    assert client.receive_message(url, wait_time_seconds=0) == []
+    # The long poll wakes when m0's timeout ends; m0 comes first again, not m1.
+    got = client.receive_message(url, max_number_of_messages=10, wait_time_seconds=4,
+                                 attribute_names=["ApproximateReceiveCount"])
+    assert [m.body for m in got] == ["m0", "m1"]
+    assert got[0].attributes["ApproximateReceiveCount"] == "2"

@@ -30,7 +30,7 @@ def name_of(url: str) -> str:
 # ---- queues --------------------------------------------------------------------------------
 
 
-def test_create_queue_returns_url_and_is_idempotent(client: Client, server) -> None:  # noqa: ANN001
+def test_create_queue_returns_url_and_is_idempotent(client: Client, server) -> None:
     name = unique_name("create")
     url = client.create_queue(name, attributes={"VisibilityTimeout": "45"})
     assert url == f"{server.http_url}/{ACCOUNT}/{name}"
@@ -42,7 +42,7 @@ def test_create_queue_returns_url_and_is_idempotent(client: Client, server) -> N
     assert client.get_queue_attributes(url, ["VisibilityTimeout"]) == {"VisibilityTimeout": "45"}
 
 
-def test_queue_name_or_url_both_address_a_queue(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_queue_name_or_url_both_address_a_queue(client: Client, make_queue) -> None:
     url = make_queue()
     sent = client.send_message(name_of(url), "by name")
     got = client.receive_message(url, wait_time_seconds=0)
@@ -77,7 +77,7 @@ def test_list_queues_prefix_and_pagination(client: Client) -> None:
     assert client.list_queues(unique_name("nothing-has-this-prefix")) == []
 
 
-def test_delete_queue(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_delete_queue(client: Client, make_queue) -> None:
     url = make_queue("del")
     client.send_message(url, "doomed")
     client.delete_queue(url)
@@ -90,7 +90,7 @@ def test_delete_queue(client: Client, make_queue) -> None:  # noqa: ANN001
     assert e.value.code == "QueueDoesNotExist"
 
 
-def test_purge_queue(client: Client, make_queue, depth) -> None:  # noqa: ANN001
+def test_purge_queue(client: Client, make_queue, depth) -> None:
     url = make_queue("purge")
     for i in range(3):
         client.send_message(url, f"m{i}")
@@ -133,7 +133,7 @@ def test_get_queue_attributes_defaults_are_strings(client: Client) -> None:
     assert client.get_queue_attributes(url, "VisibilityTimeout") == {"VisibilityTimeout": "30"}
 
 
-def test_set_queue_attributes(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_set_queue_attributes(client: Client, make_queue) -> None:
     url = make_queue("setattrs")
     client.set_queue_attributes(url, {
         "VisibilityTimeout": "120",
@@ -166,7 +166,7 @@ def test_tags(client: Client) -> None:
     assert client.list_queue_tags(url) == {"owner": "me"}
 
 
-def test_list_dead_letter_source_queues(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_list_dead_letter_source_queues(client: Client, make_queue) -> None:
     dlq = make_queue("dlq")
     dlq_arn = client.get_queue_attributes(dlq, ["QueueArn"])["QueueArn"]
     assert client.list_dead_letter_source_queues(dlq) == []
@@ -190,7 +190,7 @@ ATTRS = {
 }
 
 
-def test_send_and_receive_with_attributes(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_send_and_receive_with_attributes(client: Client, make_queue) -> None:
     url = make_queue("send")
     body = "hello, wörld ✓ 𝄞 \t\n\r"
     before_ms = int(time.time() * 1000)
@@ -223,7 +223,7 @@ def test_send_and_receive_with_attributes(client: Client, make_queue) -> None:  
     assert m.receipt_handle
 
 
-def test_receive_selects_requested_attributes(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_receive_selects_requested_attributes(client: Client, make_queue) -> None:
     url = make_queue("select")
     client.send_message(url, "x", message_attributes=ATTRS)
     m = client.receive_message(url, visibility_timeout=0, wait_time_seconds=0)[0]
@@ -245,7 +245,7 @@ def test_receive_selects_requested_attributes(client: Client, make_queue) -> Non
     assert m.message_attributes == ATTRS
 
 
-def test_receive_count_grows_and_receipt_handles_change(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_receive_count_grows_and_receipt_handles_change(client: Client, make_queue) -> None:
     url = make_queue("count")
     sent = client.send_message(url, "again and again")
     handles = []
@@ -260,7 +260,7 @@ def test_receive_count_grows_and_receipt_handles_change(client: Client, make_que
     assert client.receive_message(url, wait_time_seconds=0) == []
 
 
-def test_receive_many_and_visibility(client: Client, make_queue, depth) -> None:  # noqa: ANN001
+def test_receive_many_and_visibility(client: Client, make_queue, depth) -> None:
     url = make_queue("many")
     ids = {client.send_message(url, f"m{i}").message_id for i in range(15)}
     first = client.receive_message(url, max_number_of_messages=10, wait_time_seconds=0)
@@ -273,7 +273,7 @@ def test_receive_many_and_visibility(client: Client, make_queue, depth) -> None:
     assert client.receive_message(url, max_number_of_messages=10, wait_time_seconds=0) == []
 
 
-def test_send_message_batch(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_send_message_batch(client: Client, make_queue) -> None:
     url = make_queue("sendbatch")
     entries = [
         {"Id": "a", "MessageBody": "first"},
@@ -301,7 +301,7 @@ def test_send_message_batch(client: Client, make_queue) -> None:  # noqa: ANN001
     assert second.message_attributes == {"k": {"DataType": "String", "StringValue": "v"}}
 
 
-def test_send_message_batch_partial_failure(client: Client, make_queue, depth) -> None:  # noqa: ANN001
+def test_send_message_batch_partial_failure(client: Client, make_queue, depth) -> None:
     url = make_queue("partial")
     result = client.send_message_batch(url, [
         {"Id": "good", "MessageBody": "fine"},
@@ -319,7 +319,7 @@ def test_send_message_batch_partial_failure(client: Client, make_queue, depth) -
     assert [m.body for m in got] == ["fine"]
 
 
-def test_delete_message(client: Client, make_queue, depth) -> None:  # noqa: ANN001
+def test_delete_message(client: Client, make_queue, depth) -> None:
     url = make_queue("delete")
     client.send_message(url, "bye")
     m = client.receive_message(url)[0]
@@ -330,7 +330,7 @@ def test_delete_message(client: Client, make_queue, depth) -> None:  # noqa: ANN
     client.delete_message(url, m.receipt_handle)
 
 
-def test_delete_message_batch(client: Client, make_queue, depth) -> None:  # noqa: ANN001
+def test_delete_message_batch(client: Client, make_queue, depth) -> None:
     url = make_queue("delbatch")
     client.send_message_batch(url, [{"Id": str(i), "MessageBody": f"m{i}"} for i in range(4)])
     got = client.receive_message(url, max_number_of_messages=10, wait_time_seconds=0)
@@ -346,7 +346,7 @@ def test_delete_message_batch(client: Client, make_queue, depth) -> None:  # noq
     assert depth(client, url) == (0, 0, 0)
 
 
-def test_change_message_visibility(client: Client, make_queue, depth) -> None:  # noqa: ANN001
+def test_change_message_visibility(client: Client, make_queue, depth) -> None:
     url = make_queue("chvis")
     sent = client.send_message(url, "peek")
     m = client.receive_message(url, visibility_timeout=30)[0]
@@ -360,7 +360,7 @@ def test_change_message_visibility(client: Client, make_queue, depth) -> None:  
     assert again[0].attributes["ApproximateReceiveCount"] == "2"
 
 
-def test_change_message_visibility_batch(client: Client, make_queue, depth) -> None:  # noqa: ANN001
+def test_change_message_visibility_batch(client: Client, make_queue, depth) -> None:
     url = make_queue("chvisbatch")
     client.send_message_batch(url, [{"Id": str(i), "MessageBody": f"m{i}"} for i in range(3)])
     got = client.receive_message(url, max_number_of_messages=10, visibility_timeout=30)
@@ -380,7 +380,7 @@ def test_change_message_visibility_batch(client: Client, make_queue, depth) -> N
     assert [m.message_id for m in back] == [got[0].message_id]
 
 
-def test_message_at_maximum_size_is_accepted(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_message_at_maximum_size_is_accepted(client: Client, make_queue) -> None:
     url = make_queue("maxsize", {"MaximumMessageSize": "1024"})
     body = "é" * 512  # 1024 UTF-8 bytes
     sent = client.send_message(url, body)
@@ -388,7 +388,7 @@ def test_message_at_maximum_size_is_accepted(client: Client, make_queue) -> None
     assert client.receive_message(url)[0].body == body
 
 
-def test_large_default_size_message(client: Client, make_queue) -> None:  # noqa: ANN001
+def test_large_default_size_message(client: Client, make_queue) -> None:
     url = make_queue("big")
     body = "x" * 1048576
     sent = client.send_message(url, body)
@@ -398,7 +398,7 @@ def test_large_default_size_message(client: Client, make_queue) -> None:  # noqa
     assert len(m.body) == len(body)
 
 
-def test_client_context_manager_and_close(server) -> None:  # noqa: ANN001
+def test_client_context_manager_and_close(server) -> None:
     with Client(server.endpoint) as c:
         url = c.create_queue(unique_name("ctx"))
         assert c.get_queue_url(name_of(url)) == url
@@ -407,3 +407,14 @@ def test_client_context_manager_and_close(server) -> None:  # noqa: ANN001
         assert c2.get_queue_url(name_of(url)) == url
     finally:
         c2.close()
+
+
+def test_latest_handle_deletes_after_the_message_came_back(client: Client, make_queue) -> None:
+    url = make_queue("latest")
+    client.send_message(url, "back again")
+    m = client.receive_message(url, visibility_timeout=0)[0]  # visible again at once
+    # Nobody received it since: the latest handle still deletes it.
+    client.delete_message(url, m.receipt_handle)
+    assert client.receive_message(url, wait_time_seconds=0) == []
+    assert client.get_queue_attributes(url, ["ApproximateNumberOfMessages"]) == {
+        "ApproximateNumberOfMessages": "0"}

@@ -54,7 +54,9 @@ def cmd_server(args: argparse.Namespace) -> int:
     from sqsq.shard.server import serve  # lazy: the CLI's client commands need no server code
 
     result = serve(
-        data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port, http_port=args.http_port
+        data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port,
+        http_port=args.http_port, sync=not args.no_fsync, credentials_file=args.credentials,
+        region=args.region, account=args.account, public_url=args.public_url,
     )
     return int(result or 0)
 
@@ -196,6 +198,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--grpc-port", type=int, default=7400, help="gRPC port (default 7400)")
     p.add_argument("--http-port", type=int, default=9324, help="SQS HTTP port (default 9324)")
+    p.add_argument("--credentials", default=None,
+                   help="access keys file (or env SQSQ_CREDENTIALS_FILE); none: runs open")
+    p.add_argument("--region", default=None, help="region in ARNs (env SQSQ_REGION, us-east-1)")
+    p.add_argument("--account", default=None,
+                   help="account id in URLs and ARNs (env SQSQ_ACCOUNT, 000000000000)")
+    p.add_argument("--public-url", default=None,
+                   help="base of queue URLs (env SQSQ_PUBLIC_URL; default http://HOST:HTTP_PORT)")
+    p.add_argument("--no-fsync", action="store_true",
+                   help="acknowledge before data reaches the disk (benchmarks only)")
     p.set_defaults(handler=cmd_server, needs_client=False)
 
     q = sub.add_parser("queue", help="create, list, inspect, delete, purge queues")

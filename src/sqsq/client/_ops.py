@@ -228,9 +228,10 @@ def list_queues_page(
 ) -> Call:
     req = pb.ListQueuesRequest(
         queue_name_prefix=queue_name_prefix or "",
-        max_results=int(max_results or 0),
         next_token=next_token or "",
     )
+    if max_results is not None:
+        req.max_results = int(max_results)
     return Call(
         "ListQueues", req, lambda r: (list(r.queue_urls), r.next_token or None), retry=True
     )
@@ -335,10 +336,11 @@ def receive_message(
     system += [n for n in _names(message_system_attribute_names) if n not in system]
     req = pb.ReceiveMessageRequest(
         queue_url=queue,
-        max_number_of_messages=int(max_number_of_messages or 0),
         attribute_names=system,
         message_attribute_names=_names(message_attribute_names),
     )
+    if max_number_of_messages is not None:
+        req.max_number_of_messages = int(max_number_of_messages)
     if visibility_timeout is not None:
         req.visibility_timeout = int(visibility_timeout)
     if wait_time_seconds is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 
-from sqsq.client import _ops
+from sqsq.client import _auth, _ops
 from sqsq.client.types import BatchResult, Message, MessageAttributes, SendResult
 from sqsq.v1 import queues_pb2_grpc
 
@@ -19,12 +19,20 @@ class Client:
     """A synchronous sqsq client. Queues are named by name or URL (``queue``).
 
     Errors are raised as ``sqsq.errors.QueueError`` subclasses carrying the SQS error code.
+    ``credentials=(access_key_id, secret)`` (default: env ``SQSQ_ACCESS_KEY_ID`` and
+    ``SQSQ_SECRET_ACCESS_KEY``, if both are set) signs every call for a server with auth on.
     """
 
-    def __init__(self, endpoint: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT):
+    def __init__(
+        self, endpoint: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT,
+        credentials: tuple[str, str] | None = None,
+    ):
         self.target = _ops.normalize_target(endpoint)
         self.timeout = timeout
         self._channel = grpc.insecure_channel(self.target)
+        creds = _auth.resolve(credentials)
+        if creds is not None:  # a signed token on every call (see sqsq.gateway.auth)
+            self._channel = grpc.intercept_channel(self._channel, _auth.TokenInterceptor(creds))
         self._stub = queues_pb2_grpc.QueuesStub(self._channel)
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ from sqsq.core.messages import (
     content_deduplication_id,
     md5_of_body,
     md5_of_message_attributes,
+    message_size,
     validate_batch_entry_ids,
     validate_fifo_id,
 )
@@ -97,7 +98,9 @@ def check_batch(cmd: SendMessages) -> Rejection | None:
     rej = validate_batch_entry_ids([e.entry_id for e in cmd.entries])
     if rej is not None:
         return rej
-    total = sum(len(e.body.encode()) for e in cmd.entries)
+    if len(cmd.entries) == 1:
+        return None  # a single message is held to MaximumMessageSize by check_entry
+    total = sum(message_size(e.body, dict(e.message_attributes)) for e in cmd.entries)
     if total > limits.MAXIMUM_MESSAGE_SIZE_BYTES[1]:
         return reject(
             ErrorCode.BATCH_REQUEST_TOO_LONG,

@@ -221,7 +221,7 @@ class QueueApi:
             result = await self._run(command)
             assert isinstance(result, c.Received)
             left = deadline - time.monotonic()
-            if result.messages or left <= 0:
+            if result.messages or left <= 0 or not self.engine.long_polls_allowed:
                 break
             try:
                 await asyncio.wait_for(woken.wait(), timeout=min(left, 1.0))

@@ -70,6 +70,10 @@ class Waiters:
         if ev is not None:
             ev.set()
 
+    def wake_all(self) -> None:
+        for queue in list(self._events):
+            self.wake(queue)
+
 
 class ShardEngine:
     def __init__(
@@ -89,6 +93,7 @@ class ShardEngine:
         self._io = ThreadPoolExecutor(1, thread_name_prefix="sqsq-fsync")
         self._tasks: list[asyncio.Task] = []
         self._closing = False
+        self.long_polls_allowed = True
         self.applied_index = records.Meta.decode(store.get(records.META_KEY)).applied_index
 
     # ---- lifecycle ----
@@ -98,6 +103,11 @@ class ShardEngine:
             asyncio.create_task(self._committer(), name="committer"),
             asyncio.create_task(self._ticker(), name="ticker"),
         ]
+
+    def end_long_polls(self) -> None:
+        """Shutting down: parked receives return what they have (nothing) at once."""
+        self.long_polls_allowed = False
+        self.waiters.wake_all()
 
     async def stop(self) -> None:
         """Finish what is queued, then stop: every acknowledged command is on disk."""

@@ -19,8 +19,10 @@ from sqsq.errors import QueueError, error_for
 _SHAPE_NAMES = {"QueueAlreadyExists": "QueueNameExists"}
 
 
-@dataclass(frozen=True)
-class WireError:
+@dataclass
+class WireError(Exception):
+    """An error as it goes on the wire; raised by the protocol layer, rendered per protocol."""
+
     code: str  # SQS's error code, e.g. QueueDoesNotExist
     query_code: str  # the query protocol's code, e.g. AWS.SimpleQueueService.NonExistentQueue
     status: int

@@ -1,0 +1,139 @@
+"""The results as a table on stdout, a JSON file and PNG charts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+BASELINE = "sqsq-grpc"
+
+
+def op_rows(result: dict[str, Any]) -> list[list[str]]:
+    """One row per (target, workload, operation)."""
+    rows = []
+    for tname, t in result["targets"].items():
+        if t.get("status") != "ok":
+            continue
+        for wname, w in t["workloads"].items():
+            if "skipped" in w:
+                continue
+            for op, s in w.get("ops", {}).items():
+                rows.append([tname, wname, op, f"{s['msgs_per_s']:,.0f}", f"{s['p50_ms']:.2f}",
+                             f"{s['p99_ms']:.2f}", f"{s['p999_ms']:.2f}", str(s["errors"])])
+    return rows
+
+
+def headline(result: dict[str, Any]) -> tuple[list[str], list[str], dict]:
+    """Targets that ran, workloads seen, and {(target, workload): msgs/s}."""
+    names, workloads, values = [], [], {}
+    for tname, t in result["targets"].items():
+        if t.get("status") != "ok":
+            continue
+        names.append(tname)
+        for wname, w in t["workloads"].items():
+            if wname not in workloads:
+                workloads.append(wname)
+            if "skipped" not in w:
+                values[(tname, wname)] = w.get("msgs_per_s", 0.0)
+    return names, workloads, values
+
+
+def _table(header: list[str], rows: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+    widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=False)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(fmt.format(*r) for r in [header, *rows])
+
+
+def render(result: dict[str, Any], markdown: bool = False) -> str:
+    """The per-operation table, the headline table, ratios and skipped targets."""
+    parts = [_table(["target", "workload", "op", "msgs/s", "p50 ms", "p99 ms", "p999 ms",
+                     "errors"], op_rows(result), markdown)]
+    names, workloads, values = headline(result)
+    rows = [[w, *(f"{values[(n, w)]:,.0f}" if (n, w) in values else "-" for n in names)]
+            for w in workloads]
+    parts.append(_table(["headline msgs/s", *names], rows, markdown))
+    if BASELINE in names:
+        peers = [n for n in names if n != BASELINE]
+        ratio_rows = []
+        for w in workloads:
+            base = values.get((BASELINE, w))
+            cells = []
+            for n in peers:
+                other = values.get((n, w))
+                cells.append(f"{base / other:.2f}x" if base and other else "-")
+            ratio_rows.append([w, *cells])
+        if peers:
+            parts.append(_table([f"{BASELINE} / peer", *peers], ratio_rows, markdown))
+    meta_rows = [[n, t.get("status", "?"), t.get("version", ""),
+                  t.get("durability") or t.get("reason", "")]
+                 for n, t in result["targets"].items()]
+    parts.append(_table(["target", "status", "version", "durability / reason"], meta_rows,
+                        markdown))
+    return "\n\n".join(parts)
+
+
+def write_json(result: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2, sort_keys=False))
+    tmp.replace(path)
+
+
+def charts(result: dict[str, Any], out_dir: Path) -> list[Path]:
+    """One PNG per system (throughput and latency per workload) and one comparison PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    names, workloads, values = headline(result)
+    for tname in names:
+        t = result["targets"][tname]
+        ran = [(w, d) for w, d in t["workloads"].items() if "skipped" not in d]
+        if not ran:
+            continue
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5))
+        labels = [w for w, _ in ran]
+        ax1.barh(labels, [d.get("msgs_per_s", 0) for _, d in ran], color="tab:blue")
+        ax1.set_xlabel("messages/s (send: sent; recv/steady: deleted)")
+        ax1.invert_yaxis()
+        op_of = {w: ("send" if d["mode"] == "send" else "receive") for w, d in ran}
+        p50 = [d["ops"].get(op_of[w], {}).get("p50_ms", 0) for w, d in ran]
+        p99 = [d["ops"].get(op_of[w], {}).get("p99_ms", 0) for w, d in ran]
+        ys = range(len(ran))
+        ax2.barh([y - 0.2 for y in ys], p50, height=0.4, label="p50")
+        ax2.barh([y + 0.2 for y in ys], p99, height=0.4, label="p99")
+        ax2.set_yticks(list(ys), [f"{w} ({op_of[w]})" for w in labels])
+        ax2.invert_yaxis()
+        ax2.set_xscale("log")
+        ax2.set_xlabel("latency per call, ms (log)")
+        ax2.legend()
+        fig.suptitle(f"{tname}: {t.get('durability', '')}", fontsize=9)
+        fig.tight_layout()
+        path = out_dir / f"{tname}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    if names:
+        fig, ax = plt.subplots(figsize=(14, 6))
+        width = 0.8 / len(names)
+        for i, n in enumerate(names):
+            xs = [j + i * width for j in range(len(workloads))]
+            ax.bar(xs, [values.get((n, w), 0) for w in workloads], width, label=n)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(workloads))], workloads,
+                      rotation=30, ha="right")
+        ax.set_yscale("log")
+        ax.set_ylabel("messages/s (log)")
+        ax.legend()
+        ax.set_title("headline throughput per workload")
+        fig.tight_layout()
+        path = out_dir / "compare.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    return paths

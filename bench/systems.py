@@ -1,0 +1,148 @@
+"""The systems under test: how each is started, stopped, reached, and how durable it is.
+
+Every target names a system and a driver. A target whose system cannot run here (a package
+missing, an API not built yet) is recorded as skipped with the reason, never as a number.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.procs import Proc, free_port, port_open
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Skip(Exception):
+    """This target cannot run here; the message says why."""
+
+
+class System:
+    """One system under test. ``start`` returns the driver spec the workers connect with."""
+
+    durability = ""
+    supports_fifo = True
+
+    def __init__(self) -> None:
+        self.procs: list[Proc] = []
+
+    def start(self, workdir: Path) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+        self.procs.clear()
+
+    def version(self) -> str:
+        return ""
+
+
+def _pkg_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+class SqsqServer(System):
+    """``sqsq server`` (single node, one shard, fsync on), or an already running one."""
+
+    durability = "fsync per group commit (RocksDB sync write) before every reply"
+
+    def __init__(self, via: str = "grpc", endpoint: str | None = None) -> None:
+        super().__init__()
+        self.via = via
+        self.endpoint = endpoint
+
+    def version(self) -> str:
+        return _pkg_version("sqsq")
+
+    def start(self, workdir: Path) -> dict[str, Any]:
+        if self.endpoint:
+            grpc_target, http_url = self.endpoint, f"http://{self.endpoint}"
+        else:
+            gport, hport = free_port(), free_port()
+            proc = Proc("sqsq", [sys.executable, "-m", "sqsq.cli.main", "server",
+                                 "--data-dir", str(workdir / "data"), "--host", "127.0.0.1",
+                                 "--grpc-port", str(gport), "--http-port", str(hport)],
+                        workdir / "sqsq.log", env={"SQSQ_LOG_LEVEL": "WARNING"}, cwd=REPO)
+            self.procs.append(proc)
+            proc.wait_port(gport)
+            grpc_target, http_url = f"127.0.0.1:{gport}", f"http://127.0.0.1:{hport}"
+            if self.via == "http":
+                _wait_http(hport, proc, 5.0)
+        if self.via == "http":
+            return {"kind": "boto3", "url": http_url}
+        return {"kind": "sqsq-grpc", "endpoint": grpc_target}
+
+
+def _wait_http(port: int, proc: Proc, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not port_open(port):
+        time.sleep(0.1)
+    if not port_open(port):
+        raise Skip("the SQS HTTP API does not answer yet (nothing listens on --http-port)")
+    try:
+        from bench.drivers import make_driver
+
+        async def probe() -> None:
+            d = make_driver({"kind": "boto3", "url": f"http://127.0.0.1:{port}"}, 2)
+            await d.open()
+            await d.close()
+
+        asyncio.run(probe())
+    except Exception as exc:
+        raise Skip(f"the SQS HTTP API does not answer ListQueues yet: {exc}") from exc
+
+
+class MotoServer(System):
+    durability = "none: in memory (moto_server)"
+
+    def version(self) -> str:
+        return _pkg_version("moto")
+
+    def start(self, workdir: Path) -> dict[str, Any]:
+        try:
+            import moto.server  # noqa: F401
+        except ImportError as exc:
+            raise Skip("moto[server] is not installed (bash bench/install_peers.sh)") from exc
+        port = free_port()
+        proc = Proc("moto", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                             str(port)], workdir / "moto.log")
+        self.procs.append(proc)
+        proc.wait_port(port)
+        return {"kind": "boto3", "url": f"http://127.0.0.1:{port}"}
+
+
+class Placeholder(System):
+    def __init__(self, reason: str) -> None:
+        super().__init__()
+        self.reason = reason
+
+    def start(self, workdir: Path) -> dict[str, Any]:
+        raise Skip(self.reason)
+
+
+def targets(sqsq_endpoint: str | None = None) -> dict[str, Callable[[], System]]:
+    """Every target by name, in the order of a full run."""
+    from bench.peers import NatsServer, RabbitServer
+
+    return {
+        "sqsq-grpc": lambda: SqsqServer("grpc", sqsq_endpoint),
+        "sqsq-http": lambda: SqsqServer("http", sqsq_endpoint),
+        "sqsq-cluster": lambda: Placeholder(
+            "not built yet: the 3-replica cluster (sqsq cluster up + gateway) does not exist; "
+            "add it here when it lands"),
+        "moto": MotoServer,
+        "nats-r1": lambda: NatsServer(replicas=1),
+        "nats-r3": lambda: NatsServer(replicas=3),
+        "rabbitmq-quorum": RabbitServer,
+    }

@@ -1,0 +1,5 @@
+"""The SQS-compatible HTTP API (AWS JSON 1.0 and query protocols) over ``QueueApi``."""
+
+from sqsq.gateway.http.app import make_app
+
+__all__ = ["make_app"]

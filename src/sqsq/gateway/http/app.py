@@ -1,0 +1,111 @@
+"""The SQS-compatible HTTP front: one aiohttp route, two wire protocols, one set of handlers.
+
+A request is authenticated (SigV4, unless the server runs open), decoded by its protocol
+(``X-Amz-Target`` means AWS JSON 1.0, anything else the query protocol), handed to the action's
+handler over ``QueueApi``, and the result or error is encoded back by the same protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from urllib.parse import parse_qsl
+
+from aiohttp import web
+
+from sqsq.core.errors import ErrorCode
+from sqsq.errors import QueueError
+from sqsq.gateway.api import QueueApi
+from sqsq.gateway.auth import Authenticator, AuthError, SignedRequest
+from sqsq.gateway.http import json_protocol, query_protocol
+from sqsq.gateway.http.actions import ACTIONS, UNSUPPORTED
+from sqsq.gateway.http.wire import Params, WireError, invalid
+
+log = logging.getLogger("sqsq.http")
+
+# A batch of 10 messages at SQS's 1 MiB total, base64 and form-encoding overhead included.
+MAX_BODY = 4 * 1024 * 1024
+
+
+def _signed(request: web.Request, body: bytes) -> SignedRequest:
+    return SignedRequest(
+        method=request.method, raw_path=request.rel_url.raw_path,
+        raw_query=request.rel_url.raw_query_string,
+        headers=lambda name: request.headers.getall(name, []), body=body)
+
+
+def _query_pairs(request: web.Request, body: bytes) -> list[tuple[str, str]]:
+    pairs = parse_qsl(request.rel_url.raw_query_string, keep_blank_values=True)
+    if body and request.content_type in ("application/x-www-form-urlencoded", ""):
+        try:
+            pairs += parse_qsl(body.decode("utf-8"), keep_blank_values=True,
+                               strict_parsing=False)
+        except UnicodeDecodeError:
+            raise invalid("The request body is not valid UTF-8.") from None
+    return pairs
+
+
+def _path_queue_url(request: web.Request) -> str | None:
+    # Older SDKs post to the queue URL itself (/ACCOUNT/NAME) and leave QueueUrl out.
+    path = request.path.rstrip("/")
+    return path if path.count("/") >= 2 else None
+
+
+class HttpFront:
+    def __init__(self, api: QueueApi, auth: Authenticator) -> None:
+        self.api = api
+        self.auth = auth
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        request_id = str(uuid.uuid4())
+        target = request.headers.get("X-Amz-Target")
+        action = ""
+        try:
+            body = await request.read()
+            self.auth.verify_sigv4(_signed(request, body))
+            if target is not None:
+                action = json_protocol.action_of(target) or target
+                data = json_protocol.decode(body)
+            else:
+                action, data = query_protocol.decode(_query_pairs(request, body))
+            handler = ACTIONS.get(action)
+            if handler is None:
+                raise self._unknown_action(action)
+            result = await handler(self.api, Params(data, _path_queue_url(request)))
+        except QueueError as e:
+            return self._error(target, WireError.of(e), request_id)
+        except AuthError as e:
+            return self._error(target, WireError(e.code, e.code, e.http_status, e.message),
+                               request_id)
+        except WireError as e:
+            return self._error(target, e, request_id)
+        except web.HTTPException:
+            raise
+        except Exception as e:  # noqa: BLE001 - every failure leaves as an SQS error
+            log.exception("internal error in %s", action or "request")
+            return self._error(target, WireError("InternalError", "InternalError", 500,
+                                                 f"internal error: {e}", False), request_id)
+        if target is not None:
+            return json_protocol.respond(result, request_id)
+        return query_protocol.respond(action, result, request_id)
+
+    @staticmethod
+    def _unknown_action(action: str) -> QueueError:
+        if action in UNSUPPORTED:
+            return invalid(f"The action {action} is not supported by sqsq.",
+                           ErrorCode.UNSUPPORTED_OPERATION)
+        return invalid(f"The action {action or '(none)'} is not valid for this endpoint.",
+                       ErrorCode.INVALID_ACTION)
+
+    @staticmethod
+    def _error(target: str | None, err: WireError, request_id: str) -> web.Response:
+        log.debug("request %s failed: %s %s", request_id, err.code, err.message)
+        if target is not None:
+            return json_protocol.respond_error(err, request_id)
+        return query_protocol.respond_error(err, request_id)
+
+
+def make_app(api: QueueApi, auth: Authenticator) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY)
+    app.router.add_route("*", "/{tail:.*}", HttpFront(api, auth).handle)
+    return app

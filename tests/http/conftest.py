@@ -1,0 +1,128 @@
+"""Fixtures for the SQS HTTP API tests: an endpoint URL and unmodified boto3 clients for it.
+
+Every test talks to ``sqs_endpoint`` only, so the same tests can run against another
+endpoint (e.g. a cluster gateway) by overriding that one fixture.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import urllib.error
+import urllib.request
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+import boto3
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config
+from botocore.credentials import Credentials
+
+from serverproc import ServerProcess
+
+ACCESS_KEY = "AKIDSQSQTEST"
+SECRET_KEY = "s3cr3t-for-tests"
+
+
+@pytest.fixture(scope="session")
+def sqs_endpoint(server: ServerProcess) -> str:
+    """The HTTP endpoint under test (the shared open single-node server)."""
+    return server.http_url
+
+
+def make_client(endpoint: str, key: str = "x", secret: str = "y", **config: Any) -> Any:
+    return boto3.client(
+        "sqs", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        config=Config(retries={"max_attempts": 1}, read_timeout=30, **config))
+
+
+@pytest.fixture(scope="session")
+def sqs(sqs_endpoint: str) -> Any:
+    return make_client(sqs_endpoint)
+
+
+@pytest.fixture
+def new_queue(sqs: Any) -> Iterator[Callable[..., str]]:
+    """Create a uniquely named queue (``fifo=True`` for FIFO); all deleted afterwards."""
+    urls: list[str] = []
+
+    def create(prefix: str = "q", fifo: bool = False, **attributes: str) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}" + (".fifo" if fifo else "")
+        if fifo:
+            attributes.setdefault("FifoQueue", "true")
+        url = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+        urls.append(url)
+        return url
+
+    yield create
+    for url in urls:
+        try:
+            sqs.delete_queue(QueueUrl=url)
+        except sqs.exceptions.QueueDoesNotExist:
+            pass
+
+
+def md5_of_attributes(attrs: dict[str, dict[str, Any]]) -> str:
+    """SQS's documented MD5 of message attributes, computed here independently of the server."""
+    out = b""
+
+    def field(data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + data
+
+    for name in sorted(attrs):
+        value = attrs[name]
+        out += field(name.encode()) + field(value["DataType"].encode())
+        if "StringValue" in value:
+            out += b"\x01" + field(value["StringValue"].encode())
+        else:
+            out += b"\x02" + field(value["BinaryValue"])
+    return hashlib.md5(out).hexdigest()
+
+
+@pytest.fixture(scope="session")
+def attributes_md5() -> Callable[[dict[str, dict[str, Any]]], str]:
+    return md5_of_attributes
+
+
+@pytest.fixture(scope="session")
+def client_for() -> Callable[..., Any]:
+    """``client_for(endpoint, key, secret)``: a boto3 SQS client with those credentials."""
+    return make_client
+
+
+# ---- the query protocol, sent raw with botocore's SigV4 signer ----
+NS = {"sqs": "http://queue.amazonaws.com/doc/2012-11-05/"}
+
+
+def signed_query(url: str, params: dict[str, str], key: str = "x", secret: str = "y",
+          ) -> tuple[int, ET.Element]:
+    body = urlencode({"Version": "2012-11-05", **params}).encode()
+    req = AWSRequest(method="POST", url=url, data=body, headers={
+        "Content-Type": "application/x-www-form-urlencoded; charset=utf-8"})
+    SigV4Auth(Credentials(key, secret), "sqs", "us-east-1").add_auth(req)
+    prepared = req.prepare()
+    raw = urllib.request.Request(prepared.url, data=prepared.body, method="POST",
+                                 headers=dict(prepared.headers.items()))
+    try:
+        with urllib.request.urlopen(raw, timeout=30) as resp:
+            return resp.status, ET.fromstring(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, ET.fromstring(e.read())
+
+
+def xml_text(root: ET.Element, path: str) -> str | None:
+    node = root.find(path, NS)
+    return None if node is None else node.text
+
+
+
+@pytest.fixture(scope="session")
+def query_client() -> Any:
+    """(signed_query, xml_text, namespaces) for raw query-protocol requests."""
+    return signed_query, xml_text, NS
