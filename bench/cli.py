@@ -54,6 +54,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="directory for result.json and the PNG charts")
     p.add_argument("--no-chart", action="store_true", help="skip the PNG charts")
     p.add_argument("--list", action="store_true", help="list targets and workloads, then exit")
+    p.add_argument("--render", type=Path, default=None, metavar="RESULT_JSON",
+                   help="print an earlier result as markdown tables (and redraw its charts "
+                        "into --out), without running anything")
     args = p.parse_args(argv)
     args.duration = args.duration or (1.0 if args.quick else 3.0)
     args.deep_depth = args.deep_depth or (20_000 if args.quick else 1_000_000)
@@ -149,6 +152,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     all_targets = targets(args.sqsq_endpoint)
     workloads = select(catalogue(args.deep_depth), args.workloads)
+    if args.render:
+        import json
+
+        old = json.loads(args.render.read_text())
+        print(report.render(old, markdown=True))
+        if not args.no_chart:
+            args.out.mkdir(parents=True, exist_ok=True)
+            for path in report.charts(old, args.out):
+                print(f"chart: {path}")
+        return 0
     if args.list:
         print("targets:   " + ", ".join(all_targets))
         print("workloads:\n" + "\n".join(f"  {w.name:18} {w.title}" for w in workloads))

@@ -4,7 +4,7 @@
     spark-submit --master spark://host:7077 --py-files spark_jobs/common.py \\
         spark_jobs/backlog_report.py --input /shared/snapshots --out /shared/reports/backlog
 
-Tables (Parquet under tables/, CSV under csv/), all as of the newest snapshot unless noted:
+Tables (tables/<name>.parquet and csv/<name>.csv), all as of the newest snapshot unless noted:
   queue_backlog        per queue: visible / in-flight / delayed, oldest age, age percentiles,
                        messages near their retention limit, bytes
   overall_backlog      the same over every queue (one row)
@@ -56,8 +56,9 @@ def _backlog_aggs(warn_fraction: float) -> list[Any]:
     ]
 
 
-def load(spark: SparkSession, input_dir: str) -> tuple[DataFrame, DataFrame]:
-    """(queue attributes per snapshot, one row per message per snapshot with its age)."""
+def load(spark: SparkSession, input_dir: str) -> tuple[DataFrame, DataFrame, list[str]]:
+    """(queue attributes per snapshot, one row per message per snapshot with its age, the
+    queues dataset's files)."""
     queues = common.read_dataset(spark, input_dir, "queues")
     queue_attrs = queues.groupBy("snapshot_ms", "queue_name").agg(
         F.first("fifo").alias("fifo"), F.max("is_dead_letter_queue").alias("is_dead_letter_queue"),
@@ -71,7 +72,7 @@ def load(spark: SparkSession, input_dir: str) -> tuple[DataFrame, DataFrame]:
             .withColumn("age_s", (F.col("as_of_ms") - F.col("sent_ms")) / 1000.0)
             .join(queue_attrs.select("snapshot_ms", "queue_name", "message_retention_period_s"),
                   ["snapshot_ms", "queue_name"], "left"))
-    return queue_attrs, rows
+    return queue_attrs, rows, queues.inputFiles()
 
 
 def growth_tables(queue_attrs: DataFrame, rows: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -134,17 +135,16 @@ def shard_load(queue_attrs_shards: DataFrame, cur: DataFrame, hot_factor: float)
             .drop("all_messages").orderBy("shard"))
 
 
-def snapshot_shards(spark: SparkSession, input_dir: str, snapshot_ms: int) -> list[int]:
+def snapshot_shards(files: list[str], snapshot_ms: int) -> list[int]:
     """Every shard exported in a snapshot, idle ones too: read from the file names, since an
     idle shard's files hold no rows."""
     marker = f"snapshot_ms={snapshot_ms}/shard="
-    files = common.read_dataset(spark, input_dir, "queues").inputFiles()
     return sorted({int(f.split(marker, 1)[1].split("/", 1)[0]) for f in files if marker in f})
 
 
 def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
     out = common.Outputs(args.out)
-    queue_attrs, rows = load(spark, args.input)
+    queue_attrs, rows, files = load(spark, args.input)
     newest = queue_attrs.agg(F.max("snapshot_ms")).first()[0]
     if newest is None:
         raise SystemExit(f"{args.input}: no snapshots (run `sqsq export --out` first)")
@@ -163,8 +163,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
     t["receive_counts"] = out.table("receive_counts", cur.groupBy("queue_name", "receive_count")
                                     .agg(F.count("*").alias("messages"))
                                     .orderBy("queue_name", "receive_count"))
-    shards = spark.createDataFrame([(s,) for s in snapshot_shards(spark, args.input, newest)],
-                                   "shard int")
+    shards = spark.createDataFrame([(s,) for s in snapshot_shards(files, newest)], "shard int")
     t["shard_load"] = out.table("shard_load", shard_load(shards, cur, args.hot_factor))
     by_partition = cur.groupBy("queue_name", "partition", "shard").agg(
         F.count("*").alias("messages"))
@@ -302,7 +301,7 @@ def render_summary(args: argparse.Namespace, newest: int, t: dict[str, list[Any]
         common.md_table(t["shard_load"], [
             ("shard", "shard"), ("messages", "messages"), ("share", "share"),
             ("fair_share", "fair share"), ("hot", "hot")]),
-        "Tables: `tables/<name>/` (Parquet) and `csv/<name>/`: "
+        "Tables: `tables/<name>.parquet` and `csv/<name>.csv`: "
         + ", ".join(f"`{n}`" for n in t) + ".",
         "",
     ])

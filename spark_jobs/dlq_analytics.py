@@ -5,7 +5,7 @@
         spark_jobs/dlq_analytics.py --input /shared/snapshots --out /shared/reports/dlq
 
 A dead-letter queue is any queue named by another queue's redrive policy, or holding messages
-that carry a dead-letter source. Tables (Parquet under tables/, CSV under csv/):
+that carry a dead-letter source. Tables (tables/<name>.parquet and csv/<name>.csv):
   dlq_overview        per DLQ: messages, visible / in flight, source queues, oldest
   dlq_by_source       per DLQ and source queue: messages, receive counts, send-to-DLQ time
   dlq_receive_counts  per DLQ and receive count: messages
@@ -207,7 +207,7 @@ def render_summary(args: argparse.Namespace, newest: int, t: dict[str, list[Any]
         common.md_table(t["redrive_candidates"], [
             ("dlq_name", "DLQ"), ("source_queue", "back to"), ("message_id", "message"),
             ("receive_count", "receives"), ("retention_left_s", "retention left s")], limit=10),
-        "Tables: `tables/<name>/` (Parquet) and `csv/<name>/`: "
+        "Tables: `tables/<name>.parquet` and `csv/<name>.csv`: "
         + ", ".join(f"`{n}`" for n in t) + ".",
         "",
     ])

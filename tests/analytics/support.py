@@ -37,7 +37,7 @@ def export_rows(export_dir: Path, name: str, snapshot_ms: int) -> list[dict[str,
 
 
 def table_rows(report_dir: Path, name: str) -> list[dict[str, Any]]:
-    return pq.read_table(report_dir / "tables" / name).to_pylist()
+    return pq.read_table(report_dir / "tables" / f"{name}.parquet").to_pylist()
 
 
 def by(rows: list[dict[str, Any]], *keys: str) -> dict[Any, dict[str, Any]]:

@@ -76,7 +76,7 @@ def test_charts_csv_and_summary(report: Path) -> None:
     for chart in ("backlog_age", "receive_counts", "shard_balance", "backlog_trend"):
         assert is_png(report / "charts" / f"{chart}.png")
         assert f"(charts/{chart}.png)" in (report / "summary.md").read_text()
-    csv = next((report / "csv" / "queue_backlog").glob("part-*.csv")).read_text().splitlines()
+    csv = (report / "csv" / "queue_backlog.csv").read_text().splitlines()
     assert csv[0].startswith("queue_name,") and len(csv) == 5
     assert "**4 queues, 14 messages**" in (report / "summary.md").read_text()
 

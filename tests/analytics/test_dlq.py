@@ -1,31 +1,26 @@
-"""The dead-letter job, run as a script (``python spark_jobs/dlq_analytics.py``) the way users
-run it, checked against the workload (see conftest)."""
+"""The dead-letter job through its command-line entry point, checked against the workload
+(see conftest)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from analytics.support import REPO, Workload, by, is_png, table_rows
+from analytics.support import Workload, by, is_png, table_rows
 
 
 @pytest.fixture(scope="module")
 def report(workload: Workload, spark: object, tmp_path_factory: pytest.TempPathFactory,
            ) -> Iterator[Path]:
-    # the shared session is already up; this job gets its own JVM, as it would in production
+    import dlq_analytics
+
+    # main() parses the same arguments as `python spark_jobs/dlq_analytics.py`; it reuses the
+    # shared session (and leaves it running) instead of starting a second JVM
     out = tmp_path_factory.mktemp("dlq")
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "spark_jobs" / "dlq_analytics.py"),
-         "--input", str(workload.export_dir), "--out", str(out), "--master", "local[1]"],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
-        env={k: v for k, v in os.environ.items() if k != "PYSPARK_GATEWAY_PORT"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert dlq_analytics.main(["--input", str(workload.export_dir), "--out", str(out)]) == 0
+    assert not spark.sparkContext._jsc.sc().isStopped()  # type: ignore[attr-defined]
     yield out
 
 

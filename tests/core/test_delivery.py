@@ -97,7 +97,8 @@ def test_visibility_timeout_expiry_brings_message_back(core: Core) -> None:
     (m2,) = core.receive(Q, timeout=10)
     assert m2.message_id == mid
     assert attr(m2, "ApproximateReceiveCount") == "2"
-    assert attr(m2, "ApproximateFirstReceiveTimestamp") == attr(m1, "ApproximateFirstReceiveTimestamp")
+    first = "ApproximateFirstReceiveTimestamp"
+    assert attr(m2, first) == attr(m1, first)
     assert m2.receipt_handle != m1.receipt_handle
 
 
