@@ -389,3 +389,23 @@ def test_fifo_redrive_partial_group_stays_ordered() -> None:
     # a0 has been received twice: it moves, and a1 becomes the group's head at once.
     assert bodies(k.receive(F, 1)) == ["a1"]
     assert bodies(k.receive("dlq.fifo", 10)) == ["a0"]
+
+
+@pytest.mark.parametrize(("source", "dlq", "survives"), [
+    ("src.fifo", "dead.fifo", True),  # FIFO: the enqueue time restarts at the move
+    ("src", "dead", False),  # standard: retention still counts from the original send
+])
+def test_dead_letter_retention_clock(source: str, dlq: str, survives: bool) -> None:
+    k = Core()
+    fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "true"} if survives else {}
+    k.create(dlq, MessageRetentionPeriod=60, **fifo)
+    policy = '{"deadLetterTargetArn":"%s","maxReceiveCount":1}' % arn(dlq)
+    k.create(source, RedrivePolicy=policy, **fifo)
+    k.send(source, "poison", **({"message_group_id": "g"} if survives else {}))
+    k.advance(50)
+    assert len(k.receive(source, timeout=0)) == 1
+    assert k.receive(source) == []  # the second receive moves it
+    k.advance(30)  # 80 s after the send, 30 s after the move
+    k.run(c.Sweep())
+    got = k.receive(dlq)
+    assert bodies(got) == (["poison"] if survives else [])

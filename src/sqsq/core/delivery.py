@@ -72,17 +72,23 @@ def enqueue(
     now: int,
     receive_count: int = 0,
     first_receive_ms: int = 0,
+    enqueued_ms: int | None = None,
 ) -> int:
-    """Store a new message in queue ``q`` and index it; returns its seq."""
+    """Store a new message in queue ``q`` and index it; returns its seq.
+
+    Retention counts from ``enqueued_ms``: the send time, except where SQS restarts the clock
+    (a FIFO message moved to a dead-letter queue).
+    """
+    enqueued = m.sent_ms if enqueued_ms is None else enqueued_ms
     seq = st.next_seq()
     fifo = q.attributes.fifo_queue
     group = m.group_id if fifo else None
     state = DELAYED if visible_at > now else VISIBLE
     st.txn.put(r.message_key(q.qid, seq), m.encode())
     d = Delivery(state, visible_at if state == DELAYED else now, receive_count, first_receive_ms,
-                 group, m.sent_ms)
+                 group, enqueued)
     st.put_delivery(q.qid, seq, d)
-    st.txn.put(r.retention_key(q.qid, m.sent_ms, seq), b"")
+    st.txn.put(r.retention_key(q.qid, enqueued, seq), b"")
     if state == DELAYED:
         st.txn.put(r.timer_key(q.qid, visible_at, seq), TIMER_DELAYED)
     elif not fifo:
@@ -214,8 +220,10 @@ def _move_to_dead_letter(
         m.md5_of_message_attributes, m.group_id, m.deduplication_id,
         st.config.queue_arn(q.name), now,
     )
+    # Standard queues keep the original enqueue time for retention; FIFO queues restart it.
     enqueue(st, dlq, moved, visible_at=now, now=now, receive_count=d.receive_count,
-            first_receive_ms=d.first_receive_ms)
+            first_receive_ms=d.first_receive_ms,
+            enqueued_ms=now if dlq.attributes.fifo_queue else d.sent_ms)
 
 
 def _claim(
@@ -262,7 +270,7 @@ def _deliverable(
     d, m = st.delivery(q.qid, seq), st.message(q.qid, seq)
     if d is None or m is None:
         raise AssertionError(f"index points at a missing message {q.qid}/{seq}")
-    if m.sent_ms + q.attributes.message_retention_period_s * 1000 <= now:
+    if d.sent_ms + q.attributes.message_retention_period_s * 1000 <= now:
         remove(st, q, seq, d)
         return None
     policy = q.attributes.redrive_policy

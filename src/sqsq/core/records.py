@@ -12,7 +12,7 @@ order. Values are msgpack lists (deterministic for equal input, so replicas stay
 | d      | qid seq                               | Delivery                  |
 | v      | qid visible_at seq                    | visible index (standard queues) |
 | w      | qid deadline seq                      | timer index: delayed or in flight |
-| r      | qid sent_ms seq                       | retention index           |
+| r      | qid enqueued_ms seq                   | retention index           |
 | f      | qid group 0x00 seq                    | FIFO: a group's messages in order |
 | g      | qid group                             | FIFO: GroupRecord         |
 | k      | qid head_seq group                    | FIFO: groups ready to deliver |
@@ -89,8 +89,8 @@ def timer_key(qid: int, deadline: int, seq: int) -> bytes:
     return b"w" + u64(qid) + u64(deadline) + u64(seq)
 
 
-def retention_key(qid: int, sent_ms: int, seq: int) -> bytes:
-    return b"r" + u64(qid) + u64(sent_ms) + u64(seq)
+def retention_key(qid: int, enqueued_ms: int, seq: int) -> bytes:
+    return b"r" + u64(qid) + u64(enqueued_ms) + u64(seq)
 
 
 def group_message_key(qid: int, group: str, seq: int) -> bytes:
@@ -280,7 +280,7 @@ class Delivery:
     receive_count: int = 0
     first_receive_ms: int = 0
     group_id: str | None = None
-    sent_ms: int = 0
+    sent_ms: int = 0  # when retention starts counting (the send, or a FIFO DLQ move)
 
     def encode(self) -> bytes:
         return pack(
