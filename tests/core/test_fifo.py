@@ -399,7 +399,7 @@ def test_dead_letter_retention_clock(source: str, dlq: str, survives: bool) -> N
     k = Core()
     fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "true"} if survives else {}
     k.create(dlq, MessageRetentionPeriod=60, **fifo)
-    policy = '{"deadLetterTargetArn":"%s","maxReceiveCount":1}' % arn(dlq)
+    policy = f'{{"deadLetterTargetArn":"{arn(dlq)}","maxReceiveCount":1}}'
     k.create(source, RedrivePolicy=policy, **fifo)
     k.send(source, "poison", **({"message_group_id": "g"} if survives else {}))
     k.advance(50)
