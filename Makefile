@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/sqsq/v1/*.proto)
 GEN := src/sqsq/v1/.generated
 
-.PHONY: setup run test lint clean bench
+.PHONY: setup run test lint clean bench report
 
 setup: $(STAMP) $(GEN)
 
@@ -27,6 +27,12 @@ run: setup
 test: setup
 	$(PY) -m ruff check src tests
 	$(PY) -m pytest -q
+
+# Snapshot the running local server (make run) and build both Spark reports from it.
+report: setup
+	$(VENV)/bin/sqsq export --out ./snapshots --endpoint $${SQSQ_ENDPOINT:-127.0.0.1:7400}
+	$(PY) spark_jobs/backlog_report.py --input ./snapshots --out ./reports/backlog
+	$(PY) spark_jobs/dlq_analytics.py --input ./snapshots --out ./reports/dlq
 
 lint: setup
 	$(PY) -m ruff check src tests

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -109,7 +110,7 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workload]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One local Spark for every analytics test. No Java is a failure, not a skip."""
-    if shutil.which("java") is None and not __import__("os").environ.get("JAVA_HOME"):
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.fail("Java is required for the Spark analytics tests (install a JDK 17)")
     import common
 

@@ -10,7 +10,6 @@ sweep deletes them) and are left out, counted in ``ShardStats.expired``.
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,6 +150,3 @@ def message_and_delivery_rows(
 def read_meta(src: SnapshotSource) -> r.Meta:
     return r.Meta.decode(src.store.get(r.META_KEY))
 
-
-def describe(stats: ShardStats) -> str:
-    return json.dumps({"messages": stats.messages, "expired": stats.expired, **stats.states})

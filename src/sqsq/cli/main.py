@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from sqsq.cli import export as export_cli
 from sqsq.client import Client, Message
 from sqsq.errors import QueueError, ServiceUnavailable
 
@@ -192,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sqsq", description="sqsq: an SQS-compatible message queue", parents=[_common(False)]
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    export_cli.add_parser(sub)
 
     p = sub.add_parser("server", help="run a single-node server", parents=[common])
     p.add_argument("--data-dir", default="./data", help="where the queues are stored")

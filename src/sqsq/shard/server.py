@@ -18,8 +18,10 @@ from sqsq.gateway.api import Endpoint, QueueApi
 from sqsq.gateway.auth import Authenticator, GrpcAuthInterceptor, load_credentials
 from sqsq.gateway.grpc_service import QueuesService
 from sqsq.gateway.http import make_app
+from sqsq.shard.admin import AdminService
 from sqsq.shard.engine import ShardEngine
 from sqsq.shard.store import RocksStore
+from sqsq.v1 import admin_pb2_grpc
 from sqsq.v1 import queues_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sqsq.server")
@@ -66,6 +68,8 @@ async def run_server(
     await web.TCPSite(runner, host, http_port).start()
     server = grpc.aio.server(interceptors=[GrpcAuthInterceptor(auth)])
     pb_grpc.add_QueuesServicer_to_server(QueuesService(api), server)
+    admin_pb2_grpc.add_AdminServicer_to_server(AdminService({0: engine}, root / "snapshots"),
+                                               server)
     bound = server.add_insecure_port(f"{host}:{grpc_port}")
     await server.start()
     stop = asyncio.Event()
