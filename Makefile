@@ -25,7 +25,7 @@ run: setup
 	$(VENV)/bin/sqsq server --data-dir ./data
 
 test: setup
-	$(PY) -m ruff check src tests
+	$(PY) -m ruff check src tests spark_jobs bench
 	$(PY) -m pytest -q
 
 # Snapshot the running local server (make run) and build both Spark reports from it.
@@ -35,7 +35,7 @@ report: setup
 	$(PY) spark_jobs/dlq_analytics.py --input ./snapshots --out ./reports/dlq
 
 lint: setup
-	$(PY) -m ruff check src tests
+	$(PY) -m ruff check src tests spark_jobs bench
 
 clean:
 	rm -rf $(VENV) src/sqsq/v1/*_pb2*.py src/sqsq/v1/*_pb2*.pyi

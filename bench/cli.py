@@ -52,6 +52,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="use a running sqsq server (host:port) instead of starting one")
     p.add_argument("--out", type=Path, default=Path("bench-results"),
                    help="directory for result.json and the PNG charts")
+    p.add_argument("--delete-queues", action="store_true",
+                   help="delete each workload's queue after it (default: keep them until the "
+                        "system is torn down, so no background cleanup slows the next one)")
     p.add_argument("--no-chart", action="store_true", help="skip the PNG charts")
     p.add_argument("--list", action="store_true", help="list targets and workloads, then exit")
     p.add_argument("--render", type=Path, default=None, metavar="RESULT_JSON",
@@ -114,7 +117,8 @@ def run_target(name: str, make: Any, args: argparse.Namespace, workloads: list,
                     res = run_workload(spec, w, duration_s=args.duration,
                                        preload=_preload_for(entry["workloads"], args.duration,
                                                             args.preload_cap),
-                                       preload_cap_s=args.preload_cap)
+                                       preload_cap_s=args.preload_cap,
+                                       delete_queue=args.delete_queues)
                 except Exception as exc:  # recorded; the run goes on with the next workload
                     res = {"mode": w.mode, "failed": f"{type(exc).__name__}: {exc}"[:300],
                            "msgs_per_s": 0.0, "ops": {}}

@@ -116,8 +116,13 @@ def admin(spec: dict[str, Any], action: str, *args: Any) -> Any:
 
 
 def run_workload(spec: dict[str, Any], w: Workload, *, duration_s: float, preload: int = 0,
-                 preload_cap_s: float = 60.0) -> dict[str, Any]:
-    """One workload on a fresh queue: its result as the JSON records it."""
+                 preload_cap_s: float = 60.0, delete_queue: bool = False) -> dict[str, Any]:
+    """One workload on a fresh queue: its result as the JSON records it.
+
+    The queue is left in place unless ``delete_queue``: deleting a large queue makes some
+    systems (sqsq among them) collect its garbage in the background, which would slow the
+    next workload. Every system is torn down with its data after its last workload.
+    """
     name = f"bench-{w.name}-{uuid.uuid4().hex[:8]}".replace(".", "-")
     ref = admin(spec, "create_queue", name, w.fifo)
     out: dict[str, Any] = {"title": w.title, "mode": w.mode, "batch": w.batch, "size": w.size,
@@ -142,8 +147,9 @@ def run_workload(spec: dict[str, Any], w: Workload, *, duration_s: float, preloa
         headline = res["ops"].get(w.headline_op, {})
         out["msgs_per_s"] = headline.get("msgs_per_s", 0.0)
     finally:
-        try:
-            admin(spec, "delete_queue", ref)
-        except Exception as exc:  # a failed cleanup is noted, not fatal
-            out["cleanup_error"] = repr(exc)[:200]
+        if delete_queue:
+            try:
+                admin(spec, "delete_queue", ref)
+            except Exception as exc:  # a failed cleanup is noted, not fatal
+                out["cleanup_error"] = repr(exc)[:200]
     return out

@@ -102,8 +102,9 @@ def growth_tables(queue_attrs: DataFrame, rows: DataFrame) -> tuple[DataFrame, D
             F.max("snapshot_ms").alias("last_snapshot_ms"),
             F.min_by("total", "snapshot_ms").alias("first_total"),
             F.max_by("total", "snapshot_ms").alias("last_total"),
+            # Seconds since the first snapshot: epoch milliseconds squared lose precision.
             F.regr_slope(F.col("total").cast("double"),
-                         F.col("snapshot_ms") / 1000.0).alias("growth_per_s"))
+                         (F.col("snapshot_ms") - F.lit(first_ms)) / 1000.0).alias("growth_per_s"))
         .join(arrivals, "queue_name", "left").join(departures, "queue_name", "left")
         .fillna(0, ["arrivals", "departures"])
         .withColumn("arrival_rate_per_s", per_s("arrivals"))
