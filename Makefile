@@ -28,6 +28,11 @@ test: setup
 	$(PY) -m ruff check src tests spark_jobs bench
 	$(PY) -m pytest -q
 
+# Benchmarks against peers (installs NATS, RabbitMQ, moto first); prints, writes JSON and PNGs.
+bench: setup
+	PY=$(PY) bash bench/install_peers.sh
+	$(PY) -m bench --all
+
 # Snapshot the running local server (make run) and build both Spark reports from it.
 report: setup
 	$(VENV)/bin/sqsq export --out ./snapshots --endpoint $${SQSQ_ENDPOINT:-127.0.0.1:7400}

@@ -64,7 +64,10 @@ def render(result: dict[str, Any], markdown: bool = False) -> str:
             cells = []
             for n in peers:
                 other = values.get((n, w))
-                cells.append(f"{base / other:.2f}x" if base and other else "-")
+                if base and other and other >= 1.0:
+                    cells.append(f"{base / other:.2f}x")
+                else:  # a peer under 1 msg/s gives no meaningful ratio
+                    cells.append("-")
             ratio_rows.append([w, *cells])
         if peers:
             parts.append(_table([f"{BASELINE} / peer", *peers], ratio_rows, markdown))
