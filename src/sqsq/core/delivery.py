@@ -44,12 +44,11 @@ from sqsq.core.records import (
     TIMER_IN_FLIGHT,
     VISIBLE,
     Delivery,
+    GroupRecord,
     MessageRecord,
     QueueRecord,
 )
 from sqsq.core.state import ShardState
-
-_SEQ_AT = -8  # the last 8 bytes of index keys are the message's seq
 
 
 def _seq_of(key: bytes) -> int:
@@ -89,11 +88,16 @@ def enqueue(
                  group, enqueued)
     st.put_delivery(q.qid, seq, d)
     st.txn.put(r.retention_key(q.qid, enqueued, seq), b"")
+    st.lower_floor(q.qid, "r_floor", enqueued)
     if state == DELAYED:
         st.txn.put(r.timer_key(q.qid, visible_at, seq), TIMER_DELAYED)
+        st.lower_floor(q.qid, "w_floor", visible_at)
     elif not fifo:
         st.txn.put(r.visible_key(q.qid, now, seq), b"")
+        st.lower_floor(q.qid, "v_floor", now)
     if fifo:
+        if st.txn.get(r.group_key(q.qid, group)) is None:  # an empty group starts here
+            st.put_group(q.qid, group, GroupRecord(floor=seq))
         st.txn.put(r.group_message_key(q.qid, group, seq), b"")
         if state == VISIBLE:
             refresh_group(st, q.qid, group)
@@ -132,6 +136,7 @@ def _make_visible(st: ShardState, q: QueueRecord, seq: int, d: Delivery, at: int
     counters.add(VISIBLE, 1)
     if d.group_id is None:
         st.txn.put(r.visible_key(q.qid, at, seq), b"")
+        st.lower_floor(q.qid, "v_floor", at)
         return
     if was == IN_FLIGHT:
         g = st.group(q.qid, d.group_id)
@@ -142,11 +147,11 @@ def _make_visible(st: ShardState, q: QueueRecord, seq: int, d: Delivery, at: int
 
 def refresh_group(st: ShardState, qid: int, group: str) -> bool:
     """Keep a FIFO group's entry in the ready index iff it is unblocked with a visible head."""
-    g = st.group(qid, group)
     head_seq = None
-    for key, _ in st.scan_prefix(r.group_prefix(qid, group)):
+    for key in st.group_messages(qid, group):
         head_seq = _seq_of(key)
         break
+    g = st.group(qid, group)
     want = None
     if g.in_flight == 0 and head_seq is not None:
         head = st.delivery(qid, head_seq)
@@ -157,6 +162,7 @@ def refresh_group(st: ShardState, qid: int, group: str) -> bool:
             st.txn.delete(g.ready_key)
         if want is not None:
             st.txn.put(want, b"")
+            st.lower_floor(qid, "k_floor", head_seq)
         g.ready_key = want
     if head_seq is None and g.in_flight == 0:
         st.txn.delete(r.group_key(qid, group))
@@ -168,7 +174,7 @@ def refresh_group(st: ShardState, qid: int, group: str) -> bool:
 def promote_due(st: ShardState, q: QueueRecord, now: int, budget: int) -> int:
     """Materialise timers that are due: delayed and timed-out messages become visible."""
     n = 0
-    for key, _ in st.scan_until(b"w" + r.u64(q.qid), now):
+    for key, _ in st.scan_index("w", q.qid, now):
         if n >= budget:
             break
         seq, deadline = _seq_of(key), r.read_u64(key, 9)
@@ -184,7 +190,9 @@ def drop_expired(st: ShardState, q: QueueRecord, now: int, budget: int) -> int:
     """Retention: messages sent more than MessageRetentionPeriod ago are gone."""
     cutoff = now - q.attributes.message_retention_period_s * 1000
     n = 0
-    for key, _ in st.scan_until(b"r" + r.u64(q.qid), cutoff):
+    if cutoff < 0:
+        return 0
+    for key, _ in st.scan_index("r", q.qid, cutoff):
         if n >= budget:
             break
         seq = _seq_of(key)
@@ -235,6 +243,7 @@ def _claim(
     d.state, d.visible_at_ms = IN_FLIGHT, now + timeout_s * 1000
     st.put_delivery(q.qid, seq, d)
     st.txn.put(r.timer_key(q.qid, d.visible_at_ms, seq), TIMER_IN_FLIGHT)
+    st.lower_floor(q.qid, "w_floor", d.visible_at_ms)
     counters = st.counters(q.qid)
     counters.add(VISIBLE, -1)
     counters.add(IN_FLIGHT, 1)
@@ -291,7 +300,7 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
     out: list[ReceivedMessage] = []
     want, budget = cmd.max_number_of_messages, limits.RECEIVE_SCAN_MAX
     if not q.attributes.fifo_queue:
-        for key, _ in st.scan_prefix(b"v" + r.u64(q.qid)):
+        for key, _ in st.scan_index("v", q.qid):
             if len(out) >= want or budget <= 0:
                 break
             budget -= 1
@@ -301,14 +310,14 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
                 st.txn.delete(key)
                 out.append(_claim(st, q, seq, *got, now, timeout_s, cmd.nonce))
         return Outcome(Received(tuple(out)), tuple(effects))
-    for rkey, _ in st.scan_prefix(b"k" + r.u64(q.qid)):
+    for rkey, _ in st.scan_index("k", q.qid):
         if len(out) >= want or budget <= 0:
             break
         group = rkey[17:].decode()
         g = st.group(q.qid, group)
         if g.in_flight:  # the ready entry is stale only if refresh was skipped: never
             raise AssertionError(f"blocked group {group!r} in the ready index")
-        for fkey, _ in st.scan_prefix(r.group_prefix(q.qid, group)):
+        for fkey in st.group_messages(q.qid, group):
             if len(out) >= want or budget <= 0:
                 break
             budget -= 1
@@ -406,5 +415,6 @@ def change_visibility(st: ShardState, q: QueueRecord, cmd: ChangeVisibilities, n
             d.visible_at_ms = now + timeout_s * 1000
             st.put_delivery(q.qid, h.seq, d)
             st.txn.put(r.timer_key(q.qid, d.visible_at_ms, h.seq), TIMER_IN_FLIGHT)
+            st.lower_floor(q.qid, "w_floor", d.visible_at_ms)
         ok.append(entry_id)
     return Outcome(BatchResult(tuple(ok), tuple(failed)), tuple(set(effects)))

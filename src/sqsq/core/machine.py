@@ -54,11 +54,17 @@ def sweep(st: ShardState, cmd: c.Sweep, now: int) -> c.Outcome:
     for key, deleted_at in list(st.scan_prefix(b"x")):
         if now - r.read_u64(deleted_at) >= limits.QUEUE_DELETED_RECENTLY_MS:
             st.txn.delete(key)
-    for gkey, _ in list(st.scan_prefix(b"z")):
+    for gkey, resume in list(st.scan_prefix(b"z")):
+        # Resume after the last key deleted: rescanning from the prefix would wade through
+        # this queue's own fresh tombstones on every sweep.
         qid = r.read_u64(gkey, 1)
         for prefix in r.QUEUE_SCOPED_PREFIXES:
-            for key, _ in st.scan_prefix(prefix + r.u64(qid)):
+            start = prefix + r.u64(qid)
+            if resume and resume[:1] > prefix[:1]:
+                continue
+            for key, _ in st.scan_prefix(start, max(start, resume or b"")):
                 if budget <= 0:
+                    st.txn.put(gkey, key)
                     return c.Outcome(c.Swept(more=True), tuple(woken))
                 st.txn.delete(key)
                 budget -= 1
@@ -69,12 +75,12 @@ def sweep(st: ShardState, cmd: c.Sweep, now: int) -> c.Outcome:
 def sweep_needed(st: ShardState, now: int) -> bool:
     """Whether a Sweep would change anything: a read-only check so idle shards write nothing."""
     for q in st.queues():
-        if any(True for _ in st.scan_until(b"w" + r.u64(q.qid), now)):
+        if any(True for _ in st.scan_index("w", q.qid, now)):
             return True
         cutoff = now - q.attributes.message_retention_period_s * 1000
-        if cutoff >= 0 and any(True for _ in st.scan_until(b"r" + r.u64(q.qid), cutoff)):
+        if cutoff >= 0 and any(True for _ in st.scan_index("r", q.qid, cutoff)):
             return True
-    if any(True for _ in st.scan_until(b"e", now)) or any(True for _ in st.scan_prefix(b"z")):
+    if any(True for _ in sending.due_dedup(st, now)) or any(True for _ in st.scan_prefix(b"z")):
         return True
     if redrive.running(st):
         return True

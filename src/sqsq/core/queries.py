@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from sqsq.core import limits
-from sqsq.core import records as r
 from sqsq.core.attributes import render_queue_attributes
 from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.queues import queue_does_not_exist
@@ -29,7 +28,7 @@ def depth(st: ShardState, q: QueueRecord, now: int) -> Counters:
     """Counts as of ``now``: materialised counters corrected for timers already due."""
     c = st.counters(q.qid)
     visible, in_flight, delayed = c.visible, c.in_flight, c.delayed
-    for _, kind in st.scan_until(b"w" + r.u64(q.qid), now):
+    for _, kind in st.scan_index("w", q.qid, now):
         if kind == TIMER_DELAYED:
             delayed -= 1
         else:

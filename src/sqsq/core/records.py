@@ -121,8 +121,10 @@ def garbage_key(qid: int) -> bytes:
     return b"z" + u64(qid)
 
 
+NO_FLOOR = 2**63  # an empty index: any insert lowers the floor again
+
 # Every prefix whose keys start with the queue id: what garbage collection clears.
-QUEUE_SCOPED_PREFIXES = (b"c", b"m", b"d", b"v", b"w", b"r", b"f", b"g", b"k", b"u")
+QUEUE_SCOPED_PREFIXES = (b"c", b"d", b"f", b"g", b"k", b"m", b"r", b"u", b"v", b"w")  # key order
 
 
 # ---- records ----------------------------------------------------------------------------
@@ -134,9 +136,11 @@ class Meta:
     next_qid: int = 1
     last_now_ms: int = 0
     applied_index: int = 0
+    e_floor: int = 0  # dedup expiry index: no live entry expires earlier
 
     def encode(self) -> bytes:
-        return pack([self.next_seq, self.next_qid, self.last_now_ms, self.applied_index])
+        return pack([self.next_seq, self.next_qid, self.last_now_ms, self.applied_index,
+                     self.e_floor])
 
     @classmethod
     def decode(cls, raw: bytes | None) -> Meta:
@@ -214,9 +218,17 @@ class Counters:
     visible: int = 0
     in_flight: int = 0
     delayed: int = 0
+    # Floors: a lower bound of the first live key's leading number in each index of the queue.
+    # Scans start there, so they do not wade through the deletion tombstones RocksDB keeps
+    # at the front of an index until compaction (cost per operation stays flat).
+    v_floor: int = 0  # visible index: visible_at
+    w_floor: int = 0  # timer index: deadline
+    r_floor: int = 0  # retention index: enqueued_ms
+    k_floor: int = 0  # FIFO ready groups: head seq
 
     def encode(self) -> bytes:
-        return pack([self.visible, self.in_flight, self.delayed])
+        return pack([self.visible, self.in_flight, self.delayed, self.v_floor, self.w_floor,
+                     self.r_floor, self.k_floor])
 
     @classmethod
     def decode(cls, raw: bytes | None) -> Counters:
@@ -303,9 +315,10 @@ class Delivery:
 class GroupRecord:
     in_flight: int = 0
     ready_key: bytes | None = None
+    floor: int = 0  # no live message of the group has a lower seq (skips tombstones)
 
     def encode(self) -> bytes:
-        return pack([self.in_flight, self.ready_key])
+        return pack([self.in_flight, self.ready_key, self.floor])
 
     @classmethod
     def decode(cls, raw: bytes | None) -> GroupRecord:

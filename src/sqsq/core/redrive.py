@@ -203,8 +203,7 @@ def _finish(st: ShardState, task: MoveTask, now: int, status: str, reason: str |
 
 def _next_visible(st: ShardState, q: QueueRecord) -> tuple[int, r.Delivery] | None:
     """The oldest visible message (for FIFO queues: the head of any unblocked group)."""
-    prefix = (b"k" if q.attributes.fifo_queue else b"v") + r.u64(q.qid)
-    for key, _ in st.scan_prefix(prefix):
+    for key, _ in st.scan_index("k" if q.attributes.fifo_queue else "v", q.qid):
         # FIFO: the ready index holds (head seq, group); standard: (visible_at, seq).
         seq = r.read_u64(key, 9) if q.attributes.fifo_queue else r.read_u64(key, len(key) - 8)
         d = st.delivery(q.qid, seq)

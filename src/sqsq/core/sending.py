@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from sqsq.core import limits
 from sqsq.core import records as r
 from sqsq.core.commands import (
@@ -154,14 +156,30 @@ def send(st: ShardState, q: QueueRecord, cmd: SendMessages, now: int) -> Outcome
             st.txn.put(ukey, DedupRecord(message_id, seq_no, m.md5_of_body,
                                          m.md5_of_message_attributes, expires).encode())
             st.txn.put(r.dedup_expiry_key(expires, ukey), b"")
+            st.meta.e_floor = min(st.meta.e_floor, expires)
     effects = (WakeReceivers(q.name),) if woke else ()
     return Outcome(BatchResult(tuple(ok), tuple(failed)), effects)
+
+
+def due_dedup(st: ShardState, now: int) -> Iterator[tuple[bytes, bytes]]:
+    """Expiry index entries that are due, from the floor (see records.Meta.e_floor)."""
+    meta = st.meta
+    start = b"e" + r.u64(meta.e_floor)
+    end = b"e" + r.u64(now + 1)
+    first = True
+    for key, value in st.txn.scan(start, end) if start < end else ():
+        if first:
+            first = False
+            meta.e_floor = r.read_u64(key, 1)
+        yield key, value
+    if first:
+        meta.e_floor = max(meta.e_floor, now + 1)
 
 
 def expire_dedup(st: ShardState, now: int, budget: int) -> int:
     """Forget deduplication records whose 5-minute window has passed."""
     n = 0
-    for key, _ in st.scan_until(b"e", now):
+    for key, _ in due_dedup(st, now):
         if n >= budget:
             break
         ukey = key[9:]

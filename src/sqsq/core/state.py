@@ -110,6 +110,45 @@ class ShardState:
     ) -> Iterator[tuple[bytes, bytes]]:
         return self.txn.scan(start or prefix, prefix_end(prefix))
 
-    def scan_until(self, prefix: bytes, until: int) -> Iterator[tuple[bytes, bytes]]:
-        """Entries of ``prefix`` whose next 8 key bytes (a time) are <= ``until``."""
-        return self.txn.scan(prefix, prefix + r.u64(until + 1))
+    # ---- index floors (see Counters) ----
+    def lower_floor(self, qid: int, index: str, value: int) -> None:
+        c = self.counters(qid)
+        if value < getattr(c, index):
+            setattr(c, index, value)
+
+    def scan_index(
+        self, index: str, qid: int, until: int | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """A queue's index (``v``, ``w``, ``r`` or ``k``) from its floor, up to ``until``.
+
+        The first live key seen raises the floor to itself; a bounded scan that finds nothing
+        raises it past ``until``.
+        """
+        c = self.counters(qid)
+        field = f"{index}_floor"
+        prefix = index.encode() + r.u64(qid)
+        end = prefix_end(prefix) if until is None else prefix + r.u64(until + 1)
+        start = prefix + r.u64(getattr(c, field))
+        first = True
+        for key, value in self.txn.scan(start, end) if start < end else ():
+            if first:
+                first = False
+                setattr(c, field, r.read_u64(key, 9))
+            yield key, value
+        if first:
+            setattr(c, field, r.NO_FLOOR if until is None else max(getattr(c, field), until + 1))
+
+    def group_messages(self, qid: int, group: str) -> Iterator[bytes]:
+        """Keys of a FIFO group's messages in send order, from the group's floor."""
+        prefix = r.group_prefix(qid, group)
+        floor = self.group(qid, group).floor
+        first = True
+        for key, _ in self.txn.scan(prefix + r.u64(floor), prefix_end(prefix)):
+            if first:
+                first = False
+                seq = r.read_u64(key, len(key) - 8)
+                if seq != floor:  # written at once: callers re-read the group record
+                    g = self.group(qid, group)
+                    g.floor = seq
+                    self.put_group(qid, group, g)
+            yield key
