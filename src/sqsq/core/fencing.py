@@ -1,0 +1,107 @@
+"""DeleteMessage and ChangeMessageVisibility: transitions fenced by the receipt handle.
+
+A handle carries the epoch (receive count) of the receive that issued it. Only the latest
+epoch may delete or change visibility; a handle superseded by a later receive fails with
+"expired" and changes nothing; a handle for a message that is already gone deletes "again"
+successfully, as SQS does.
+"""
+
+from __future__ import annotations
+
+from sqsq.core import limits
+from sqsq.core import records as r
+from sqsq.core.commands import (
+    BatchResult,
+    ChangeVisibilities,
+    DeleteMessages,
+    EntryFailed,
+    Outcome,
+    WakeReceivers,
+)
+from sqsq.core.delivery import make_visible, remove
+from sqsq.core.errors import ErrorCode, Rejection, reject
+from sqsq.core.receipts import ReceiptHandle, decode_receipt_handle, queue_name_hash
+from sqsq.core.records import IN_FLIGHT, TIMER_IN_FLIGHT, QueueRecord
+from sqsq.core.state import ShardState
+
+
+def _handle_for(st: ShardState, q: QueueRecord, text: str) -> ReceiptHandle | Rejection:
+    h = decode_receipt_handle(st.config.secret, text)
+    if h is None or h.name_hash != queue_name_hash(q.name) or h.shard_id != st.config.shard_id:
+        return reject(
+            ErrorCode.RECEIPT_HANDLE_IS_INVALID,
+            f'The input receipt handle "{text}" is not a valid receipt handle.',
+        )
+    return h
+
+
+def _expired(text: str) -> Rejection:
+    return reject(
+        ErrorCode.INVALID_PARAMETER_VALUE,
+        f"Value {text} for parameter ReceiptHandle is invalid. Reason: The receipt handle has "
+        "expired.",
+    )
+
+
+def delete(st: ShardState, q: QueueRecord, cmd: DeleteMessages, now: int) -> Outcome:
+    ok: list[str] = []
+    failed: list[EntryFailed] = []
+    effects: list[WakeReceivers] = []
+    for entry_id, text in cmd.entries:
+        h = _handle_for(st, q, text)
+        if isinstance(h, Rejection):
+            failed.append(EntryFailed(entry_id, h))
+            continue
+        d = st.delivery(q.qid, h.seq) if h.queue_id == q.qid else None
+        if d is not None and d.receive_count != h.epoch:
+            failed.append(EntryFailed(entry_id, _expired(text)))
+            continue
+        if d is not None:  # already gone (deleted, purged, expired): deleting again succeeds
+            remove(st, q, h.seq, d)
+            if d.group_id is not None:
+                effects.append(WakeReceivers(q.name))
+        ok.append(entry_id)
+    return Outcome(BatchResult(tuple(ok), tuple(failed)), tuple(set(effects)))
+
+
+def change_visibility(st: ShardState, q: QueueRecord, cmd: ChangeVisibilities, now: int) -> Outcome:
+    ok: list[str] = []
+    failed: list[EntryFailed] = []
+    effects: list[WakeReceivers] = []
+    lo, hi, _ = limits.VISIBILITY_TIMEOUT_S
+    for entry_id, text, timeout_s in cmd.entries:
+        h = _handle_for(st, q, text)
+        if isinstance(h, Rejection):
+            failed.append(EntryFailed(entry_id, h))
+            continue
+        if not lo <= timeout_s <= hi:
+            failed.append(EntryFailed(entry_id, reject(
+                ErrorCode.INVALID_PARAMETER_VALUE,
+                f"Value {timeout_s} for parameter VisibilityTimeout is invalid. Reason: Must be "
+                f"between {lo} and {hi}.")))
+            continue
+        d = st.delivery(q.qid, h.seq) if h.queue_id == q.qid else None
+        if d is None:
+            failed.append(EntryFailed(entry_id, reject(
+                ErrorCode.INVALID_PARAMETER_VALUE,
+                f"Value {text} for parameter ReceiptHandle is invalid. Reason: Message does not "
+                "exist or is not available for visibility timeout change.")))
+            continue
+        if d.receive_count != h.epoch:
+            failed.append(EntryFailed(entry_id, _expired(text)))
+            continue
+        if d.state != IN_FLIGHT or d.visible_at_ms <= now:
+            failed.append(EntryFailed(entry_id, reject(
+                ErrorCode.MESSAGE_NOT_INFLIGHT, "The message referred to isn't in flight.")))
+            continue
+        st.txn.delete(r.timer_key(q.qid, d.visible_at_ms, h.seq))
+        if timeout_s == 0:
+            make_visible(st, q, h.seq, d, now)
+            effects.append(WakeReceivers(q.name))
+        else:
+            d.visible_at_ms = now + timeout_s * 1000
+            st.put_delivery(q.qid, h.seq, d)
+            st.txn.put(r.timer_key(q.qid, d.visible_at_ms, h.seq), TIMER_IN_FLIGHT)
+            st.lower_floor(q.qid, "w_floor", d.visible_at_ms)
+        ok.append(entry_id)
+    return Outcome(BatchResult(tuple(ok), tuple(failed)), tuple(set(effects)))
