@@ -55,7 +55,7 @@ def _pkg_version(name: str) -> str:
 class SqsqServer(System):
     """``sqsq server`` (single node, one shard, fsync on), or an already running one."""
 
-    durability = "fsync per group commit (RocksDB sync write) before every reply"
+    durability = "WAL fdatasync covering each group commit before any of its replies"
 
     def __init__(self, via: str = "grpc", endpoint: str | None = None) -> None:
         super().__init__()

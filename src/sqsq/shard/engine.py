@@ -2,13 +2,13 @@
 
 Commands arrive from many concurrent requests. The committer takes whatever has queued up,
 applies each command to one transaction (a failed command's writes are rolled back to its
-savepoint), writes the whole group as one fsynced RocksDB batch together with the applied
-index, and only then answers the callers and runs the effects (waking long polls). While one
-group is being fsynced the next one queues up: that is the group commit that lets many small
+savepoint) and writes the whole group, with the applied index, as one RocksDB batch. The
+callers are answered, and the effects (waking long polls) run, only once an fsync of the
+write-ahead log has covered that batch. The fsync runs in a thread while the loop applies
+the next groups, and one fsync covers every group written before it started: many small
 requests share one fsync. The same loop is where a Raft adapter will propose instead of
 writing directly; ``apply`` does not change.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -17,6 +17,7 @@ import logging
 import secrets
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -93,7 +94,13 @@ class ShardEngine:
         self._io = ThreadPoolExecutor(1, thread_name_prefix="sqsq-fsync")
         self._tasks: list[asyncio.Task] = []
         self._closing = False
+        self._failed: Rejection | None = None
         self.long_polls_allowed = True
+        # Pipelined durability: groups written (unsynced) and groups covered by an fsync.
+        self._written = 0
+        self._synced = 0
+        self._unsynced: deque[tuple[int, list, list[c.Outcome]]] = deque()
+        self._syncer: asyncio.Task | None = None
         self.applied_index = records.Meta.decode(store.get(records.META_KEY)).applied_index
 
     # ---- lifecycle ----
@@ -114,9 +121,10 @@ class ShardEngine:
         self._closing = True
         if self._queue is not None:
             await self._queue.join()
-        for t in self._tasks:
+        tasks = [*self._tasks, *([self._syncer] if self._syncer else [])]
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._io.shutdown(wait=True)
         self.store.close()
 
@@ -124,6 +132,8 @@ class ShardEngine:
     async def execute(self, command: c.Command) -> c.Result:
         if self._closing or self._queue is None:
             return Rejection(ErrorCode.SERVICE_UNAVAILABLE, "The shard is shutting down.")
+        if self._failed is not None:
+            return self._failed
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         await self._queue.put((stamp(command), fut))
         return await fut
@@ -137,33 +147,68 @@ class ShardEngine:
     # ---- the loop ----
     async def _committer(self) -> None:
         assert self._queue is not None
-        loop = asyncio.get_running_loop()
         while True:
             group = [await self._queue.get()]
             while len(group) < MAX_GROUP and not self._queue.empty():
                 group.append(self._queue.get_nowait())
-            try:
-                outcomes = self._apply_group(group)
-                writes = self._last_txn.writes()
-                await loop.run_in_executor(self._io, self._write, writes)
-            except Exception as exc:  # the store failed: nothing in this group is durable
-                log.exception("commit failed")
-                for _, fut in group:
-                    if not fut.done():
-                        fut.set_result(Rejection(ErrorCode.INTERNAL_ERROR, f"commit failed: {exc}"))
-                    self._queue.task_done()
+            if self._failed is not None:
+                self._answer(group, None, self._failed)
                 continue
-            for (_, fut), outcome in zip(group, outcomes, strict=True):
-                if not fut.done():
-                    fut.set_result(outcome.result)
-                for effect in outcome.effects:
-                    self.waiters.wake(effect.queue)
-                self._queue.task_done()
+            try:
+                outcomes, writes = self._apply_group(group)
+                # Unsynced write: the next group reads it at once; nobody hears of it before
+                # the fsync below has covered it.
+                self.store.write(writes, sync=False)
+            except Exception as exc:  # the store failed: stop rather than guess
+                log.exception("commit failed")
+                self._failed = Rejection(ErrorCode.SERVICE_UNAVAILABLE, f"store failed: {exc}")
+                self._answer(group, None, self._failed)
+                continue
+            self._written += 1
+            self._unsynced.append((self._written, group, outcomes))
+            if not self.sync:
+                self._release(self._written)
+            elif self._syncer is None or self._syncer.done():
+                self._syncer = asyncio.create_task(self._sync_loop())
 
-    def _write(self, writes: dict[bytes, bytes | None]) -> None:
-        self.store.write(writes, sync=self.sync)
+    async def _sync_loop(self) -> None:
+        """fsync in a thread while the loop applies the next groups; one fsync covers all the
+        groups written before it started (group commit across groups)."""
+        loop = asyncio.get_running_loop()
+        while self._synced < self._written:
+            target = self._written
+            try:
+                await loop.run_in_executor(self._io, self.store.sync)
+            except Exception as exc:  # durability unknown: fail everything pending, stop
+                log.exception("fsync failed")
+                self._failed = Rejection(ErrorCode.SERVICE_UNAVAILABLE, f"fsync failed: {exc}")
+                while self._unsynced:
+                    _, group, _ = self._unsynced.popleft()
+                    self._answer(group, None, self._failed)
+                return
+            self._synced = target
+            self._release(target)
 
-    def _apply_group(self, group: list[tuple[c.Command, asyncio.Future]]) -> list[c.Outcome]:
+    def _release(self, upto: int) -> None:
+        """Groups up to ``upto`` are durable: answer them and run their effects."""
+        while self._unsynced and self._unsynced[0][0] <= upto:
+            _, group, outcomes = self._unsynced.popleft()
+            self._answer(group, outcomes, None)
+
+    def _answer(self, group: list, outcomes: list[c.Outcome] | None,
+                failure: Rejection | None) -> None:
+        assert self._queue is not None
+        for i, (_, fut) in enumerate(group):
+            outcome = outcomes[i] if outcomes is not None else c.Outcome(failure)
+            if not fut.done():
+                fut.set_result(outcome.result)
+            for effect in outcome.effects:
+                self.waiters.wake(effect.queue)
+            self._queue.task_done()
+
+    def _apply_group(
+        self, group: list[tuple[c.Command, asyncio.Future]]
+    ) -> tuple[list[c.Outcome], dict[bytes, bytes | None]]:
         txn = Txn(self.store)
         now = self.clock_ms()
         outcomes = []
@@ -180,8 +225,7 @@ class ShardEngine:
         self.applied_index += len(group)
         meta.applied_index = self.applied_index
         txn.put(records.META_KEY, meta.encode())
-        self._last_txn = txn
-        return outcomes
+        return outcomes, txn.writes()
 
     async def _ticker(self) -> None:
         """Propose a Sweep when time-driven work is due: timers, retention, windows, garbage."""
