@@ -7,9 +7,16 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/sqsq/v1/*.proto)
 GEN := src/sqsq/v1/.generated
 
-.PHONY: setup run test lint clean bench report
+.PHONY: setup system-deps run test lint clean bench report
 
-setup: $(STAMP) $(GEN)
+setup: system-deps $(STAMP) $(GEN)
+
+# Java runs the Spark analytics (jobs and tests). Installed when missing (we are root on the
+# machines this targets); if that fails, the analytics tests fail loudly, they never skip.
+system-deps:
+	@command -v java >/dev/null 2>&1 || { apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless; } \
+		|| echo "WARNING: could not install Java 17: the Spark analytics tests will fail"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -11,13 +11,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 AWS = shutil.which("aws", path=str(Path(sys.executable).parent)) or shutil.which("aws")
-pytestmark = pytest.mark.skipif(AWS is None, reason="the aws CLI is not installed")
 
 
 def aws(endpoint: str, *args: str) -> Any:
+    assert AWS is not None, "the aws CLI (awscli, a dev dependency) is not installed"
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y",
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
            "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_PAGER": ""}
