@@ -139,7 +139,11 @@ class ShardEngine:
         return await fut
 
     def query(self, fn: Callable[..., T], *args: object) -> T:
-        """A read-only question against acknowledged state: ``fn(state, *args, now)``."""
+        """A read-only question: ``fn(state, *args, now)`` over the latest written state.
+
+        That may include a group whose fsync is still running; counts and attributes are
+        approximate in SQS too, and nothing that was answered can be lost.
+        """
         txn = Txn(self.store)
         now = effective_now(txn, self.clock_ms())
         return fn(ShardState(txn, self.config), *args, now)
