@@ -50,16 +50,18 @@ def queue_attributes(
             return reject(ErrorCode.INVALID_ATTRIBUTE_NAME, f"Unknown Attribute {n}.")
     if not names:
         return {}
-    counts = depth(st, q, now)
     everything = {
         **settable,
         "QueueArn": st.config.queue_arn(q.name),
         "CreatedTimestamp": str(q.created_ms // 1000),
         "LastModifiedTimestamp": str(q.modified_ms // 1000),
-        "ApproximateNumberOfMessages": str(counts.visible),
-        "ApproximateNumberOfMessagesNotVisible": str(counts.in_flight),
-        "ApproximateNumberOfMessagesDelayed": str(counts.delayed),
     }
+    if "All" in names or any(n.startswith("ApproximateNumberOf") for n in names):
+        # Only when asked: receives look up ReceiveMessageWaitTimeSeconds through here.
+        counts = depth(st, q, now)
+        everything["ApproximateNumberOfMessages"] = str(counts.visible)
+        everything["ApproximateNumberOfMessagesNotVisible"] = str(counts.in_flight)
+        everything["ApproximateNumberOfMessagesDelayed"] = str(counts.delayed)
     if "All" in names:
         return everything
     return {n: everything[n] for n in names if n in everything}
