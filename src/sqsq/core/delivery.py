@@ -46,10 +46,6 @@ from sqsq.core.records import (
 from sqsq.core.state import ShardState
 
 
-def _seq_of(key: bytes) -> int:
-    return r.read_u64(key, len(key) - 8)
-
-
 def sequence_number(seq: int) -> str:
     return f"{seq:020d}"
 
@@ -144,7 +140,7 @@ def refresh_group(st: ShardState, qid: int, group: str) -> bool:
     """Keep a FIFO group's entry in the ready index iff it is unblocked with a visible head."""
     head_seq = None
     for key in st.group_messages(qid, group):
-        head_seq = _seq_of(key)
+        head_seq = r.seq_of(key)
         break
     g = st.group(qid, group)
     want = None
@@ -172,7 +168,7 @@ def promote_due(st: ShardState, q: QueueRecord, now: int, budget: int) -> int:
     for key, _ in st.scan_index("w", q.qid, now):
         if n >= budget:
             break
-        seq, deadline = _seq_of(key), r.read_u64(key, 9)
+        seq, deadline = r.seq_of(key), r.read_u64(key, 9)
         st.txn.delete(key)
         d = st.delivery(q.qid, seq)
         if d is not None:
@@ -190,7 +186,7 @@ def drop_expired(st: ShardState, q: QueueRecord, now: int, budget: int) -> int:
     for key, _ in st.scan_index("r", q.qid, cutoff):
         if n >= budget:
             break
-        seq = _seq_of(key)
+        seq = r.seq_of(key)
         d = st.delivery(q.qid, seq)
         if d is None:
             st.txn.delete(key)
@@ -299,7 +295,7 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
             if len(out) >= want or budget <= 0:
                 break
             budget -= 1
-            seq = _seq_of(key)
+            seq = r.seq_of(key)
             got = _deliverable(st, q, dlq, seq, now, effects)
             if got is not None:
                 st.txn.delete(key)
@@ -316,7 +312,7 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
             if len(out) >= want or budget <= 0:
                 break
             budget -= 1
-            seq = _seq_of(fkey)
+            seq = r.seq_of(fkey)
             d = st.delivery(q.qid, seq)
             if d is None or d.state != VISIBLE:
                 break  # strict order: nothing behind a delayed or in-flight message

@@ -48,6 +48,11 @@ def read_u64(b: bytes, offset: int = 0) -> int:
     return _U64.unpack_from(b, offset)[0]
 
 
+def seq_of(key: bytes) -> int:
+    """The message seq that ends every per-message index key."""
+    return read_u64(key, len(key) - 8)
+
+
 def pack(value: object) -> bytes:
     return msgpack.packb(value, use_bin_type=True)
 

@@ -205,7 +205,7 @@ def _next_visible(st: ShardState, q: QueueRecord) -> tuple[int, r.Delivery] | No
     """The oldest visible message (for FIFO queues: the head of any unblocked group)."""
     for key, _ in st.scan_index("k" if q.attributes.fifo_queue else "v", q.qid):
         # FIFO: the ready index holds (head seq, group); standard: (visible_at, seq).
-        seq = r.read_u64(key, 9) if q.attributes.fifo_queue else r.read_u64(key, len(key) - 8)
+        seq = r.read_u64(key, 9) if q.attributes.fifo_queue else r.seq_of(key)
         d = st.delivery(q.qid, seq)
         if d is not None and d.state == VISIBLE:
             return seq, d

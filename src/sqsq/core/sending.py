@@ -164,16 +164,8 @@ def send(st: ShardState, q: QueueRecord, cmd: SendMessages, now: int) -> Outcome
 def due_dedup(st: ShardState, now: int) -> Iterator[tuple[bytes, bytes]]:
     """Expiry index entries that are due, from the floor (see records.Meta.e_floor)."""
     meta = st.meta
-    start = b"e" + r.u64(meta.e_floor)
-    end = b"e" + r.u64(now + 1)
-    first = True
-    for key, value in st.txn.scan(start, end) if start < end else ():
-        if first:
-            first = False
-            meta.e_floor = r.read_u64(key, 1)
-        yield key, value
-    if first:
-        meta.e_floor = max(meta.e_floor, now + 1)
+    return st.scan_floored(b"e", meta.e_floor, now,
+                           lambda floor: setattr(meta, "e_floor", floor))
 
 
 def expire_dedup(st: ShardState, now: int, budget: int) -> int:

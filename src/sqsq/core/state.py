@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sqsq.core import records as r
@@ -126,17 +126,24 @@ class ShardState:
         """
         c = self.counters(qid)
         field = f"{index}_floor"
-        prefix = index.encode() + r.u64(qid)
+        return self.scan_floored(index.encode() + r.u64(qid), getattr(c, field), until,
+                                 lambda floor: setattr(c, field, floor))
+
+    def scan_floored(
+        self, prefix: bytes, floor: int, until: int | None, set_floor: Callable[[int], None]
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Keys ``prefix + u64(n) + ...`` with ``floor <= n (<= until)``, raising the floor:
+        to the first live key's ``n``, or past ``until`` when a bounded scan finds nothing."""
         end = prefix_end(prefix) if until is None else prefix + r.u64(until + 1)
-        start = prefix + r.u64(getattr(c, field))
+        start = prefix + r.u64(floor)
         first = True
         for key, value in self.txn.scan(start, end) if start < end else ():
             if first:
                 first = False
-                setattr(c, field, r.read_u64(key, 9))
+                set_floor(r.read_u64(key, len(prefix)))
             yield key, value
         if first:
-            setattr(c, field, r.NO_FLOOR if until is None else max(getattr(c, field), until + 1))
+            set_floor(r.NO_FLOOR if until is None else max(floor, until + 1))
 
     def group_messages(self, qid: int, group: str) -> Iterator[bytes]:
         """Keys of a FIFO group's messages in send order, from the group's floor."""
@@ -146,7 +153,7 @@ class ShardState:
         for key, _ in self.txn.scan(prefix + r.u64(floor), prefix_end(prefix)):
             if first:
                 first = False
-                seq = r.read_u64(key, len(key) - 8)
+                seq = r.seq_of(key)
                 if seq != floor:  # written at once: callers re-read the group record
                     g = self.group(qid, group)
                     g.floor = seq

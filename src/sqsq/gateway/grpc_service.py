@@ -12,7 +12,7 @@ import logging
 import grpc
 
 from sqsq.core import commands as c
-from sqsq.core.errors import ErrorCode, Rejection
+from sqsq.core.errors import ErrorCode
 from sqsq.core.messages import MessageAttributeValue
 from sqsq.errors import QueueError, from_rejection
 from sqsq.gateway.api import QueueApi
@@ -163,7 +163,7 @@ class QueuesService(pb_grpc.QueuesServicer):
         result = await self.api.send_message_batch(request.queue_url, [_entry(request, "0")],
                                                    request.request_id)
         if result.failed:
-            raise _single_failure(result.failed[0].rejection)
+            raise from_rejection(result.failed[0].rejection)
         return pb.SendMessageResponse(**_sent(result.successful[0]))
 
     @_rpc
@@ -202,7 +202,7 @@ class QueuesService(pb_grpc.QueuesServicer):
         result = await self.api.delete_message_batch(request.queue_url,
                                                      [("0", request.receipt_handle)])
         if result.failed:
-            raise _single_failure(result.failed[0].rejection)
+            raise from_rejection(result.failed[0].rejection)
         return pb.Empty()
 
     @_rpc
@@ -217,7 +217,7 @@ class QueuesService(pb_grpc.QueuesServicer):
         result = await self.api.change_message_visibility_batch(
             request.queue_url, [("0", request.receipt_handle, request.visibility_timeout)])
         if result.failed:
-            raise _single_failure(result.failed[0].rejection)
+            raise from_rejection(result.failed[0].rejection)
         return pb.Empty()
 
     @_rpc
@@ -228,6 +228,3 @@ class QueuesService(pb_grpc.QueuesServicer):
         return pb.BatchResponse(successful=list(result.successful),
                                 failed=_failed(result.failed))
 
-
-def _single_failure(rejection: Rejection) -> QueueError:
-    return from_rejection(rejection)
