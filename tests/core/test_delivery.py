@@ -273,6 +273,25 @@ def test_change_visibility_out_of_range(core: Core) -> None:
     assert len(core.receive(Q)) == 1  # the deadline was not moved
 
 
+def test_change_visibility_capped_at_12_hours_from_the_receive(core: Core) -> None:
+    sent_id(core.send(Q, "x"))
+    (m,) = core.receive(Q, timeout=60)
+    core.advance(30)
+    entry_ok(core.change(Q, m.receipt_handle, 43_200 - 30))  # exactly 12 h after the receive
+    core.advance(3600)
+    rej = entry_error(core.change(Q, m.receipt_handle, 43_200 - 3600))
+    assert rej.code is ErrorCode.INVALID_PARAMETER_VALUE
+    assert "Total VisibilityTimeout for the message is beyond the limit [43200 seconds]" in \
+        rej.message
+    entry_ok(core.change(Q, m.receipt_handle, 43_200 - 3630))  # what is left still works
+    core.advance(43_200 - 3630 - 1)
+    assert core.receive(Q) == []  # the refused change moved nothing
+    core.advance(1)
+    (again,) = core.receive(Q, timeout=60)
+    # A new receive starts a new 12 hours.
+    entry_ok(core.change(Q, again.receipt_handle, 43_200))
+
+
 def test_change_visibility_of_deleted_message_fails(core: Core) -> None:
     sent_id(core.send(Q, "x"))
     (m,) = core.receive(Q)

@@ -231,6 +231,7 @@ def _claim(
 ) -> ReceivedMessage:
     d.receive_count += 1
     d.first_receive_ms = d.first_receive_ms or now
+    d.received_ms = now
     d.state, d.visible_at_ms = IN_FLIGHT, now + timeout_s * 1000
     st.put_delivery(q.qid, seq, d)
     st.txn.put(r.timer_key(q.qid, d.visible_at_ms, seq), TIMER_IN_FLIGHT)

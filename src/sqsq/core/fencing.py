@@ -94,6 +94,13 @@ def change_visibility(st: ShardState, q: QueueRecord, cmd: ChangeVisibilities, n
             failed.append(EntryFailed(entry_id, reject(
                 ErrorCode.MESSAGE_NOT_INFLIGHT, "The message referred to isn't in flight.")))
             continue
+        if d.received_ms and now + timeout_s * 1000 > d.received_ms + hi * 1000:
+            # SQS counts the 12-hour maximum from the receive, and refuses rather than clips.
+            failed.append(EntryFailed(entry_id, reject(
+                ErrorCode.INVALID_PARAMETER_VALUE,
+                f"Value {timeout_s} for parameter VisibilityTimeout is invalid. Reason: Total "
+                f"VisibilityTimeout for the message is beyond the limit [{hi} seconds]")))
+            continue
         st.txn.delete(r.timer_key(q.qid, d.visible_at_ms, h.seq))
         if timeout_s == 0:
             make_visible(st, q, h.seq, d, now)

@@ -298,6 +298,9 @@ class Delivery:
     first_receive_ms: int = 0
     group_id: str | None = None
     sent_ms: int = 0  # when retention starts counting (the send, or a FIFO DLQ move)
+    # The latest receive: SQS caps visibility at 12 hours from it. Last, so records written
+    # before it existed still decode (as 0: no cap known).
+    received_ms: int = 0
 
     def encode(self) -> bytes:
         return pack(
@@ -308,6 +311,7 @@ class Delivery:
                 self.first_receive_ms,
                 self.group_id,
                 self.sent_ms,
+                self.received_ms,
             ]
         )
 
