@@ -6,11 +6,16 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import botocore.auth
 import grpc
 import pytest
+from botocore.auth import SigV4QueryAuth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 
 from serverproc import ServerProcess
 from sqsq.gateway.auth import grpc_token
@@ -131,3 +136,37 @@ def test_sdk_clients_sign_grpc_calls(locked: ServerProcess) -> None:
             return [m.body for m in await c.receive_message("sdk-signed", wait_time_seconds=1)]
 
     assert asyncio.run(run()) == ["via grpc"]
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_presigned_url(locked: ServerProcess, client_for: Any,
+                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A presigned query-protocol GET: the signature rides in the URL, for its X-Amz-Expires."""
+    sqs = client_for(locked.http_url, FILE_KEY, FILE_SECRET)
+    queue_url = sqs.create_queue(QueueName="presigned")["QueueUrl"]
+
+    def presign(secret: str = FILE_SECRET, hours_ago: int = 0) -> str:
+        req = AWSRequest(method="GET", url=f"{queue_url}?Action=SendMessage"
+                         "&MessageBody=from%20a%20link&Version=2012-11-05")
+        signed_at = datetime.now(UTC).replace(tzinfo=None) - timedelta(hours=hours_ago)
+        with monkeypatch.context() as patched:  # botocore's signing clock, for this URL only
+            patched.setattr(botocore.auth, "get_current_datetime", lambda: signed_at)
+            SigV4QueryAuth(Credentials(FILE_KEY, secret), "sqs", "us-east-1", expires=60) \
+                .add_auth(req)
+        return req.prepare().url
+
+    status, body = _get(presign())
+    assert status == 200 and b"<MessageId>" in body
+    status, body = _get(presign(secret="wrong"))
+    assert status == 403 and b"SignatureDoesNotMatch" in body
+    status, body = _get(presign(hours_ago=2))  # valid for 60 s, two hours ago
+    assert status == 403 and b"<Code>AccessDenied</Code>" in body
+    got = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in got] == ["from a link"]  # only the valid link sent

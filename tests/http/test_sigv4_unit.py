@@ -7,7 +7,7 @@ import time
 from urllib.parse import urlsplit
 
 import pytest
-from botocore.auth import SigV4Auth
+from botocore.auth import SigV4Auth, SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
@@ -78,3 +78,40 @@ def test_load_credentials(tmp_path) -> None:  # noqa: ANN001
     assert load_credentials(None, {}) == {}
     with pytest.raises(ValueError):
         load_credentials(None, {"SQSQ_ACCESS_KEY_ID": "only-the-id"})
+
+
+def _presigned(url: str, expires: int = 300, secret: str = SECRET) -> SignedRequest:
+    req = AWSRequest(method="GET", url=url)
+    SigV4QueryAuth(Credentials(KEY, secret), "sqs", "eu-west-1", expires=expires).add_auth(req)
+    parts = urlsplit(req.prepare().url)
+    return SignedRequest("GET", parts.path or "/", parts.query,
+                         lambda name: [parts.netloc] if name == "host" else [], b"")
+
+
+def test_presigned_urls() -> None:
+    url = "http://127.0.0.1:9324/000000000000/q?Action=ReceiveMessage&MaxNumberOfMessages=2"
+    auth = Authenticator({KEY: SECRET})
+    good = _presigned(url)
+    assert "X-Amz-Signature=" in good.raw_query and "Authorization" not in good.raw_query
+    assert auth.verify_sigv4(good) == KEY
+    tampered = SignedRequest("GET", good.raw_path,
+                             good.raw_query.replace("MaxNumberOfMessages=2",
+                                                    "MaxNumberOfMessages=9"),
+                             good.headers, b"")
+    with pytest.raises(AuthError, match="SignatureDoesNotMatch"):
+        auth.verify_sigv4(tampered)
+    with pytest.raises(AuthError, match="SignatureDoesNotMatch"):
+        auth.verify_sigv4(_presigned(url, secret="other"))
+    # Valid for X-Amz-Expires seconds from X-Amz-Date, and no longer.
+    later = Authenticator({KEY: SECRET}, clock=lambda: time.time() + 400)
+    with pytest.raises(AuthError, match="AccessDenied.*expired"):
+        later.verify_sigv4(good)
+    assert later.verify_sigv4(_presigned(url, expires=600)) == KEY
+    with pytest.raises(AuthError, match="AuthorizationQueryParametersError"):
+        auth.verify_sigv4(_presigned(url, expires=8 * 24 * 3600))
+    cut = SignedRequest("GET", good.raw_path,
+                        "&".join(p for p in good.raw_query.split("&")
+                                 if not p.startswith("X-Amz-Credential=")),
+                        good.headers, b"")
+    with pytest.raises(AuthError, match="IncompleteSignature.*X-Amz-Credential"):
+        auth.verify_sigv4(cut)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import quote, unquote
+from urllib.parse import parse_qsl, quote, unquote
 
 import grpc
 
@@ -35,6 +35,7 @@ GRPC_METADATA_KEY = "authorization"
 GRPC_SCHEME = "SQSQ1"
 MAX_SKEW_S = 15 * 60  # what AWS allows between the signer's clock and ours
 GRPC_MAX_SKEW_S = 5 * 60
+MAX_PRESIGNED_S = 7 * 24 * 3600  # SigV4's longest presigned URL
 ERROR_CODE_KEY = "sqs-error-code"  # the same trailing key the gRPC service uses
 
 
@@ -163,6 +164,48 @@ class SignedRequest:
     body: bytes
 
 
+@dataclass(frozen=True)
+class _SignatureParams:
+    """Where a request says it was signed: the same fields in a header or a presigned URL."""
+
+    credential: str
+    signed_headers: str
+    signature: str
+    amz_date: str
+    expires_s: int = 0  # presigned URLs only
+
+
+def _header_params(req: SignedRequest) -> _SignatureParams:
+    auth = (req.headers("authorization") or [""])[0]
+    if not auth:
+        raise _missing()
+    m = _AUTH_RE.match(auth.strip())
+    if m is None:
+        raise AuthError("IncompleteSignature", "Authorization header is malformed.", 400)
+    return _SignatureParams(m["cred"], m["signed"], m["sig"],
+                            (req.headers("x-amz-date") or [""])[0])
+
+
+def _presigned_params(raw_query: str) -> _SignatureParams | None:
+    params = dict(parse_qsl(raw_query, keep_blank_values=True))
+    if "X-Amz-Signature" not in params and "X-Amz-Algorithm" not in params:
+        return None
+    missing = [k for k in ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date",
+                           "X-Amz-Expires", "X-Amz-SignedHeaders", "X-Amz-Signature")
+               if not params.get(k)]
+    if missing:
+        raise AuthError("IncompleteSignature",
+                        f"The presigned URL lacks {', '.join(missing)}.", 400)
+    if params["X-Amz-Algorithm"] != "AWS4-HMAC-SHA256":
+        raise AuthError("IncompleteSignature", "Only AWS4-HMAC-SHA256 is supported.", 400)
+    expires = params["X-Amz-Expires"]
+    if not expires.isdigit() or not 1 <= int(expires) <= MAX_PRESIGNED_S:
+        raise AuthError("AuthorizationQueryParametersError",
+                        f"X-Amz-Expires must be between 1 and {MAX_PRESIGNED_S} seconds.", 400)
+    return _SignatureParams(params["X-Amz-Credential"], params["X-Amz-SignedHeaders"],
+                            params["X-Amz-Signature"], params["X-Amz-Date"], int(expires))
+
+
 class Authenticator:
     """Checks requests against the configured credentials; open when there are none."""
 
@@ -175,32 +218,33 @@ class Authenticator:
         return not self.credentials
 
     def verify_sigv4(self, req: SignedRequest) -> str | None:
-        """The caller's access key id, or raise ``AuthError``. ``None`` when open."""
+        """The caller's access key id, or raise ``AuthError``. ``None`` when open.
+
+        The signature comes in the ``Authorization`` header, or in the query string of a
+        presigned URL (``X-Amz-Signature``, valid for ``X-Amz-Expires`` seconds)."""
         if self.open:
             return None
-        auth = (req.headers("authorization") or [""])[0]
-        if not auth:
-            raise _missing()
-        m = _AUTH_RE.match(auth.strip())
-        if m is None:
-            raise AuthError("IncompleteSignature", "Authorization header is malformed.", 400)
-        cred = m["cred"].split("/")
+        presigned = _presigned_params(req.raw_query)
+        sig = presigned or _header_params(req)
+        cred = sig.credential.split("/")
         if len(cred) != 5 or cred[4] != "aws4_request":
             raise AuthError("IncompleteSignature", "Credential scope is malformed.", 400)
         key_id, date, region, service = cred[:4]
         secret = self.credentials.get(key_id)
         if secret is None:
             raise _unknown_key()
-        amz_date = (req.headers("x-amz-date") or [""])[0]
         try:
-            signed_at = datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+            signed_at = datetime.strptime(sig.amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
         except ValueError:
             raise _bad_signature("X-Amz-Date is missing or malformed.") from None
-        if not amz_date.startswith(date):
+        if not sig.amz_date.startswith(date):
             raise _bad_signature("The credential scope date does not match X-Amz-Date.")
-        if abs(self.clock() - signed_at.timestamp()) > MAX_SKEW_S:
+        age = self.clock() - signed_at.timestamp()
+        if presigned is None and abs(age) > MAX_SKEW_S:
             raise _bad_signature("Signature expired: the request time is too far from now.")
-        signed = m["signed"].lower().split(";")
+        if presigned is not None and not -MAX_SKEW_S <= age <= presigned.expires_s:
+            raise AuthError("AccessDenied", "Request has expired.")
+        signed = sig.signed_headers.lower().split(";")
         if "host" not in signed:
             raise _bad_signature("The host header must be signed.")
         canonical = "\n".join([
@@ -213,11 +257,11 @@ class Authenticator:
             hashlib.sha256(req.body).hexdigest(),  # always the real body: no unsigned payloads
         ])
         scope = f"{date}/{region}/{service}/aws4_request"
-        to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
+        to_sign = "\n".join(["AWS4-HMAC-SHA256", sig.amz_date, scope,
                              hashlib.sha256(canonical.encode()).hexdigest()])
         expected = hmac.new(_signing_key(secret, date, region, service), to_sign.encode(),
                             hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(expected, m["sig"].lower()):
+        if not hmac.compare_digest(expected, sig.signature.lower()):
             raise _bad_signature()
         return key_id
 
