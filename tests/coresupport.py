@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from sqsq.core import commands as c
 from sqsq.core import queries
 from sqsq.core.machine import apply, effective_now
@@ -34,8 +36,7 @@ class Core:
             cmd = c.SendMessages(cmd.queue, cmd.entries, cmd.request_id, tuple(ids))
         if isinstance(cmd, c.ReceiveMessages):
             self._ids += 1
-            cmd = c.ReceiveMessages(cmd.queue, cmd.max_number_of_messages,
-                                    cmd.visibility_timeout_s, nonce=self._ids * 7919)
+            cmd = dataclasses.replace(cmd, nonce=self._ids * 7919)
         txn = Txn(self.store)
         out = apply(txn, CONFIG, cmd, self.now_ms)
         self.store.write(txn.writes(), sync=False)

@@ -409,3 +409,62 @@ def test_dead_letter_retention_clock(source: str, dlq: str, survives: bool) -> N
     k.run(c.Sweep())
     got = k.receive(dlq)
     assert bodies(got) == (["poison"] if survives else [])
+
+
+# ---- ReceiveRequestAttemptId ------------------------------------------------------------
+
+
+def receive_attempt(k: Core, attempt: str, n: int = 10, timeout: int = 30) -> list:
+    res = k.run(c.ReceiveMessages(F, n, timeout, receive_request_attempt_id=attempt))
+    assert isinstance(res, c.Received)
+    return list(res.messages)
+
+
+def test_retried_attempt_gets_the_same_answer_and_a_fresh_timeout() -> None:
+    k = make()
+    for body in ("a1", "a2", "b1"):
+        put(k, body, group=body[0])
+    first = receive_attempt(k, "try-1", n=2)
+    assert [m.body for m in first] == ["a1", "a2"]
+    k.advance(20)
+    again = receive_attempt(k, "try-1", n=2)  # the answer was lost; the consumer retries
+    assert again == first  # same messages, same receipt handles, same receive count
+    k.advance(29)  # the retry started the 30 s over: not back yet at 49 s
+    assert [m.body for m in receive_attempt(k, "other", n=10)] == ["b1"]
+    k.advance(1)
+    back = receive_attempt(k, "later", n=10)
+    assert [m.body for m in back] == ["a1", "a2"]
+    assert [m.attributes for m in back] != [m.attributes for m in first]  # received again
+
+
+def test_attempt_after_a_change_is_a_new_receive() -> None:
+    k = make()
+    put(k, "a1", group="a")
+    put(k, "a2", group="a")
+    (m1,) = receive_attempt(k, "t", n=1)
+    entry_ok(k.delete(F, m1.receipt_handle))
+    (m2,) = receive_attempt(k, "t", n=1)  # the first answer is gone: receive anew
+    assert m2.body == "a2"
+    assert receive_attempt(k, "t", n=1) == [m2]  # and that answer is the one remembered
+
+
+def test_attempt_window_is_five_minutes() -> None:
+    k = make(VisibilityTimeout="900")
+    put(k, "a1", group="a")
+    put(k, "b1", group="b")
+    (first,) = receive_attempt(k, "t", n=1, timeout=900)
+    k.advance(301)
+    k.run(c.Sweep())  # also forgets the attempt
+    (second,) = receive_attempt(k, "t", n=1, timeout=900)
+    assert (first.body, second.body) == ("a1", "b1")
+
+
+def test_attempt_id_ignored_on_standard_queues_and_empty_answers() -> None:
+    k = Core()
+    k.create("std")
+    res = k.run(c.ReceiveMessages("std", 1, 30, receive_request_attempt_id="t"))
+    assert res == c.Received(())
+    k2 = make()
+    assert receive_attempt(k2, "t") == []
+    put(k2, "a1", group="a")
+    assert [m.body for m in receive_attempt(k2, "t")] == ["a1"]  # an empty answer is no answer

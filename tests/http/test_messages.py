@@ -180,6 +180,29 @@ def test_fifo_order_dedup_and_group_blocking(sqs: Any, new_queue: Any) -> None:
     assert e.value.response["Error"]["Code"] == "MissingParameter"
 
 
+def test_fifo_receive_request_attempt_id(sqs: Any, new_queue: Any) -> None:
+    """A receive retried with its ReceiveRequestAttemptId gets the same messages and handles."""
+    url = new_queue("attempt", fifo=True)
+    for body in ("a0", "a1", "b0"):
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=body[0],
+                         MessageDeduplicationId=body)
+    first = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2,
+                                ReceiveRequestAttemptId="attempt-1")["Messages"]
+    again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2,
+                                ReceiveRequestAttemptId="attempt-1")["Messages"]
+    assert [m["Body"] for m in first] == ["a0", "a1"]
+    assert [(m["MessageId"], m["ReceiptHandle"]) for m in again] == \
+        [(m["MessageId"], m["ReceiptHandle"]) for m in first]
+    other = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                                ReceiveRequestAttemptId="attempt-2")["Messages"]
+    assert [m["Body"] for m in other] == ["b0"]
+    for m in first:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    with pytest.raises(sqs.exceptions.ClientError) as e:
+        sqs.receive_message(QueueUrl=url, ReceiveRequestAttemptId="bad id ✗")
+    assert e.value.response["Error"]["Code"] == "InvalidParameterValue"
+
+
 def test_consumer_loop_receive_process_delete(sqs: Any, client_for: Any, sqs_endpoint: str,
                                               new_queue: Any) -> None:
     """A Celery/kombu-style worker: long-poll, process, delete; until the queue is drained."""

@@ -116,6 +116,22 @@ def test_fifo_group_blocks_while_in_flight(client: Client, make_queue) -> None:
     assert [m.body for m in rest] == ["a1", "a2"]
 
 
+def test_fifo_receive_request_attempt_id(client: Client, make_queue) -> None:
+    url = make_queue("attempt", fifo=True)
+    for i in range(2):
+        client.send_message(url, f"a{i}", message_group_id="A", message_deduplication_id=f"a{i}")
+    first = client.receive_message(url, 10, receive_request_attempt_id="retry-me",
+                                   wait_time_seconds=0)
+    again = client.receive_message(url, 10, receive_request_attempt_id="retry-me",
+                                   wait_time_seconds=0)
+    assert [m.body for m in first] == ["a0", "a1"]
+    assert [m.receipt_handle for m in again] == [m.receipt_handle for m in first]
+    client.delete_message_batch(url, [{"Id": str(i), "ReceiptHandle": m.receipt_handle}
+                                      for i, m in enumerate(first)])
+    assert client.get_queue_attributes(url, ["ApproximateNumberOfMessagesNotVisible"]) == \
+        {"ApproximateNumberOfMessagesNotVisible": "0"}
+
+
 def test_fifo_visibility_return_keeps_order(client: Client, make_queue) -> None:
     url = make_queue("redeliver", fifo=True)
     for i in range(3):

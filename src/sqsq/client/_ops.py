@@ -330,6 +330,7 @@ def receive_message(
     attribute_names: Iterable[str] | str | None = None,
     message_attribute_names: Iterable[str] | str | None = None,
     message_system_attribute_names: Iterable[str] | str | None = None,
+    receive_request_attempt_id: str = "",
 ) -> Call:
     # The wire has one list of system attribute names; boto3's two spellings merge into it.
     system = _names(attribute_names)
@@ -338,6 +339,7 @@ def receive_message(
         queue_url=queue,
         attribute_names=system,
         message_attribute_names=_names(message_attribute_names),
+        receive_request_attempt_id=receive_request_attempt_id,
     )
     if max_number_of_messages is not None:
         req.max_number_of_messages = int(max_number_of_messages)

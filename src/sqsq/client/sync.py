@@ -163,12 +163,14 @@ class Client:
         attribute_names: Iterable[str] | str | None = None,
         message_attribute_names: Iterable[str] | str | None = None,
         message_system_attribute_names: Iterable[str] | str | None = None,
+        receive_request_attempt_id: str = "",
     ) -> list[Message]:
         """Receive up to ``max_number_of_messages`` (long polls ``wait_time_seconds``)."""
         return self._run(
             _ops.receive_message(
                 queue, max_number_of_messages, visibility_timeout, wait_time_seconds,
                 attribute_names, message_attribute_names, message_system_attribute_names,
+                receive_request_attempt_id,
             )
         )
 

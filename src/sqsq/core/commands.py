@@ -87,6 +87,7 @@ class ReceiveMessages:
     max_number_of_messages: int = 1
     visibility_timeout_s: int | None = None
     nonce: int = 0  # stamped by the leader; makes each handle unguessable
+    receive_request_attempt_id: str = ""  # FIFO: a retry within 5 minutes gets the same answer
 
 
 @dataclass(frozen=True)

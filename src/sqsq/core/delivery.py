@@ -239,6 +239,22 @@ def _claim(
     counters = st.counters(q.qid)
     counters.add(VISIBLE, -1)
     counters.add(IN_FLIGHT, 1)
+    return _received(st, q, seq, d, m, nonce)
+
+
+def move_deadline(st: ShardState, q: QueueRecord, seq: int, d: Delivery, deadline: int) -> None:
+    """An in-flight message comes back at ``deadline`` instead."""
+    st.txn.delete(r.timer_key(q.qid, d.visible_at_ms, seq))
+    d.visible_at_ms = deadline
+    st.put_delivery(q.qid, seq, d)
+    st.txn.put(r.timer_key(q.qid, deadline, seq), TIMER_IN_FLIGHT)
+    st.lower_floor(q.qid, "w_floor", deadline)
+
+
+def _received(
+    st: ShardState, q: QueueRecord, seq: int, d: Delivery, m: MessageRecord, nonce: int,
+) -> ReceivedMessage:
+    """What the receiver gets for an in-flight message; equal inputs give an equal handle."""
     handle = ReceiptHandle(st.config.shard_id, q.qid, seq, d.receive_count,
                            queue_name_hash(q.name), (nonce ^ seq) & 0xFFFF_FFFF_FFFF_FFFF)
     attrs = [
@@ -302,6 +318,12 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
                 st.txn.delete(key)
                 out.append(_claim(st, q, seq, *got, now, timeout_s, cmd.nonce))
         return Outcome(Received(tuple(out)), tuple(effects))
+    attempt_id = cmd.receive_request_attempt_id
+    if attempt_id:
+        again = _retried_attempt(st, q, attempt_id, timeout_s, now)
+        if again is not None:
+            return Outcome(Received(again), ())
+    claimed: list[tuple[int, int]] = []  # (seq, receive count): what a retry must find
     for rkey, _ in st.scan_index("k", q.qid):
         if len(out) >= want or budget <= 0:
             break
@@ -320,8 +342,44 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
             got = _deliverable(st, q, dlq, seq, now, effects)
             if got is not None:
                 out.append(_claim(st, q, seq, *got, now, timeout_s, cmd.nonce))
+                claimed.append((seq, got[0].receive_count))
                 g = st.group(q.qid, group)
                 g.in_flight += 1
                 st.put_group(q.qid, group, g)
         refresh_group(st, q.qid, group)
+    if attempt_id and claimed:
+        key = r.attempt_key(q.qid, attempt_id)
+        expires = now + limits.DEDUPLICATION_WINDOW_MS
+        st.txn.put(key, r.ReceiveAttempt(cmd.nonce, claimed, expires).encode())
+        st.txn.put(r.dedup_expiry_key(expires, key), b"")
+        st.meta.e_floor = min(st.meta.e_floor, expires)
     return Outcome(Received(tuple(out)), tuple(effects))
+
+
+def _retried_attempt(
+    st: ShardState, q: QueueRecord, attempt_id: str, timeout_s: int, now: int,
+) -> tuple[ReceivedMessage, ...] | None:
+    """SQS's ReceiveRequestAttemptId: within 5 minutes, and while none of the first answer's
+    messages was deleted, changed or timed out, a retry gets that answer again (same handles)
+    and its visibility timeout starts over. Otherwise the retry is a new receive."""
+    raw = st.txn.get(r.attempt_key(q.qid, attempt_id))
+    if raw is None:
+        return None
+    attempt = r.ReceiveAttempt.decode(raw)
+    if attempt.expires_ms <= now:
+        return None
+    held = []
+    for seq, count in attempt.messages:
+        d = st.delivery(q.qid, seq)
+        if d is None or d.state != IN_FLIGHT or d.receive_count != count or \
+                d.visible_at_ms <= now:
+            return None
+        held.append((seq, d))
+    out = []
+    for seq, d in held:
+        move_deadline(st, q, seq, d, now + timeout_s * 1000)
+        m = st.message(q.qid, seq)
+        assert m is not None, f"in-flight message {q.qid}/{seq} has no record"
+        out.append(_received(st, q, seq, d, m, attempt.nonce))
+    return tuple(out)
+

@@ -18,10 +18,10 @@ from sqsq.core.commands import (
     Outcome,
     WakeReceivers,
 )
-from sqsq.core.delivery import make_visible, remove
+from sqsq.core.delivery import make_visible, move_deadline, remove
 from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.receipts import ReceiptHandle, decode_receipt_handle, queue_name_hash
-from sqsq.core.records import IN_FLIGHT, TIMER_IN_FLIGHT, QueueRecord
+from sqsq.core.records import IN_FLIGHT, QueueRecord
 from sqsq.core.state import ShardState
 
 
@@ -101,14 +101,11 @@ def change_visibility(st: ShardState, q: QueueRecord, cmd: ChangeVisibilities, n
                 f"Value {timeout_s} for parameter VisibilityTimeout is invalid. Reason: Total "
                 f"VisibilityTimeout for the message is beyond the limit [{hi} seconds]")))
             continue
-        st.txn.delete(r.timer_key(q.qid, d.visible_at_ms, h.seq))
         if timeout_s == 0:
+            st.txn.delete(r.timer_key(q.qid, d.visible_at_ms, h.seq))
             make_visible(st, q, h.seq, d, now)
             effects.append(WakeReceivers(q.name))
         else:
-            d.visible_at_ms = now + timeout_s * 1000
-            st.put_delivery(q.qid, h.seq, d)
-            st.txn.put(r.timer_key(q.qid, d.visible_at_ms, h.seq), TIMER_IN_FLIGHT)
-            st.lower_floor(q.qid, "w_floor", d.visible_at_ms)
+            move_deadline(st, q, h.seq, d, now + timeout_s * 1000)
         ok.append(entry_id)
     return Outcome(BatchResult(tuple(ok), tuple(failed)), tuple(set(effects)))

@@ -17,7 +17,8 @@ order. Values are msgpack lists (deterministic for equal input, so replicas stay
 | g      | qid group                             | FIFO: GroupRecord         |
 | k      | qid head_seq group                    | FIFO: groups ready to deliver |
 | u      | qid scope 0x00 dedup id               | Dedup record              |
-| e      | at_ms qid u-key                       | dedup expiry index        |
+| a      | qid attempt id                        | FIFO: ReceiveAttempt      |
+| e      | at_ms u-key or a-key                  | expiry index of both windows |
 | t      | source 0x00 started_ms handle         | message move task         |
 | h      | task handle                           | its t-key                 |
 | z      | qid                                   | garbage: a retired queue incarnation |
@@ -116,6 +117,10 @@ def ready_group_key(qid: int, head_seq: int, group: str) -> bytes:
 
 def dedup_key(qid: int, scope: str, dedup_id: str) -> bytes:
     return b"u" + u64(qid) + scope.encode() + b"\x00" + dedup_id.encode()
+
+
+def attempt_key(qid: int, attempt_id: str) -> bytes:
+    return b"a" + u64(qid) + attempt_id.encode()
 
 
 def dedup_expiry_key(at_ms: int, ukey: bytes) -> bytes:
@@ -356,3 +361,28 @@ class DedupRecord:
     @classmethod
     def decode(cls, raw: bytes) -> DedupRecord:
         return cls(*unpack(raw))
+
+
+@dataclass
+class ReceiveAttempt:
+    """A FIFO receive that a retry with the same ReceiveRequestAttemptId gets back, as long as
+    none of its messages has been deleted, changed or timed out since."""
+
+    nonce: int  # the receive's, so the retry's receipt handles are the same strings
+    messages: list[tuple[int, int]]  # (seq, receive count at that receive)
+    expires_ms: int
+
+    def encode(self) -> bytes:
+        return pack([self.nonce, [list(m) for m in self.messages], self.expires_ms])
+
+    @classmethod
+    def decode(cls, raw: bytes) -> ReceiveAttempt:
+        nonce, messages, expires_ms = unpack(raw)
+        return cls(nonce, [(seq, count) for seq, count in messages], expires_ms)
+
+
+def window_expires_ms(key: bytes, raw: bytes) -> int:
+    """When a record in the expiry index (a dedup record or a receive attempt) runs out."""
+    if key[:1] == b"a":
+        return ReceiveAttempt.decode(raw).expires_ms
+    return DedupRecord.decode(raw).expires_ms

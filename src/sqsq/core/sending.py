@@ -169,14 +169,14 @@ def due_dedup(st: ShardState, now: int) -> Iterator[tuple[bytes, bytes]]:
 
 
 def expire_dedup(st: ShardState, now: int, budget: int) -> int:
-    """Forget deduplication records whose 5-minute window has passed."""
+    """Forget deduplication records and receive attempts whose 5-minute window has passed."""
     n = 0
     for key, _ in due_dedup(st, now):
         if n >= budget:
             break
         ukey = key[9:]
         raw = st.txn.get(ukey)
-        if raw is not None and DedupRecord.decode(raw).expires_ms <= now:
+        if raw is not None and r.window_expires_ms(ukey, raw) <= now:
             st.txn.delete(ukey)
         st.txn.delete(key)
         n += 1

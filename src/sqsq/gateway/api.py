@@ -20,6 +20,7 @@ from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.messages import (
     md5_of_message_attributes,
     validate_batch_entry_ids,
+    validate_fifo_id,
 )
 from sqsq.errors import QueueError, from_rejection
 from sqsq.shard.engine import ShardEngine
@@ -200,6 +201,7 @@ class QueueApi:
         wait_time_seconds: int | None = None,
         attribute_names: Iterable[str] = (),
         message_attribute_names: Iterable[str] = (),
+        receive_request_attempt_id: str = "",
     ) -> list[c.ReceivedMessage]:
         _check_range("MaxNumberOfMessages", max_number_of_messages, 1, limits.RECEIVE_MAX_MESSAGES)
         _check_range("VisibilityTimeout", visibility_timeout, *limits.VISIBILITY_TIMEOUT_S[:2])
@@ -209,11 +211,16 @@ class QueueApi:
             if n not in SYSTEM_ATTRIBUTE_NAMES:
                 raise from_rejection(reject(ErrorCode.INVALID_ATTRIBUTE_NAME,
                                             f"Unknown Attribute {n}."))
+        if receive_request_attempt_id:
+            rej = validate_fifo_id(receive_request_attempt_id, "ReceiveRequestAttemptId")
+            if rej is not None:
+                _raise(rej)
         name = queue_name_of(queue_url)
         if wait_time_seconds is None:
             attrs = self._query(queries.queue_attributes, name, ["ReceiveMessageWaitTimeSeconds"])
             wait_time_seconds = int(attrs["ReceiveMessageWaitTimeSeconds"])
-        command = c.ReceiveMessages(name, max_number_of_messages, visibility_timeout)
+        command = c.ReceiveMessages(name, max_number_of_messages, visibility_timeout,
+                                    receive_request_attempt_id=receive_request_attempt_id)
         deadline = time.monotonic() + wait_time_seconds
         while True:
             # Park before trying, so a send that lands between the try and the wait wakes us.

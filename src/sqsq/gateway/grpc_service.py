@@ -186,6 +186,7 @@ class QueuesService(pb_grpc.QueuesServicer):
             _opt(request, "wait_time_seconds"),
             list(request.attribute_names),
             list(request.message_attribute_names),
+            request.receive_request_attempt_id,
         )
         return pb.ReceiveMessageResponse(messages=[
             pb.Message(

@@ -47,8 +47,7 @@ def stamp(command: c.Command) -> c.Command:
         ids = tuple(str(uuid.uuid4()) for _ in command.entries)
         return c.SendMessages(command.queue, command.entries, command.request_id, ids)
     if isinstance(command, c.ReceiveMessages):
-        return c.ReceiveMessages(command.queue, command.max_number_of_messages,
-                                 command.visibility_timeout_s, secrets.randbits(64))
+        return dataclasses.replace(command, nonce=secrets.randbits(64))
     if isinstance(command, redrive.StartMoveTask):
         return dataclasses.replace(command, task_handle=secrets.token_urlsafe(24))
     return command

@@ -94,7 +94,8 @@ async def receive_message(api: QueueApi, p: Params) -> Result:
                                + p.strings("MessageSystemAttributeNames")))
     messages = await api.receive_message(
         p.queue_url(), p.integer("MaxNumberOfMessages") or 1, p.integer("VisibilityTimeout"),
-        p.integer("WaitTimeSeconds"), names, p.strings("MessageAttributeNames"))
+        p.integer("WaitTimeSeconds"), names, p.strings("MessageAttributeNames"),
+        p.text("ReceiveRequestAttemptId") or "")
     out = []
     for m in messages:
         item: Result = {"MessageId": m.message_id, "ReceiptHandle": m.receipt_handle,
