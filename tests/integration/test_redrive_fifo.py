@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 
 import pytest
 
@@ -57,6 +58,34 @@ def test_redrive_leaves_messages_deleted_in_time(client: Client, make_queue, dep
     client.delete_message(src, m.receipt_handle)
     assert client.receive_message(src, wait_time_seconds=0) == []
     assert depth(client, dlq) == (0, 0, 0)
+
+
+def test_message_move_task_back_to_source(client: Client, make_queue, depth) -> None:
+    dlq = make_queue("dlq")
+    dlq_arn = _arn(client, dlq)
+    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1})
+    src = make_queue("src", {"RedrivePolicy": policy})
+    sent = {client.send_message(src, f"m{i}").message_id for i in range(3)}
+    while depth(client, dlq)[0] < 3:  # each message's second receive dead-letters it
+        client.receive_message(src, 10, visibility_timeout=0, wait_time_seconds=0)
+    handle = client.start_message_move_task(dlq_arn, max_number_of_messages_per_second=100)
+    with pytest.raises(QueueError) as e:  # one running task per source queue
+        client.start_message_move_task(dlq_arn)
+    assert e.value.code == "UnsupportedOperation"
+    deadline = time.monotonic() + 20
+    while (task := client.list_message_move_tasks(dlq_arn)[0])["Status"] == "RUNNING":
+        assert task["TaskHandle"] == handle and time.monotonic() < deadline
+        time.sleep(0.1)  # polling a background task, not standing in for a clock
+    assert task == {"Status": "COMPLETED", "SourceArn": dlq_arn,
+                    "MaxNumberOfMessagesPerSecond": 100,
+                    "ApproximateNumberOfMessagesMoved": 3,
+                    "ApproximateNumberOfMessagesToMove": 3,
+                    "StartedTimestamp": task["StartedTimestamp"]}
+    back = client.receive_message(src, 10, wait_time_seconds=0)
+    assert {m.message_id for m in back} == sent  # the same MessageIds, in the source again
+    with pytest.raises(QueueError) as e:
+        client.cancel_message_move_task(handle)  # finished: nothing to cancel
+    assert e.value.code == "ResourceNotFoundException"
 
 
 def test_fifo_dead_letter_redrive(client: Client, make_queue) -> None:

@@ -390,3 +390,47 @@ def change_message_visibility_batch(queue: str, entries: Iterable[Mapping[str, A
     ]
     req = pb.ChangeMessageVisibilityBatchRequest(queue_url=queue, entries=pb_entries)
     return Call("ChangeMessageVisibilityBatch", req, _parse_batch)
+
+
+# ---- dead-letter redrive -----------------------------------------------------------------
+
+def _move_task(t: pb.MessageMoveTask) -> dict[str, Any]:
+    """A task in boto3's shape: SQS's member names, absent members left out."""
+    out: dict[str, Any] = {
+        "Status": t.status,
+        "SourceArn": t.source_arn,
+        "ApproximateNumberOfMessagesMoved": t.approximate_number_of_messages_moved,
+        "ApproximateNumberOfMessagesToMove": t.approximate_number_of_messages_to_move,
+        "StartedTimestamp": t.started_timestamp,
+    }
+    for name, member in (("task_handle", "TaskHandle"), ("destination_arn", "DestinationArn"),
+                         ("failure_reason", "FailureReason")):
+        if getattr(t, name):  # proto3 sends absent strings as ""
+            out[member] = getattr(t, name)
+    if t.HasField("max_number_of_messages_per_second"):
+        out["MaxNumberOfMessagesPerSecond"] = t.max_number_of_messages_per_second
+    return out
+
+
+def start_message_move_task(
+    source_arn: str, destination_arn: str | None = None,
+    max_number_of_messages_per_second: int | None = None,
+) -> Call:
+    req = pb.StartMessageMoveTaskRequest(source_arn=source_arn,
+                                         destination_arn=destination_arn or "")
+    if max_number_of_messages_per_second is not None:
+        req.max_number_of_messages_per_second = int(max_number_of_messages_per_second)
+    return Call("StartMessageMoveTask", req, lambda r: r.task_handle)
+
+
+def list_message_move_tasks(source_arn: str, max_results: int | None = None) -> Call:
+    req = pb.ListMessageMoveTasksRequest(source_arn=source_arn)
+    if max_results is not None:
+        req.max_results = int(max_results)
+    return Call("ListMessageMoveTasks", req, lambda r: [_move_task(t) for t in r.results],
+                retry=True)
+
+
+def cancel_message_move_task(task_handle: str) -> Call:
+    return Call("CancelMessageMoveTask", pb.CancelMessageMoveTaskRequest(task_handle=task_handle),
+                lambda r: r.approximate_number_of_messages_moved)

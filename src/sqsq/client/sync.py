@@ -195,3 +195,24 @@ class Client:
     ) -> BatchResult:
         """Change up to 10 entries ``{"Id", "ReceiptHandle", "VisibilityTimeout"}``."""
         return self._run(_ops.change_message_visibility_batch(queue, entries))
+
+    # -- dead-letter redrive ---------------------------------------------------------------
+
+    def start_message_move_task(
+        self, source_arn: str, destination_arn: str | None = None,
+        max_number_of_messages_per_second: int | None = None,
+    ) -> str:
+        """Move messages out of the dead-letter queue ``source_arn`` (to ``destination_arn``,
+        else back to each message's source queue); the task handle."""
+        return self._run(_ops.start_message_move_task(
+            source_arn, destination_arn, max_number_of_messages_per_second))
+
+    def list_message_move_tasks(
+        self, source_arn: str, max_results: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The newest move tasks of ``source_arn`` (boto3's shape), at most ``max_results``."""
+        return self._run(_ops.list_message_move_tasks(source_arn, max_results))
+
+    def cancel_message_move_task(self, task_handle: str) -> int:
+        """Cancel a running move task; how many messages it had moved."""
+        return self._run(_ops.cancel_message_move_task(task_handle))

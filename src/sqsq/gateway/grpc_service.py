@@ -229,3 +229,39 @@ class QueuesService(pb_grpc.QueuesServicer):
         return pb.BatchResponse(successful=list(result.successful),
                                 failed=_failed(result.failed))
 
+
+    # ---- dead-letter redrive ----
+    @_rpc
+    async def StartMessageMoveTask(self, request, context):  # noqa: ANN001, ANN201, N802
+        handle = await self.api.start_message_move_task(
+            request.source_arn, request.destination_arn or None,
+            _opt(request, "max_number_of_messages_per_second"))
+        return pb.StartMessageMoveTaskResponse(task_handle=handle)
+
+    @_rpc
+    async def ListMessageMoveTasks(self, request, context):  # noqa: ANN001, ANN201, N802
+        tasks = await self.api.list_message_move_tasks(request.source_arn,
+                                                       _opt(request, "max_results"))
+        return pb.ListMessageMoveTasksResponse(results=[
+            pb.MessageMoveTask(**{_TASK_FIELDS[k]: v for k, v in t.items() if v is not None})
+            for t in tasks
+        ])
+
+    @_rpc
+    async def CancelMessageMoveTask(self, request, context):  # noqa: ANN001, ANN201, N802
+        moved = await self.api.cancel_message_move_task(request.task_handle)
+        return pb.CancelMessageMoveTaskResponse(approximate_number_of_messages_moved=moved)
+
+
+# ListMessageMoveTasks result members: SQS's names -> the protobuf fields.
+_TASK_FIELDS = {
+    "TaskHandle": "task_handle",
+    "Status": "status",
+    "SourceArn": "source_arn",
+    "DestinationArn": "destination_arn",
+    "MaxNumberOfMessagesPerSecond": "max_number_of_messages_per_second",
+    "ApproximateNumberOfMessagesMoved": "approximate_number_of_messages_moved",
+    "ApproximateNumberOfMessagesToMove": "approximate_number_of_messages_to_move",
+    "FailureReason": "failure_reason",
+    "StartedTimestamp": "started_timestamp",
+}
