@@ -128,6 +128,17 @@ def test_fifo_create() -> None:
     assert attrs.fifo_throughput_limit == "perMessageGroupId"
 
 
+def test_per_message_group_throughput_needs_message_group_deduplication() -> None:
+    rej = create({"FifoQueue": "true", "FifoThroughputLimit": "perMessageGroupId"}, "q.fifo")
+    assert code(rej) is ErrorCode.INVALID_ATTRIBUTE_VALUE
+    assert "DeduplicationScope is messageGroup" in rej.message
+    high = ok(create({"FifoQueue": "true", "DeduplicationScope": "messageGroup",
+                      "FifoThroughputLimit": "perMessageGroupId"}, "q.fifo"))
+    back = parse_queue_attributes({"DeduplicationScope": "queue"}, queue_name="q.fifo",
+                                  base=high)
+    assert code(back) is ErrorCode.INVALID_ATTRIBUTE_VALUE
+
+
 def test_fifo_name_and_flag_must_agree() -> None:
     assert code(create({}, "q.fifo")) is ErrorCode.INVALID_PARAMETER_VALUE
     assert code(create({"FifoQueue": "false"}, "q.fifo")) is ErrorCode.INVALID_PARAMETER_VALUE

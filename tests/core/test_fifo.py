@@ -305,12 +305,17 @@ def test_dedup_in_batch() -> None:
 # ---- validation ---------------------------------------------------------------------------
 
 
-def test_per_message_delay_rejected() -> None:
-    k = make()
-    for delay in (0, 5):
-        rej = entry_error(k.send(F, "x", message_group_id="A", delay_seconds=delay))
-        assert rej.code is ErrorCode.INVALID_PARAMETER_VALUE
+def test_per_message_delay_rejected_but_an_explicit_zero() -> None:
+    k = make(DelaySeconds="10")
+    rej = entry_error(k.send(F, "x", message_group_id="A", delay_seconds=5))
+    assert rej.code is ErrorCode.INVALID_PARAMETER_VALUE
     assert k.depth(F) == (0, 0, 0)
+    # SQS accepts DelaySeconds=0 on a FIFO message (SDK wrappers send it); the queue's delay
+    # still applies.
+    sent(k.send(F, "x", message_group_id="A", delay_seconds=0))
+    assert k.depth(F) == (0, 0, 1)
+    k.advance(10)
+    assert bodies(k.receive(F)) == ["x"]
 
 
 def test_message_group_id_required() -> None:

@@ -45,7 +45,10 @@ def test_attribute_selection_and_legacy_attribute_names(sqs: Any, new_queue: Any
     url = new_queue()
     sqs.send_message(QueueUrl=url, MessageBody="b", MessageAttributes=ATTRS)
     # The older AttributeNames member and a selection of message attributes by name.
-    (m,) = sqs.receive_message(QueueUrl=url, AttributeNames=["SentTimestamp"],
+    # Queue attribute names are legal here and ignored, as SQS does.
+    (m,) = sqs.receive_message(QueueUrl=url,
+                               AttributeNames=["SentTimestamp", "Policy",
+                                               "ApproximateNumberOfMessages"],
                                MessageAttributeNames=["color", "count"],
                                VisibilityTimeout=0)["Messages"]
     assert set(m["Attributes"]) == {"SentTimestamp"}
@@ -56,6 +59,9 @@ def test_attribute_selection_and_legacy_attribute_names(sqs: Any, new_queue: Any
     (m,) = sqs.receive_message(QueueUrl=url)["Messages"]
     assert "Attributes" not in m and "MessageAttributes" not in m
     assert "MD5OfMessageAttributes" not in m
+    with pytest.raises(sqs.exceptions.ClientError) as e:
+        sqs.receive_message(QueueUrl=url, AttributeNames=["NoSuchAttribute"])
+    assert e.value.response["Error"]["Code"] == "InvalidAttributeName"
 
 
 def test_send_batch_partial_failure(sqs: Any, new_queue: Any) -> None:
@@ -131,9 +137,10 @@ def test_modeled_batch_and_message_errors(sqs: Any, new_queue: Any) -> None:
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
     with pytest.raises(sqs.exceptions.QueueDoesNotExist):
         sqs.send_message(QueueUrl=url + "-missing", MessageBody="x")
-    with pytest.raises(sqs.exceptions.ClientError) as e:
-        sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=11)
-    assert e.value.response["Error"]["Code"] == "InvalidParameterValue"
+    for bad in (0, 11):
+        with pytest.raises(sqs.exceptions.ClientError) as e:
+            sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=bad)
+        assert e.value.response["Error"]["Code"] == "InvalidParameterValue"
 
 
 def test_long_poll_wakes_on_send(sqs: Any, client_for: Any, sqs_endpoint: str,

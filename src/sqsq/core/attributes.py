@@ -352,7 +352,13 @@ def parse_queue_attributes(
                 extra[name] = kept
         changes["extra"] = tuple(sorted(extra.items()))
 
-    return replace(attrs, **changes)
+    merged = replace(attrs, **changes)
+    if merged.fifo_throughput_limit == "perMessageGroupId" and \
+            merged.deduplication_scope != "messageGroup" and \
+            ("FifoThroughputLimit" in raw or "DeduplicationScope" in raw):
+        return _invalid_value("FifoThroughputLimit", "perMessageGroupId is allowed only when "
+                              "DeduplicationScope is messageGroup.")
+    return merged
 
 
 def render_queue_attributes(attrs: QueueAttributes) -> dict[str, str]:

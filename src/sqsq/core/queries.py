@@ -81,6 +81,12 @@ _SETTABLE_NOT_RENDERED = frozenset({
     "FifoThroughputLimit",
 })
 
+# Every queue attribute name SQS knows (what ReceiveMessage's AttributeNames quietly ignores).
+QUEUE_ATTRIBUTE_NAMES = COMPUTED_ATTRIBUTE_NAMES | _SETTABLE_NOT_RENDERED | frozenset({
+    "VisibilityTimeout", "DelaySeconds", "MessageRetentionPeriod", "MaximumMessageSize",
+    "ReceiveMessageWaitTimeSeconds",
+})
+
 
 def list_queues(
     st: ShardState, prefix: str = "", max_results: int | None = None, next_token: str = ""

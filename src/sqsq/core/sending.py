@@ -60,7 +60,7 @@ def check_entry(q: QueueRecord, e: SendEntry) -> Rejection | None:
         return rej
     lo, hi, _ = limits.DELAY_SECONDS
     if e.delay_seconds is not None:
-        if a.fifo_queue:
+        if a.fifo_queue and e.delay_seconds != 0:  # SQS lets an explicit 0 through
             return _invalid(
                 f"Value {e.delay_seconds} for parameter DelaySeconds is invalid. Reason: The "
                 "request include parameter that is not valid for this queue type."
@@ -144,7 +144,8 @@ def send(st: ShardState, q: QueueRecord, cmd: SendMessages, now: int) -> Outcome
             message_id, e.body, attrs, now, md5_of_body(e.body),
             md5_of_message_attributes(dict(attrs)), e.message_group_id, dedup_id,
         )
-        delay_s = e.delay_seconds if e.delay_seconds is not None else q.attributes.delay_seconds
+        delay_s = q.attributes.delay_seconds if fifo or e.delay_seconds is None \
+            else e.delay_seconds
         seq = enqueue(st, q, m, visible_at=now + delay_s * 1000, now=now)
         woke = woke or delay_s == 0
         seq_no = sequence_number(seq) if fifo else None

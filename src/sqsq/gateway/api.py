@@ -196,7 +196,7 @@ class QueueApi:
     async def receive_message(
         self,
         queue_url: str,
-        max_number_of_messages: int = 1,
+        max_number_of_messages: int | None = None,  # SQS's default: 1
         visibility_timeout: int | None = None,
         wait_time_seconds: int | None = None,
         attribute_names: Iterable[str] = (),
@@ -204,11 +204,13 @@ class QueueApi:
         receive_request_attempt_id: str = "",
     ) -> list[c.ReceivedMessage]:
         _check_range("MaxNumberOfMessages", max_number_of_messages, 1, limits.RECEIVE_MAX_MESSAGES)
+        max_number_of_messages = max_number_of_messages or 1
         _check_range("VisibilityTimeout", visibility_timeout, *limits.VISIBILITY_TIMEOUT_S[:2])
         _check_range("WaitTimeSeconds", wait_time_seconds, 0, limits.RECEIVE_WAIT_MAX_S)
         attribute_names = list(attribute_names)
         for n in attribute_names:
-            if n not in SYSTEM_ATTRIBUTE_NAMES:
+            # SQS ignores queue attribute names here (boto3's model allows them); others fail.
+            if n not in SYSTEM_ATTRIBUTE_NAMES and n not in queries.QUEUE_ATTRIBUTE_NAMES:
                 raise from_rejection(reject(ErrorCode.INVALID_ATTRIBUTE_NAME,
                                             f"Unknown Attribute {n}."))
         if receive_request_attempt_id:

@@ -72,10 +72,6 @@ def _opt(msg, field: str):  # noqa: ANN001, ANN202
     return getattr(msg, field) if msg.HasField(field) else None
 
 
-def _default(value, default):  # noqa: ANN001, ANN202
-    return default if value is None else value
-
-
 def _entry(e, entry_id: str) -> c.SendEntry:  # noqa: ANN001
     return c.SendEntry(
         entry_id, e.message_body, _opt(e, "delay_seconds"), _attrs_in(e.message_attributes),
@@ -181,7 +177,7 @@ class QueuesService(pb_grpc.QueuesServicer):
     async def ReceiveMessage(self, request, context):  # noqa: ANN001, ANN201, N802
         messages = await self.api.receive_message(
             request.queue_url,
-            _default(_opt(request, "max_number_of_messages"), 1),
+            _opt(request, "max_number_of_messages"),
             _opt(request, "visibility_timeout"),
             _opt(request, "wait_time_seconds"),
             list(request.attribute_names),

@@ -93,7 +93,7 @@ async def receive_message(api: QueueApi, p: Params) -> Result:
     names = list(dict.fromkeys(p.strings("AttributeNames")
                                + p.strings("MessageSystemAttributeNames")))
     messages = await api.receive_message(
-        p.queue_url(), p.integer("MaxNumberOfMessages") or 1, p.integer("VisibilityTimeout"),
+        p.queue_url(), p.integer("MaxNumberOfMessages"), p.integer("VisibilityTimeout"),
         p.integer("WaitTimeSeconds"), names, p.strings("MessageAttributeNames"),
         p.text("ReceiveRequestAttemptId") or "")
     out = []
