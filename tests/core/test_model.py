@@ -463,8 +463,7 @@ class CoreModel(RuleBasedStateMachine):
             assert rejection(res).code is ErrorCode.PURGE_QUEUE_IN_PROGRESS
             return
         assert res == c.Ok(), res
-        q.last_purge = self.now
-        q.dedup.clear()
+        q.last_purge = self.now  # deduplication windows outlive the purge, as in SQS
         for m in self.present(queue):
             m.status = PURGED
 

@@ -148,9 +148,10 @@ def purge(st: ShardState, cmd: PurgeQueue, now: int) -> Outcome:
             ErrorCode.PURGE_QUEUE_IN_PROGRESS,
             f"Only one PurgeQueue operation on {q.name} is allowed every 60 seconds.",
         ))
-    # A new incarnation: messages, groups and deduplication records of the old one are gone
-    # for readers at once and deleted by the sweep.
+    # A new incarnation: messages and groups of the old one are gone for readers at once and
+    # deleted by the sweep. Deduplication ids stay, as in SQS: a purge is no resend licence.
     _retire(st, q)
+    q.dedup_qid = q.dedup_scope_qid
     q.qid, q.last_purge_ms = st.next_qid(), now
     st.counters(q.qid)
     st.put_queue(q)

@@ -133,8 +133,9 @@ def garbage_key(qid: int) -> bytes:
 
 NO_FLOOR = 2**63  # an empty index: any insert lowers the floor again
 
-# Every prefix whose keys start with the queue id: what garbage collection clears.
-QUEUE_SCOPED_PREFIXES = (b"c", b"d", b"f", b"g", b"k", b"m", b"r", b"u", b"v", b"w")  # key order
+# Every prefix whose keys start with the queue id: what garbage collection clears. Dedup
+# records (u) are not among them: they outlive a purge and leave through their expiry index.
+QUEUE_SCOPED_PREFIXES = (b"c", b"d", b"f", b"g", b"k", b"m", b"r", b"v", b"w")  # key order
 
 
 # ---- records ----------------------------------------------------------------------------
@@ -201,6 +202,13 @@ class QueueRecord:
     modified_ms: int
     tags: dict[str, str] = field(default_factory=dict)
     last_purge_ms: int | None = None
+    # A purge starts a new incarnation (qid) but, as in SQS, not a new deduplication window:
+    # dedup records stay under the first incarnation's id. None: the same as qid.
+    dedup_qid: int | None = None
+
+    @property
+    def dedup_scope_qid(self) -> int:
+        return self.qid if self.dedup_qid is None else self.dedup_qid
 
     def encode(self) -> bytes:
         return pack(
@@ -212,13 +220,15 @@ class QueueRecord:
                 self.modified_ms,
                 sorted(self.tags.items()),
                 self.last_purge_ms,
+                self.dedup_qid,
             ]
         )
 
     @classmethod
     def decode(cls, raw: bytes) -> QueueRecord:
         v = unpack(raw)
-        return cls(v[0], v[1], _decode_attributes(v[2]), v[3], v[4], dict(v[5]), v[6])
+        return cls(v[0], v[1], _decode_attributes(v[2]), v[3], v[4], dict(v[5]), v[6],
+                   *v[7:8])
 
 
 @dataclass

@@ -128,9 +128,10 @@ def send(st: ShardState, q: QueueRecord, cmd: SendMessages, now: int) -> Outcome
         ukey = None
         if fifo:
             scope, dedup_id = _dedup_scope(q, e)  # type: ignore[misc]  # checked above
-            ukey = r.dedup_key(q.qid, scope, dedup_id)
+            ukey = r.dedup_key(q.dedup_scope_qid, scope, dedup_id)
         elif cmd.request_id:
-            ukey = r.dedup_key(q.qid, _REQUEST_SCOPE, f"{cmd.request_id}/{e.entry_id}")
+            ukey = r.dedup_key(q.dedup_scope_qid, _REQUEST_SCOPE,
+                               f"{cmd.request_id}/{e.entry_id}")
         if ukey is not None:
             raw = st.txn.get(ukey)
             if raw is not None:
