@@ -55,6 +55,10 @@ def test_attribute_selection_and_legacy_attribute_names(sqs: Any, new_queue: Any
     want = {k: ATTRS[k] for k in ("color", "count")}
     assert m["MessageAttributes"] == want
     assert m["MD5OfMessageAttributes"] == attributes_md5(want)
+    # kombu asks for everything as "ALL".
+    (m,) = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["ALL"],
+                               MessageAttributeNames=["ALL"], VisibilityTimeout=0)["Messages"]
+    assert m["MessageAttributes"] == ATTRS and "SentTimestamp" in m["Attributes"]
     # Nothing asked for: neither member is present.
     (m,) = sqs.receive_message(QueueUrl=url)["Messages"]
     assert "Attributes" not in m and "MessageAttributes" not in m

@@ -207,7 +207,8 @@ class QueueApi:
         max_number_of_messages = max_number_of_messages or 1
         _check_range("VisibilityTimeout", visibility_timeout, *limits.VISIBILITY_TIMEOUT_S[:2])
         _check_range("WaitTimeSeconds", wait_time_seconds, 0, limits.RECEIVE_WAIT_MAX_S)
-        attribute_names = list(attribute_names)
+        # "ALL" as well as "All": kombu sends it so, and SQS takes it.
+        attribute_names = [_all_spelled(n) for n in attribute_names]
         for n in attribute_names:
             # SQS ignores queue attribute names here (boto3's model allows them); others fail.
             if n not in SYSTEM_ATTRIBUTE_NAMES and n not in queries.QUEUE_ATTRIBUTE_NAMES:
@@ -236,7 +237,7 @@ class QueueApi:
                 await asyncio.wait_for(woken.wait(), timeout=min(left, 1.0))
             except TimeoutError:
                 pass
-        message_names = list(message_attribute_names)
+        message_names = [_all_spelled(n) for n in message_attribute_names]
         return [_select(m, attribute_names, message_names) for m in result.messages]
 
     async def delete_message_batch(
@@ -254,6 +255,10 @@ class QueueApi:
         result = await self._run(c.ChangeVisibilities(queue_name_of(queue_url), tuple(entries)))
         assert isinstance(result, c.BatchResult)
         return result
+
+
+def _all_spelled(name: str) -> str:
+    return "All" if name.lower() == "all" else name
 
 
 def _check_batch_ids(ids: list[str]) -> None:
