@@ -65,6 +65,10 @@ class Core:
     def change(self, queue: str, handle: str, timeout: int) -> c.Result:
         return self.run(c.ChangeVisibilities(queue, (("0", handle, timeout),)))
 
+    def state(self) -> ShardState:
+        """A read-only view of the shard as it is now."""
+        return ShardState(Txn(self.store), CONFIG)
+
     def attrs(self, queue: str, *names: str) -> dict[str, str]:
         txn = Txn(self.store)
         out = queries.queue_attributes(ShardState(txn, CONFIG), queue, list(names) or ["All"],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from coresupport import Core
 from sqsq.core import commands as c
 from sqsq.core.errors import ErrorCode, Rejection
@@ -143,3 +145,28 @@ def test_purge_window_and_missing_queue() -> None:
     assert code(k.run(c.PurgeQueue("a"))) is ErrorCode.PURGE_QUEUE_IN_PROGRESS
     k.advance(0.001)
     assert k.run(c.PurgeQueue("a")) == c.Ok()
+
+
+def test_redrive_allow_policy_decides_who_may_dead_letter_here() -> None:
+    k = Core()
+    arn = "arn:aws:sqs:us-east-1:000000000000:{}".format
+
+    def policy(dlq: str) -> str:
+        return json.dumps({"deadLetterTargetArn": arn(dlq), "maxReceiveCount": 3})
+
+    k.create("closed", RedriveAllowPolicy='{"redrivePermission":"denyAll"}')
+    k.create("picky", RedriveAllowPolicy=json.dumps(
+        {"redrivePermission": "byQueue", "sourceQueueArns": [arn("friend")]}))
+    k.create("open", RedriveAllowPolicy='{"redrivePermission":"allowAll"}')
+    rej = k.create("src", RedrivePolicy=policy("closed"))
+    assert code(rej) is ErrorCode.INVALID_PARAMETER_VALUE
+    assert "RedriveAllowPolicy does not allow" in rej.message
+    assert code(k.create("stranger", RedrivePolicy=policy("picky"))) is \
+        ErrorCode.INVALID_PARAMETER_VALUE
+    assert k.create("friend", RedrivePolicy=policy("picky")) == c.QueueCreated("friend")
+    assert k.create("src", RedrivePolicy=policy("open")) == c.QueueCreated("src")
+    # SetQueueAttributes is held to the same rule.
+    rej = k.run(c.SetQueueAttributes("src", (("RedrivePolicy", policy("closed")),)))
+    assert code(rej) is ErrorCode.INVALID_PARAMETER_VALUE
+    assert json.loads(k.attrs("src", "RedrivePolicy")["RedrivePolicy"])[
+        "deadLetterTargetArn"] == arn("open")

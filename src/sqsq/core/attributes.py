@@ -188,6 +188,17 @@ def _parse_redrive_policy(value: str) -> RedrivePolicy | None | Rejection:
     return RedrivePolicy(arn, count)
 
 
+def redrive_allows(allow_policy: str | None, source_arn: str) -> bool:
+    """Whether a dead-letter queue's RedriveAllowPolicy lets ``source_arn`` name it."""
+    if allow_policy is None:
+        return True
+    doc = json.loads(allow_policy)  # stored only after _parse_redrive_allow_policy checked it
+    permission = doc["redrivePermission"]
+    if permission == "byQueue":
+        return source_arn in doc["sourceQueueArns"]
+    return permission == "allowAll"
+
+
 def _parse_redrive_allow_policy(value: str) -> str | None | Rejection:
     if value == "":
         return None

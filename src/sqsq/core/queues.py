@@ -8,6 +8,7 @@ from sqsq.core.attributes import (
     QueueAttributes,
     parse_queue_arn,
     parse_queue_attributes,
+    redrive_allows,
     render_queue_attributes,
     validate_queue_name,
 )
@@ -56,6 +57,9 @@ def _check_redrive(st: ShardState, name: str, a: QueueAttributes) -> Rejection |
         return invalid("Dead-letter target does not exist.")
     if dlq.attributes.fifo_queue != a.fifo_queue:
         return invalid("Dead-letter queue must be same type of queue as the source.")
+    if not redrive_allows(dlq.attributes.redrive_allow_policy, st.config.queue_arn(name)):
+        return invalid("The dead-letter target's RedriveAllowPolicy does not allow this "
+                       "source queue.")
     return None
 
 

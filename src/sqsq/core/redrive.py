@@ -173,9 +173,10 @@ def advance(st: ShardState, task: MoveTask, now: int, budget: int) -> tuple[int,
         seq, d = item
         m = st.message(src.qid, seq)
         assert m is not None, "a visible message without its record"
-        target = st.queue(task.destination) if task.destination else None
-        if target is None and m.dead_letter_source_arn:
-            target = _queue_for_arn(st, m.dead_letter_source_arn)
+        if task.destination:  # a chosen destination that is gone fails the task
+            target = st.queue(task.destination)
+        else:
+            target = _queue_for_arn(st, m.dead_letter_source_arn or "")
         if target is None:
             return done + _finish(st, task, now, FAILED,
                                   "The destination queue of a message does not exist."), woken
