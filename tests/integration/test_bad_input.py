@@ -375,6 +375,9 @@ def test_receipt_handle_is_invalid(loaded: Loaded, make_queue, kind: str) -> Non
     result = c.change_message_visibility_batch(
         loaded.url, [{"Id": "x", "ReceiptHandle": bad, "VisibilityTimeout": 0}])
     assert [(f.id, f.code) for f in result.failed] == [("x", "ReceiptHandleIsInvalid")]
+    # A batch entry without its VisibilityTimeout is refused by the SDK, not sent as 0.
+    expect("MissingParameter", lambda: c.change_message_visibility_batch(
+        loaded.url, [{"Id": "x", "ReceiptHandle": real}]))
     # Both messages are still in flight, held by their real handles.
     assert c.get_queue_attributes(loaded.url, ["ApproximateNumberOfMessagesNotVisible"]) == {
         "ApproximateNumberOfMessagesNotVisible": "2"}

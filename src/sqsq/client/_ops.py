@@ -380,14 +380,16 @@ def change_message_visibility(queue: str, receipt_handle: str, visibility_timeou
 
 
 def change_message_visibility_batch(queue: str, entries: Iterable[Mapping[str, Any]]) -> Call:
-    pb_entries = [
-        pb.ChangeMessageVisibilityBatchEntry(
+    pb_entries = []
+    for n, e in enumerate(entries, 1):
+        if e.get("VisibilityTimeout") is None:  # the wire's 0 would release the message
+            raise error_for("MissingParameter", "The request must contain the parameter "
+                            f"ChangeMessageVisibilityBatchRequestEntry.{n}.VisibilityTimeout.")
+        pb_entries.append(pb.ChangeMessageVisibilityBatchEntry(
             id=str(e.get("Id", "")),
             receipt_handle=str(e.get("ReceiptHandle", "")),
-            visibility_timeout=int(e.get("VisibilityTimeout", 0)),
-        )
-        for e in entries
-    ]
+            visibility_timeout=int(e["VisibilityTimeout"]),
+        ))
     req = pb.ChangeMessageVisibilityBatchRequest(queue_url=queue, entries=pb_entries)
     return Call("ChangeMessageVisibilityBatch", req, _parse_batch)
 
