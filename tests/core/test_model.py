@@ -86,6 +86,11 @@ class M:
     kind: str = VISIBLE  # for PRESENT: DELAYED / VISIBLE / IN_FLIGHT as last set
     at: int = 0  # DELAYED: due; IN_FLIGHT: deadline; VISIBLE: visible since
     rc: int = 0
+    kept_from: int | None = None  # retention counts from here when not from sent_ms
+
+    def expired(self, q: QModel, now: int) -> bool:
+        start = self.sent_ms if self.kept_from is None else self.kept_from
+        return start + q.retention_s * 1000 <= now
 
 
 @dataclass(frozen=True)
@@ -265,7 +270,7 @@ class CoreModel(RuleBasedStateMachine):
         out: list[M] = []
 
         def offer(m: M) -> None:
-            if m.sent_ms + q.retention_s * 1000 <= now:
+            if m.expired(q, now):
                 event("receive drops an expired message")
                 m.status = EXPIRED
             elif dlq is not None and m.rc >= q.max_rc:
@@ -273,7 +278,9 @@ class CoreModel(RuleBasedStateMachine):
                 m.status = DEAD
                 moved = M(dlq.name, m.mid, self.next_order(), m.body,
                           m.group if dlq.fifo else None, m.sent_ms, None, arn(q.name),
-                          kind=VISIBLE, at=now, rc=m.rc)
+                          kind=VISIBLE, at=now, rc=m.rc,
+                          # SQS restarts retention in a FIFO dead-letter queue only.
+                          kept_from=now if dlq.fifo else m.kept_from)
                 assert (dlq.name, m.mid) not in self.msgs
                 self.msgs[(dlq.name, m.mid)] = moved
                 self.accepted.add((dlq.name, m.mid))
@@ -332,7 +339,7 @@ class CoreModel(RuleBasedStateMachine):
                 returned_before = {x.message_id for x in got[:i]}
                 for mid in earlier:
                     x = self.msgs[(queue, mid)]
-                    gone = (x.sent_ms + q.retention_s * 1000 <= self.now  # expired
+                    gone = (x.expired(q, self.now)  # expired
                             or (q.dlq is not None and x.rc >= q.max_rc))  # dead-lettered
                     assert mid in returned_before or gone, (
                         f"{r.message_id} overtook {mid} in group {m.group}")
@@ -447,7 +454,7 @@ class CoreModel(RuleBasedStateMachine):
         for m in self.msgs.values():
             if m.status == PRESENT:
                 q = self.queues[m.queue]
-                if m.sent_ms + q.retention_s * 1000 <= self.now:
+                if m.expired(q, self.now):
                     event("sweep drops an expired message")
                     m.status = EXPIRED
 

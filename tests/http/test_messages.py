@@ -141,6 +141,10 @@ def test_modeled_batch_and_message_errors(sqs: Any, new_queue: Any) -> None:
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
     with pytest.raises(sqs.exceptions.QueueDoesNotExist):
         sqs.send_message(QueueUrl=url + "-missing", MessageBody="x")
+    # The request's shape is judged before the queue is looked up.
+    with pytest.raises(sqs.exceptions.TooManyEntriesInBatchRequest):
+        sqs.send_message_batch(QueueUrl=url + "-missing", Entries=[
+            {"Id": str(i), "MessageBody": "x"} for i in range(11)])
     for bad in (0, 11):
         with pytest.raises(sqs.exceptions.ClientError) as e:
             sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=bad)

@@ -70,15 +70,15 @@ def change_visibility(st: ShardState, q: QueueRecord, cmd: ChangeVisibilities, n
     effects: list[WakeReceivers] = []
     lo, hi, _ = limits.VISIBILITY_TIMEOUT_S
     for entry_id, text, timeout_s in cmd.entries:
-        h = _handle_for(st, q, text)
-        if isinstance(h, Rejection):
-            failed.append(EntryFailed(entry_id, h))
-            continue
         if not lo <= timeout_s <= hi:
             failed.append(EntryFailed(entry_id, reject(
                 ErrorCode.INVALID_PARAMETER_VALUE,
                 f"Value {timeout_s} for parameter VisibilityTimeout is invalid. Reason: Must be "
                 f"between {lo} and {hi}.")))
+            continue
+        h = _handle_for(st, q, text)
+        if isinstance(h, Rejection):
+            failed.append(EntryFailed(entry_id, h))
             continue
         d = st.delivery(q.qid, h.seq) if h.queue_id == q.qid else None
         if d is None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from sqsq.core import commands as c
-from sqsq.core import limits, queries, redrive
+from sqsq.core import limits, queries, redrive, sending
 from sqsq.core.attributes import parse_queue_arn
 from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.messages import (
@@ -183,13 +183,16 @@ class QueueApi:
     async def send_message_batch(
         self, queue_url: str, entries: list[c.SendEntry], request_id: str = ""
     ) -> c.BatchResult:
+        command = c.SendMessages(queue_name_of(queue_url), tuple(entries), request_id)
+        rej = sending.check_batch(command)  # the request's shape first, as SQS answers
+        if rej is not None:
+            _raise(rej)
         for e in entries:
             if e.body is None or e.body == "":
                 raise from_rejection(reject(
                     ErrorCode.MISSING_PARAMETER, "The request must contain the parameter "
                     "MessageBody."))
-        result = await self._run(c.SendMessages(queue_name_of(queue_url), tuple(entries),
-                                                request_id))
+        result = await self._run(command)
         assert isinstance(result, c.BatchResult)
         return result
 
