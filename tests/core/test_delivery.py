@@ -684,3 +684,17 @@ def test_bad_input_leaves_messages_untouched(core: Core) -> None:
     core.advance(1)
     (again,) = core.receive(Q, 10)
     assert again.message_id == held.message_id
+
+
+def test_receive_that_finds_more_due_than_it_takes_wakes_other_long_polls(core: Core) -> None:
+    for i in range(3):
+        sent_id(core.send(Q, f"m{i}"))
+    core.receive(Q, 3, timeout=10)
+    core.advance(10)  # all three come back; nothing has swept them yet
+    core.effects.clear()
+    assert len(core.receive(Q, 1, timeout=10)) == 1
+    assert c.WakeReceivers(Q) in core.effects  # two are left for whoever is parked
+    core.advance(10)
+    core.effects.clear()
+    assert len(core.receive(Q, 10)) == 3  # took all that came due: nobody to wake
+    assert c.WakeReceivers(Q) not in core.effects

@@ -302,9 +302,13 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
     timeout_s = cmd.visibility_timeout_s
     if timeout_s is None:
         timeout_s = q.attributes.visibility_timeout_s
-    promote_due(st, q, now, limits.SWEEP_MAX_ITEMS)
+    promoted = promote_due(st, q, now, limits.SWEEP_MAX_ITEMS)
     dlq = _dead_letter_queue(st, q)
     effects: list[WakeReceivers] = []
+    if promoted > cmd.max_number_of_messages:
+        # More came due than this receive can take: parked long polls may have the rest now,
+        # not at the next sweep.
+        effects.append(WakeReceivers(q.name))
     out: list[ReceivedMessage] = []
     want, budget = cmd.max_number_of_messages, limits.RECEIVE_SCAN_MAX
     if not q.attributes.fifo_queue:
@@ -322,7 +326,7 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
     if attempt_id:
         again = _retried_attempt(st, q, attempt_id, timeout_s, now)
         if again is not None:
-            return Outcome(Received(again), ())
+            return Outcome(Received(again), tuple(effects))
     claimed: list[tuple[int, int]] = []  # (seq, receive count): what a retry must find
     for rkey, _ in st.scan_index("k", q.qid):
         if len(out) >= want or budget <= 0:

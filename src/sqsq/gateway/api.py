@@ -94,8 +94,8 @@ class QueueApi:
             _raise(result)
         return result
 
-    def _query(self, fn, *args):  # noqa: ANN001, ANN202 - a thin pass-through
-        result = self.engine.query(fn, *args)
+    async def _query(self, fn, *args):  # noqa: ANN001, ANN202 - a thin pass-through
+        result = await self.engine.read(fn, *args)
         if isinstance(result, Rejection):
             _raise(result)
         return result
@@ -110,13 +110,13 @@ class QueueApi:
         return self.endpoint.queue_url(name)
 
     async def get_queue_url(self, name: str) -> str:
-        self._query(lambda st, n, now: queries.queue(st, n), name)
+        await self._query(lambda st, n, now: queries.queue(st, n), name)
         return self.endpoint.queue_url(name)
 
     async def list_queues(
         self, prefix: str = "", max_results: int | None = None, next_token: str = ""
     ) -> tuple[list[str], str]:
-        names, token = self._query(
+        names, token = await self._query(
             lambda st, now: queries.list_queues(st, prefix, max_results, next_token)
         )
         return [self.endpoint.queue_url(n) for n in names], token
@@ -128,7 +128,7 @@ class QueueApi:
         await self._run(c.PurgeQueue(queue_name_of(queue_url)))
 
     async def get_queue_attributes(self, queue_url: str, names: list[str]) -> dict[str, str]:
-        return self._query(queries.queue_attributes, queue_name_of(queue_url), list(names))
+        return await self._query(queries.queue_attributes, queue_name_of(queue_url), list(names))
 
     async def set_queue_attributes(self, queue_url: str, attributes: Mapping[str, str]) -> None:
         await self._run(c.SetQueueAttributes(queue_name_of(queue_url), tuple(attributes.items())))
@@ -140,10 +140,11 @@ class QueueApi:
         await self._run(c.UntagQueue(queue_name_of(queue_url), tuple(keys)))
 
     async def list_queue_tags(self, queue_url: str) -> dict[str, str]:
-        return self._query(lambda st, n, now: queries.queue_tags(st, n), queue_name_of(queue_url))
+        return await self._query(lambda st, n, now: queries.queue_tags(st, n),
+                                 queue_name_of(queue_url))
 
     async def list_dead_letter_source_queues(self, queue_url: str) -> list[str]:
-        names = self._query(lambda st, n, now: queries.dead_letter_source_queues(st, n),
+        names = await self._query(lambda st, n, now: queries.dead_letter_source_queues(st, n),
                             queue_name_of(queue_url))
         return [self.endpoint.queue_url(n) for n in names]
 
@@ -177,7 +178,7 @@ class QueueApi:
             tasks = redrive.tasks_of(st, parsed[2])[: max_results or 1]
             return [redrive.describe(t, arn_of) for t in tasks]
 
-        return self._query(run)
+        return await self._query(run)
 
     # ---- messages ----
     async def send_message_batch(
@@ -223,7 +224,8 @@ class QueueApi:
                 _raise(rej)
         name = queue_name_of(queue_url)
         if wait_time_seconds is None:
-            attrs = self._query(queries.queue_attributes, name, ["ReceiveMessageWaitTimeSeconds"])
+            attrs = await self._query(queries.queue_attributes, name,
+                                      ["ReceiveMessageWaitTimeSeconds"])
             wait_time_seconds = int(attrs["ReceiveMessageWaitTimeSeconds"])
         command = c.ReceiveMessages(name, max_number_of_messages, visibility_timeout,
                                     receive_request_attempt_id=receive_request_attempt_id)
@@ -231,7 +233,11 @@ class QueueApi:
         while True:
             # Park before trying, so a send that lands between the try and the wait wakes us.
             woken = self.engine.waiters.event(name)
-            result = await self._run(command)
+            try:
+                result = await self._run(command)
+            except QueueError:
+                self.engine.waiters.forget(name)
+                raise
             assert isinstance(result, c.Received)
             left = deadline - time.monotonic()
             if result.messages or left <= 0 or not self.engine.long_polls_allowed:

@@ -70,6 +70,15 @@ class Waiters:
         if ev is not None:
             ev.set()
 
+    def __len__(self) -> int:
+        """Queues with a poll parked on them."""
+        return len(self._events)
+
+    def forget(self, queue: str) -> None:
+        """Drop a queue's event unset: a poll on a queue that does not exist must not leave
+        one behind (a client could otherwise grow this map with made-up names)."""
+        self._events.pop(queue, None)
+
     def wake_all(self) -> None:
         for queue in list(self._events):
             self.wake(queue)
@@ -100,6 +109,7 @@ class ShardEngine:
         self._synced = 0
         self._unsynced: deque[tuple[int, list, list[c.Outcome]]] = deque()
         self._syncer: asyncio.Task | None = None
+        self._reads: deque[tuple[int, asyncio.Future]] = deque()  # (group seen, durable?)
         self.applied_index = records.Meta.decode(store.get(records.META_KEY)).applied_index
 
     # ---- lifecycle ----
@@ -138,14 +148,23 @@ class ShardEngine:
         return await fut
 
     def query(self, fn: Callable[..., T], *args: object) -> T:
-        """A read-only question: ``fn(state, *args, now)`` over the latest written state.
-
-        That may include a group whose fsync is still running; counts and attributes are
-        approximate in SQS too, and nothing that was answered can be lost.
-        """
+        """A read-only question: ``fn(state, *args, now)`` over the latest written state,
+        which may include groups whose fsync is still running (see ``read``)."""
         txn = Txn(self.store)
         now = effective_now(txn, self.clock_ms())
         return fn(ShardState(txn, self.config), *args, now)
+
+    async def read(self, fn: Callable[..., T], *args: object) -> T | Rejection:
+        """``query`` for a client: answered only once every group it could have seen is on
+        disk, so nobody learns of a queue or message that a crash could still take back."""
+        result = self.query(fn, *args)
+        seen = self._written
+        if self._synced < seen and self.sync:
+            durable: asyncio.Future = asyncio.get_running_loop().create_future()
+            self._reads.append((seen, durable))
+            if not await durable:
+                return self._failed or Rejection(ErrorCode.SERVICE_UNAVAILABLE, "fsync failed")
+        return result
 
     # ---- the loop ----
     async def _committer(self) -> None:
@@ -188,9 +207,17 @@ class ShardEngine:
                 while self._unsynced:
                     _, group, _ = self._unsynced.popleft()
                     self._answer(group, None, self._failed)
+                self._release_reads(self._written, durable=False)
                 return
             self._synced = target
             self._release(target)
+            self._release_reads(target, durable=True)
+
+    def _release_reads(self, upto: int, durable: bool) -> None:
+        while self._reads and self._reads[0][0] <= upto:
+            _, fut = self._reads.popleft()
+            if not fut.done():
+                fut.set_result(durable)
 
     def _release(self, upto: int) -> None:
         """Groups up to ``upto`` are durable: answer them and run their effects."""
