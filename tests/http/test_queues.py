@@ -86,6 +86,10 @@ def test_dead_letter_source_queues(sqs: Any, new_queue: Any) -> None:
     assert sorted(sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"]) == sources
     page = sqs.list_dead_letter_source_queues(QueueUrl=dlq, MaxResults=1)
     assert len(page["queueUrls"]) == 1 and page["NextToken"]
+    for bad in (0, 1001):
+        with pytest.raises(sqs.exceptions.ClientError) as e:
+            sqs.list_dead_letter_source_queues(QueueUrl=dlq, MaxResults=bad)
+        assert e.value.response["Error"]["Code"] == "InvalidParameterValue"
     # A queue nobody dead-letters into: an empty (present) list.
     assert sqs.list_dead_letter_source_queues(QueueUrl=sources[0])["queueUrls"] == []
 

@@ -41,6 +41,11 @@ def load_secret(data_dir: Path) -> bytes:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        dir_fd = os.open(data_dir, os.O_RDONLY)  # the rename itself must survive a crash
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
     return path.read_bytes()
 
 

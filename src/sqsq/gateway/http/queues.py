@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqsq.core import limits
 from sqsq.gateway.api import QueueApi
-from sqsq.gateway.http.wire import Params
+from sqsq.gateway.http.wire import Params, invalid
 
 Result = dict[str, Any]
 
@@ -79,6 +80,9 @@ async def list_dead_letter_source_queues(api: QueueApi, p: Params) -> Result:
     token = p.text("NextToken") or "0"
     start = int(token) if token.isdigit() else 0
     limit = p.integer("MaxResults")
+    if limit is not None and not 1 <= limit <= limits.LIST_QUEUES_MAX_RESULTS:
+        raise invalid(f"Value {limit} for parameter MaxResults is invalid. Reason: MaxResults "
+                      f"must be an integer between 1 and {limits.LIST_QUEUES_MAX_RESULTS}.")
     page = urls[start:start + limit] if limit else urls[start:]
     more = limit is not None and start + limit < len(urls)
     result: Result = {"queueUrls": page}  # a required member: sent even when empty
