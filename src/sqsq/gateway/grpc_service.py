@@ -1,4 +1,4 @@
-"""The public gRPC service (sqsq.v1.Queues): protobuf in, ``QueueApi`` call, protobuf out.
+"""The public gRPC service (sqsq.v1.Queues): protobuf in, ``QueueService`` call, protobuf out.
 
 Errors become the gRPC status from the error table, with the SQS error code in the trailing
 metadata key ``sqs-error-code`` so clients can raise the matching ``QueueError``.
@@ -11,11 +11,17 @@ import logging
 
 import grpc
 
-from sqsq.core import commands as c
 from sqsq.core.errors import ErrorCode
-from sqsq.core.messages import MessageAttributeValue
 from sqsq.errors import QueueError, from_rejection
-from sqsq.gateway.api import QueueApi
+from sqsq.gateway.api import QueueService
+from sqsq.gateway.convert import (
+    entry_from_pb,
+    failed_to_pb,
+    message_to_pb,
+    opt,
+    sent_fields,
+    task_to_pb,
+)
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.v1 import queues_pb2_grpc as pb_grpc
 
@@ -45,57 +51,8 @@ def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
     return run
 
 
-def _attrs_in(attrs) -> tuple[tuple[str, MessageAttributeValue], ...]:  # noqa: ANN001
-    return tuple(
-        (name, MessageAttributeValue(
-            v.data_type,
-            v.string_value if v.HasField("string_value") else None,
-            v.binary_value if v.HasField("binary_value") else None,
-        ))
-        for name, v in sorted(attrs.items())
-    )
-
-
-def _attrs_out(attrs: tuple[tuple[str, MessageAttributeValue], ...]) -> dict:
-    out = {}
-    for name, v in attrs:
-        pv = pb.MessageAttributeValue(data_type=v.data_type)
-        if v.string_value is not None:
-            pv.string_value = v.string_value
-        if v.binary_value is not None:
-            pv.binary_value = v.binary_value
-        out[name] = pv
-    return out
-
-
-def _opt(msg, field: str):  # noqa: ANN001, ANN202
-    return getattr(msg, field) if msg.HasField(field) else None
-
-
-def _entry(e, entry_id: str) -> c.SendEntry:  # noqa: ANN001
-    return c.SendEntry(
-        entry_id, e.message_body, _opt(e, "delay_seconds"), _attrs_in(e.message_attributes),
-        _opt(e, "message_group_id"), _opt(e, "message_deduplication_id"),
-    )
-
-
-def _failed(failed: tuple[c.EntryFailed, ...]) -> list:
-    return [
-        pb.BatchResultErrorEntry(id=f.entry_id, code=f.rejection.sqs_code,
-                                 message=f.rejection.message,
-                                 sender_fault=f.rejection.code.spec.sender_fault)
-        for f in failed
-    ]
-
-
-def _sent(s: c.SentMessage) -> dict:
-    return dict(message_id=s.message_id, md5_of_message_body=s.md5_of_message_body,
-                md5_of_message_attributes=s.md5_of_message_attributes or "",
-                sequence_number=s.sequence_number or "")
-
-
 class QueuesService(pb_grpc.QueuesServicer):
-    def __init__(self, api: QueueApi) -> None:
+    def __init__(self, api: QueueService) -> None:
         self.api = api
 
     @_rpc
@@ -111,7 +68,7 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def ListQueues(self, request, context):  # noqa: ANN001, ANN201, N802
         urls, token = await self.api.list_queues(request.queue_name_prefix,
-                                                 _opt(request, "max_results"), request.next_token)
+                                                 opt(request, "max_results"), request.next_token)
         return pb.ListQueuesResponse(queue_urls=urls, next_token=token)
 
     @_rpc
@@ -156,43 +113,35 @@ class QueuesService(pb_grpc.QueuesServicer):
 
     @_rpc
     async def SendMessage(self, request, context):  # noqa: ANN001, ANN201, N802
-        result = await self.api.send_message_batch(request.queue_url, [_entry(request, "0")],
+        result = await self.api.send_message_batch(request.queue_url, [entry_from_pb(request, "0")],
                                                    request.request_id)
         if result.failed:
             raise from_rejection(result.failed[0].rejection)
-        return pb.SendMessageResponse(**_sent(result.successful[0]))
+        return pb.SendMessageResponse(**sent_fields(result.successful[0]))
 
     @_rpc
     async def SendMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
-        entries = [_entry(e, e.id) for e in request.entries]
+        entries = [entry_from_pb(e, e.id) for e in request.entries]
         result = await self.api.send_message_batch(request.queue_url, entries,
                                                    request.request_id)
         return pb.SendMessageBatchResponse(
-            successful=[pb.SendMessageBatchResultEntry(id=s.entry_id, **_sent(s))
+            successful=[pb.SendMessageBatchResultEntry(id=s.entry_id, **sent_fields(s))
                         for s in result.successful],
-            failed=_failed(result.failed),
+            failed=failed_to_pb(result.failed),
         )
 
     @_rpc
     async def ReceiveMessage(self, request, context):  # noqa: ANN001, ANN201, N802
         messages = await self.api.receive_message(
             request.queue_url,
-            _opt(request, "max_number_of_messages"),
-            _opt(request, "visibility_timeout"),
-            _opt(request, "wait_time_seconds"),
+            opt(request, "max_number_of_messages"),
+            opt(request, "visibility_timeout"),
+            opt(request, "wait_time_seconds"),
             list(request.attribute_names),
             list(request.message_attribute_names),
             request.receive_request_attempt_id,
         )
-        return pb.ReceiveMessageResponse(messages=[
-            pb.Message(
-                message_id=m.message_id, receipt_handle=m.receipt_handle, body=m.body,
-                md5_of_body=m.md5_of_body,
-                md5_of_message_attributes=m.md5_of_message_attributes or "",
-                attributes=dict(m.attributes), message_attributes=_attrs_out(m.message_attributes),
-            )
-            for m in messages
-        ])
+        return pb.ReceiveMessageResponse(messages=[message_to_pb(m) for m in messages])
 
     @_rpc
     async def DeleteMessage(self, request, context):  # noqa: ANN001, ANN201, N802
@@ -207,7 +156,7 @@ class QueuesService(pb_grpc.QueuesServicer):
         result = await self.api.delete_message_batch(
             request.queue_url, [(e.id, e.receipt_handle) for e in request.entries])
         return pb.BatchResponse(successful=list(result.successful),
-                                failed=_failed(result.failed))
+                                failed=failed_to_pb(result.failed))
 
     @_rpc
     async def ChangeMessageVisibility(self, request, context):  # noqa: ANN001, ANN201, N802
@@ -223,7 +172,7 @@ class QueuesService(pb_grpc.QueuesServicer):
             request.queue_url,
             [(e.id, e.receipt_handle, e.visibility_timeout) for e in request.entries])
         return pb.BatchResponse(successful=list(result.successful),
-                                failed=_failed(result.failed))
+                                failed=failed_to_pb(result.failed))
 
 
     # ---- dead-letter redrive ----
@@ -231,33 +180,17 @@ class QueuesService(pb_grpc.QueuesServicer):
     async def StartMessageMoveTask(self, request, context):  # noqa: ANN001, ANN201, N802
         handle = await self.api.start_message_move_task(
             request.source_arn, request.destination_arn or None,
-            _opt(request, "max_number_of_messages_per_second"))
+            opt(request, "max_number_of_messages_per_second"))
         return pb.StartMessageMoveTaskResponse(task_handle=handle)
 
     @_rpc
     async def ListMessageMoveTasks(self, request, context):  # noqa: ANN001, ANN201, N802
         tasks = await self.api.list_message_move_tasks(request.source_arn,
-                                                       _opt(request, "max_results"))
-        return pb.ListMessageMoveTasksResponse(results=[
-            pb.MessageMoveTask(**{_TASK_FIELDS[k]: v for k, v in t.items() if v is not None})
-            for t in tasks
-        ])
+                                                       opt(request, "max_results"))
+        return pb.ListMessageMoveTasksResponse(results=[task_to_pb(t) for t in tasks])
 
     @_rpc
     async def CancelMessageMoveTask(self, request, context):  # noqa: ANN001, ANN201, N802
         moved = await self.api.cancel_message_move_task(request.task_handle)
         return pb.CancelMessageMoveTaskResponse(approximate_number_of_messages_moved=moved)
 
-
-# ListMessageMoveTasks result members: SQS's names -> the protobuf fields.
-_TASK_FIELDS = {
-    "TaskHandle": "task_handle",
-    "Status": "status",
-    "SourceArn": "source_arn",
-    "DestinationArn": "destination_arn",
-    "MaxNumberOfMessagesPerSecond": "max_number_of_messages_per_second",
-    "ApproximateNumberOfMessagesMoved": "approximate_number_of_messages_moved",
-    "ApproximateNumberOfMessagesToMove": "approximate_number_of_messages_to_move",
-    "FailureReason": "failure_reason",
-    "StartedTimestamp": "started_timestamp",
-}

@@ -1,4 +1,4 @@
-"""The SQS-compatible HTTP API (AWS JSON 1.0 and query protocols) over ``QueueApi``."""
+"""The SQS-compatible HTTP API (AWS JSON 1.0 and query protocols) over ``QueueService``."""
 
 from sqsq.gateway.http.app import make_app
 

@@ -1,16 +1,16 @@
-"""SQS action name -> handler. Every handler is ``async (QueueApi, Params) -> result dict``."""
+"""SQS action name -> handler. Every handler is ``async (QueueService, Params) -> result dict``."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sqsq.gateway.api import QueueApi
+from sqsq.gateway.api import QueueService
 from sqsq.gateway.http import messages as m
 from sqsq.gateway.http import queues as q
 from sqsq.gateway.http.wire import Params
 
-Handler = Callable[[QueueApi, Params], Awaitable[dict[str, Any]]]
+Handler = Callable[[QueueService, Params], Awaitable[dict[str, Any]]]
 
 ACTIONS: dict[str, Handler] = {
     "CreateQueue": q.create_queue,

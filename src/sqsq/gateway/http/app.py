@@ -2,7 +2,7 @@
 
 A request is authenticated (SigV4, unless the server runs open), decoded by its protocol
 (``X-Amz-Target`` means AWS JSON 1.0, anything else the query protocol), handed to the action's
-handler over ``QueueApi``, and the result or error is encoded back by the same protocol.
+handler over ``QueueService``, and the result or error is encoded back by the same protocol.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from aiohttp import web
 
 from sqsq.core.errors import ErrorCode
 from sqsq.errors import QueueError
-from sqsq.gateway.api import QueueApi
+from sqsq.gateway.api import QueueService
 from sqsq.gateway.auth import Authenticator, AuthError, SignedRequest
 from sqsq.gateway.http import json_protocol, query_protocol
 from sqsq.gateway.http.actions import ACTIONS, UNSUPPORTED
@@ -52,7 +52,7 @@ def _path_queue_url(request: web.Request) -> str | None:
 
 
 class HttpFront:
-    def __init__(self, api: QueueApi, auth: Authenticator) -> None:
+    def __init__(self, api: QueueService, auth: Authenticator) -> None:
         self.api = api
         self.auth = auth
 
@@ -105,7 +105,7 @@ class HttpFront:
         return query_protocol.respond_error(err, request_id)
 
 
-def make_app(api: QueueApi, auth: Authenticator) -> web.Application:
+def make_app(api: QueueService, auth: Authenticator) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_route("*", "/{tail:.*}", HttpFront(api, auth).handle)
     return app

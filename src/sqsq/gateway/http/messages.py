@@ -12,7 +12,7 @@ from typing import Any
 from sqsq.core import commands as c
 from sqsq.core.messages import MessageAttributeValue
 from sqsq.errors import from_rejection
-from sqsq.gateway.api import QueueApi
+from sqsq.gateway.api import QueueService
 from sqsq.gateway.http.wire import Params, b64decode, invalid
 
 Result = dict[str, Any]
@@ -75,20 +75,20 @@ def _single(result: c.BatchResult) -> None:
         raise from_rejection(result.failed[0].rejection)
 
 
-async def send_message(api: QueueApi, p: Params) -> Result:
+async def send_message(api: QueueService, p: Params) -> Result:
     p.required("MessageBody")
     result = await api.send_message_batch(p.queue_url(), [_entry(p, "0")])
     _single(result)
     return _sent(result.successful[0])
 
 
-async def send_message_batch(api: QueueApi, p: Params) -> Result:
+async def send_message_batch(api: QueueService, p: Params) -> Result:
     entries = [_entry(e, e.text("Id") or "") for e in p.entries()]
     result = await api.send_message_batch(p.queue_url(), entries)
     return _batch(result, [{"Id": s.entry_id, **_sent(s)} for s in result.successful])
 
 
-async def receive_message(api: QueueApi, p: Params) -> Result:
+async def receive_message(api: QueueService, p: Params) -> Result:
     # MessageSystemAttributeNames replaced AttributeNames; SDKs send either.
     names = list(dict.fromkeys(p.strings("AttributeNames")
                                + p.strings("MessageSystemAttributeNames")))
@@ -109,24 +109,24 @@ async def receive_message(api: QueueApi, p: Params) -> Result:
     return {"Messages": out} if out else {}  # SQS omits Messages when nothing was received
 
 
-async def delete_message(api: QueueApi, p: Params) -> Result:
+async def delete_message(api: QueueService, p: Params) -> Result:
     _single(await api.delete_message_batch(p.queue_url(), [("0", p.required("ReceiptHandle"))]))
     return {}
 
 
-async def delete_message_batch(api: QueueApi, p: Params) -> Result:
+async def delete_message_batch(api: QueueService, p: Params) -> Result:
     entries = [(e.text("Id") or "", e.required("ReceiptHandle")) for e in p.entries()]
     result = await api.delete_message_batch(p.queue_url(), entries)
     return _batch(result, [{"Id": i} for i in result.successful])
 
 
-async def change_message_visibility(api: QueueApi, p: Params) -> Result:
+async def change_message_visibility(api: QueueService, p: Params) -> Result:
     entry = ("0", p.required("ReceiptHandle"), p.integer("VisibilityTimeout", required=True))
     _single(await api.change_message_visibility_batch(p.queue_url(), [entry]))
     return {}
 
 
-async def change_message_visibility_batch(api: QueueApi, p: Params) -> Result:
+async def change_message_visibility_batch(api: QueueService, p: Params) -> Result:
     entries = [(e.text("Id") or "", e.required("ReceiptHandle"),
                 e.integer("VisibilityTimeout", required=True)) for e in p.entries()]
     result = await api.change_message_visibility_batch(p.queue_url(), entries)

@@ -1,0 +1,140 @@
+"""The protobuf wire (sqsq.v1) to and from the core's values, both ways, in one place.
+
+The public gRPC service reads requests and writes responses with these; the forwarding
+backend (a gateway in front of a node) writes requests and reads responses with the same
+functions, so a value crosses the wire unchanged in either direction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqsq.core import commands as c
+from sqsq.core.errors import BY_SQS_CODE, ErrorCode, Rejection
+from sqsq.core.messages import MessageAttributeValue
+from sqsq.v1 import queues_pb2 as pb
+
+
+def opt(msg: Any, field: str) -> Any:
+    """A proto3 ``optional`` field's value, or None when absent."""
+    return getattr(msg, field) if msg.HasField(field) else None
+
+
+def attrs_from_pb(attrs: Any) -> c.MessageAttributes:
+    return tuple(
+        (name, MessageAttributeValue(
+            v.data_type,
+            v.string_value if v.HasField("string_value") else None,
+            v.binary_value if v.HasField("binary_value") else None,
+        ))
+        for name, v in sorted(attrs.items())
+    )
+
+
+def attrs_to_pb(attrs: c.MessageAttributes) -> dict[str, pb.MessageAttributeValue]:
+    out = {}
+    for name, v in attrs:
+        pv = pb.MessageAttributeValue(data_type=v.data_type)
+        if v.string_value is not None:
+            pv.string_value = v.string_value
+        if v.binary_value is not None:
+            pv.binary_value = v.binary_value
+        out[name] = pv
+    return out
+
+
+# ---- sends ------------------------------------------------------------------------------
+
+
+def entry_from_pb(e: Any, entry_id: str) -> c.SendEntry:
+    """A SendMessageRequest or SendMessageBatchEntry as the core's entry."""
+    return c.SendEntry(
+        entry_id, e.message_body, opt(e, "delay_seconds"), attrs_from_pb(e.message_attributes),
+        opt(e, "message_group_id"), opt(e, "message_deduplication_id"),
+    )
+
+
+def entry_to_pb(e: c.SendEntry) -> pb.SendMessageBatchEntry:
+    out = pb.SendMessageBatchEntry(id=e.entry_id, message_body=e.body,
+                                   message_attributes=attrs_to_pb(e.message_attributes))
+    if e.delay_seconds is not None:
+        out.delay_seconds = e.delay_seconds
+    if e.message_group_id is not None:
+        out.message_group_id = e.message_group_id
+    if e.message_deduplication_id is not None:
+        out.message_deduplication_id = e.message_deduplication_id
+    return out
+
+
+def sent_fields(s: c.SentMessage) -> dict[str, str]:
+    return dict(message_id=s.message_id, md5_of_message_body=s.md5_of_message_body,
+                md5_of_message_attributes=s.md5_of_message_attributes or "",
+                sequence_number=s.sequence_number or "")
+
+
+def sent_from_pb(s: pb.SendMessageBatchResultEntry) -> c.SentMessage:
+    return c.SentMessage(s.id, s.message_id, s.md5_of_message_body,
+                         s.md5_of_message_attributes or None, s.sequence_number or None)
+
+
+# ---- batch failures -----------------------------------------------------------------------
+
+
+def failed_to_pb(failed: tuple[c.EntryFailed, ...]) -> list[pb.BatchResultErrorEntry]:
+    return [
+        pb.BatchResultErrorEntry(id=f.entry_id, code=f.rejection.sqs_code,
+                                 message=f.rejection.message,
+                                 sender_fault=f.rejection.code.spec.sender_fault)
+        for f in failed
+    ]
+
+
+def failed_from_pb(failed: Any) -> tuple[c.EntryFailed, ...]:
+    return tuple(
+        c.EntryFailed(f.id, Rejection(BY_SQS_CODE.get(f.code, ErrorCode.INTERNAL_ERROR),
+                                      f.message))
+        for f in failed
+    )
+
+
+def batch_from_pb(r: pb.BatchResponse) -> c.BatchResult:
+    return c.BatchResult(tuple(r.successful), failed_from_pb(r.failed))
+
+
+# ---- receives -----------------------------------------------------------------------------
+
+
+def message_to_pb(m: c.ReceivedMessage) -> pb.Message:
+    return pb.Message(
+        message_id=m.message_id, receipt_handle=m.receipt_handle, body=m.body,
+        md5_of_body=m.md5_of_body, md5_of_message_attributes=m.md5_of_message_attributes or "",
+        attributes=dict(m.attributes), message_attributes=attrs_to_pb(m.message_attributes),
+    )
+
+
+def message_from_pb(m: pb.Message) -> c.ReceivedMessage:
+    return c.ReceivedMessage(
+        m.message_id, m.receipt_handle, m.body, m.md5_of_body,
+        m.md5_of_message_attributes or None, attrs_from_pb(m.message_attributes),
+        tuple(sorted(m.attributes.items())),
+    )
+
+
+# ---- message move tasks -----------------------------------------------------------------
+
+# ListMessageMoveTasks result members: SQS's names -> the protobuf fields.
+TASK_FIELDS = {
+    "TaskHandle": "task_handle",
+    "Status": "status",
+    "SourceArn": "source_arn",
+    "DestinationArn": "destination_arn",
+    "MaxNumberOfMessagesPerSecond": "max_number_of_messages_per_second",
+    "ApproximateNumberOfMessagesMoved": "approximate_number_of_messages_moved",
+    "ApproximateNumberOfMessagesToMove": "approximate_number_of_messages_to_move",
+    "FailureReason": "failure_reason",
+    "StartedTimestamp": "started_timestamp",
+}
+
+
+def task_to_pb(task: dict[str, Any]) -> pb.MessageMoveTask:
+    return pb.MessageMoveTask(**{TASK_FIELDS[k]: v for k, v in task.items() if v is not None})
