@@ -50,10 +50,13 @@ class ServerProcess:
     def http_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
 
+    def command(self) -> list[str]:
+        return ["server", "--data-dir", str(self.data_dir)]
+
     def start(self) -> ServerProcess:
         log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sqsq.cli.main", "server", "--data-dir", str(self.data_dir),
+            [sys.executable, "-m", "sqsq.cli.main", *self.command(),
              "--host", "127.0.0.1", "--grpc-port", str(self.grpc_port),
              "--http-port", str(self.http_port), *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, **self.env},
@@ -83,3 +86,14 @@ class ServerProcess:
     def log_text(self) -> str:
         path = self.data_dir.parent / f"{self.data_dir.name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+@dataclass
+class GatewayProcess(ServerProcess):
+    """``sqsq gateway`` in front of the node at ``backend`` (its gRPC host:port); its log
+    goes next to ``data_dir``, which it does not otherwise use."""
+
+    backend: str = ""
+
+    def command(self) -> list[str]:
+        return ["gateway", "--backend", self.backend]

@@ -1,7 +1,7 @@
 """Fixtures for the SQS HTTP API tests: an endpoint URL and unmodified boto3 clients for it.
 
-Every test talks to ``sqs_endpoint`` only, so the same tests can run against another
-endpoint (e.g. a cluster gateway) by overriding that one fixture.
+Every test talks to ``sqs_endpoint`` only, which is the server's own HTTP front and, again,
+a ``sqsq gateway`` in front of it: the same tests for both doors.
 """
 
 from __future__ import annotations
@@ -23,16 +23,27 @@ from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
 
-from serverproc import ServerProcess
+from serverproc import GatewayProcess, ServerProcess
 
 ACCESS_KEY = "AKIDSQSQTEST"
 SECRET_KEY = "s3cr3t-for-tests"
 
 
 @pytest.fixture(scope="session")
-def sqs_endpoint(server: ServerProcess) -> str:
-    """The HTTP endpoint under test (the shared open single-node server)."""
-    return server.http_url
+def gateway(server: ServerProcess,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """``sqsq gateway`` in front of the shared server, stopped by pid at the end."""
+    gw = GatewayProcess(tmp_path_factory.mktemp("gateway") / "gateway",
+                        backend=server.endpoint).start()
+    yield gw
+    gw.stop()
+
+
+@pytest.fixture(scope="session", params=["server", "gateway"])
+def sqs_endpoint(request: pytest.FixtureRequest) -> str:
+    """The HTTP endpoint under test: every test runs against the single-node server's own
+    HTTP front, and again through a gateway process in front of that server."""
+    return request.getfixturevalue(request.param).http_url
 
 
 def make_client(endpoint: str, key: str = "x", secret: str = "y", **config: Any) -> Any:

@@ -62,6 +62,15 @@ def cmd_server(args: argparse.Namespace) -> int:
     return int(result or 0)
 
 
+def cmd_gateway(args: argparse.Namespace) -> int:
+    from sqsq.gateway.server import serve_gateway  # lazy, like the server
+
+    return serve_gateway(
+        backend=args.backend, host=args.host, grpc_port=args.grpc_port,
+        http_port=args.http_port, credentials_file=args.credentials, account=args.account,
+        public_url=args.public_url)
+
+
 def cmd_queue_create(args: argparse.Namespace, client: Client) -> int:
     attributes = _pairs(args.attr, "--attr")
     name = args.name
@@ -210,6 +219,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-fsync", action="store_true",
                    help="acknowledge before data reaches the disk (benchmarks only)")
     p.set_defaults(handler=cmd_server, needs_client=False)
+
+    p = sub.add_parser("gateway", parents=[common],
+                       help="run the public HTTP and gRPC API in front of a node")
+    p.add_argument("--backend", required=True,
+                   help="the node's gRPC address host:port (e.g. a `sqsq server`)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--grpc-port", type=int, default=7400, help="gRPC port (default 7400)")
+    p.add_argument("--http-port", type=int, default=9324, help="SQS HTTP port (default 9324)")
+    p.add_argument("--credentials", default=None,
+                   help="access keys file (or env SQSQ_CREDENTIALS_FILE); none: runs open")
+    p.add_argument("--account", default=None,
+                   help="account id in queue URLs; the node's (env SQSQ_ACCOUNT, 000000000000)")
+    p.add_argument("--public-url", default=None,
+                   help="base of queue URLs (env SQSQ_PUBLIC_URL; default http://HOST:HTTP_PORT)")
+    p.set_defaults(handler=cmd_gateway, needs_client=False)
 
     q = sub.add_parser("queue", help="create, list, inspect, delete, purge queues")
     qsub = q.add_subparsers(dest="queue_command", metavar="ACTION", required=True)

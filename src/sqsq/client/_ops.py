@@ -396,7 +396,7 @@ def change_message_visibility_batch(queue: str, entries: Iterable[Mapping[str, A
 
 # ---- dead-letter redrive -----------------------------------------------------------------
 
-def _move_task(t: pb.MessageMoveTask) -> dict[str, Any]:
+def move_task_from_pb(t: pb.MessageMoveTask) -> dict[str, Any]:
     """A task in boto3's shape: SQS's member names, absent members left out."""
     out: dict[str, Any] = {
         "Status": t.status,
@@ -429,7 +429,7 @@ def list_message_move_tasks(source_arn: str, max_results: int | None = None) -> 
     req = pb.ListMessageMoveTasksRequest(source_arn=source_arn)
     if max_results is not None:
         req.max_results = int(max_results)
-    return Call("ListMessageMoveTasks", req, lambda r: [_move_task(t) for t in r.results],
+    return Call("ListMessageMoveTasks", req, lambda r: [move_task_from_pb(t) for t in r.results],
                 retry=True)
 
 

@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import secrets
-import signal
-import sys
 from pathlib import Path
 
-import grpc
-from aiohttp import web
-
 from sqsq.core.state import ShardConfig
-from sqsq.gateway.api import Endpoint, QueueApi
-from sqsq.gateway.auth import Authenticator, GrpcAuthInterceptor, load_credentials
-from sqsq.gateway.grpc_service import QueuesService
-from sqsq.gateway.http import make_app
+from sqsq.gateway.api import QueueApi
+from sqsq.gateway.auth import Authenticator, load_credentials
+from sqsq.gateway.fronts import (
+    announce_auth,
+    endpoint_for,
+    run_process,
+    start_fronts,
+    until_signalled,
+)
 from sqsq.shard.admin import AdminService
 from sqsq.shard.engine import ShardEngine
 from sqsq.shard.store import RocksStore
 from sqsq.v1 import admin_pb2_grpc
-from sqsq.v1 import queues_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sqsq.server")
 
@@ -65,38 +63,19 @@ async def run_server(
         account=account or os.environ.get("SQSQ_ACCOUNT") or ShardConfig.account)
     engine = ShardEngine(RocksStore(str(root / "shard-0")), config, sync=sync)
     await engine.start()
-    base_url = public_url or os.environ.get("SQSQ_PUBLIC_URL") or f"http://{host}:{http_port}"
-    api = QueueApi(engine, Endpoint(base_url.rstrip("/"), config.account))
-    # HTTP first: tests and scripts take the gRPC port listening as "ready".
-    runner = web.AppRunner(make_app(api, auth), access_log=None, shutdown_timeout=2.0)
-    await runner.setup()
-    await web.TCPSite(runner, host, http_port).start()
-    server = grpc.aio.server(interceptors=[GrpcAuthInterceptor(auth)])
-    pb_grpc.add_QueuesServicer_to_server(QueuesService(api), server)
-    admin_pb2_grpc.add_AdminServicer_to_server(AdminService({0: engine}, root / "snapshots"),
-                                               server)
-    bound = server.add_insecure_port(f"{host}:{grpc_port}")
-    await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"sqsq server: gRPC on {host}:{bound}, SQS HTTP API on {base_url} (region "
-          f"{config.region}, account {config.account}), data in {root.resolve()}, fsync "
-          f"{'on' if sync else 'off'}", flush=True)
-    if auth.open:
-        print("sqsq server: WARNING: no credentials configured - authentication is OFF, "
-              "anyone who can reach these ports can use every queue. Set "
-              "SQSQ_CREDENTIALS_FILE or SQSQ_ACCESS_KEY_ID/SQSQ_SECRET_ACCESS_KEY to require "
-              "SigV4 (HTTP) and signed tokens (gRPC).", flush=True)
-    else:
-        print(f"sqsq server: authentication ON ({len(auth.credentials)} access key(s)); "
-              "HTTP requires SigV4, gRPC a signed token", flush=True)
-    await stop.wait()
+    endpoint = endpoint_for(host, http_port, public_url, config.account)
+    admin = AdminService({0: engine}, root / "snapshots")
+    fronts = await start_fronts(
+        QueueApi(engine, endpoint), auth, host, grpc_port, http_port,
+        lambda server: admin_pb2_grpc.add_AdminServicer_to_server(admin, server))
+    print(f"sqsq server: gRPC on {host}:{fronts.grpc_port}, SQS HTTP API on "
+          f"{endpoint.base_url} (region {config.region}, account {config.account}), data in "
+          f"{root.resolve()}, fsync {'on' if sync else 'off'}", flush=True)
+    announce_auth("sqsq server", auth)
+    await until_signalled()
     log.info("shutting down")
     engine.end_long_polls()
-    await runner.cleanup()
-    await server.stop(grace=2)
+    await fronts.stop()
     await engine.stop()
     print("sqsq server: stopped", flush=True)
 
@@ -112,13 +91,6 @@ def serve(
     account: str | None = None,
     public_url: str | None = None,
 ) -> int:
-    logging.basicConfig(level=os.environ.get("SQSQ_LOG_LEVEL", "INFO"), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        asyncio.run(run_server(data_dir, host, grpc_port, http_port, sync=sync,
-                               credentials_file=credentials_file, region=region,
-                               account=account, public_url=public_url))
-    except (OSError, ValueError) as e:  # unreadable credentials file, port in use, ...
-        print(f"sqsq server: error: {e}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+    return run_process("sqsq server", run_server(
+        data_dir, host, grpc_port, http_port, sync=sync, credentials_file=credentials_file,
+        region=region, account=account, public_url=public_url))

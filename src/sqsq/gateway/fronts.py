@@ -1,0 +1,88 @@
+"""The two public doors, SQS HTTP and gRPC, over any ``QueueService``; and the process
+plumbing both ``sqsq server`` and ``sqsq gateway`` need: signals, the start-up banner."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from aiohttp import web
+
+from sqsq.gateway.api import Endpoint, QueueService
+from sqsq.gateway.auth import Authenticator, GrpcAuthInterceptor
+from sqsq.gateway.grpc_service import QueuesService
+from sqsq.gateway.http import make_app
+from sqsq.v1 import queues_pb2_grpc as pb_grpc
+
+log = logging.getLogger("sqsq.server")
+
+
+def endpoint_for(host: str, http_port: int, public_url: str | None, account: str) -> Endpoint:
+    base_url = public_url or os.environ.get("SQSQ_PUBLIC_URL") or f"http://{host}:{http_port}"
+    return Endpoint(base_url.rstrip("/"), account)
+
+
+@dataclass
+class Fronts:
+    runner: web.AppRunner
+    grpc_server: grpc.aio.Server
+    grpc_port: int
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+        await self.grpc_server.stop(grace=2)
+
+
+async def start_fronts(
+    api: QueueService, auth: Authenticator, host: str, grpc_port: int, http_port: int,
+    add_services: Callable[[grpc.aio.Server], None] | None = None,
+) -> Fronts:
+    """HTTP first: tests and scripts take the gRPC port listening as "ready"."""
+    runner = web.AppRunner(make_app(api, auth), access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    await web.TCPSite(runner, host, http_port).start()
+    server = grpc.aio.server(interceptors=[GrpcAuthInterceptor(auth)])
+    pb_grpc.add_QueuesServicer_to_server(QueuesService(api), server)
+    if add_services is not None:
+        add_services(server)
+    bound = server.add_insecure_port(f"{host}:{grpc_port}")
+    await server.start()
+    return Fronts(runner, server, bound)
+
+
+def announce_auth(name: str, auth: Authenticator) -> None:
+    if auth.open:
+        print(f"{name}: WARNING: no credentials configured - authentication is OFF, "
+              "anyone who can reach these ports can use every queue. Set "
+              "SQSQ_CREDENTIALS_FILE or SQSQ_ACCESS_KEY_ID/SQSQ_SECRET_ACCESS_KEY to require "
+              "SigV4 (HTTP) and signed tokens (gRPC).", flush=True)
+    else:
+        print(f"{name}: authentication ON ({len(auth.credentials)} access key(s)); "
+              "HTTP requires SigV4, gRPC a signed token", flush=True)
+
+
+async def until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def run_process(name: str, main: Coroutine[Any, Any, None]) -> int:
+    """Run a server coroutine with logging set up; 1 with a one-line error if it cannot."""
+    logging.basicConfig(level=os.environ.get("SQSQ_LOG_LEVEL", "INFO"), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(main)
+    except (OSError, ValueError) as e:  # unreadable credentials file, port in use, ...
+        print(f"{name}: error: {e}", file=sys.stderr, flush=True)
+        return 1
+    return 0
