@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from serverproc import ServerProcess
+from serverproc import GatewayProcess, ServerProcess
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +21,13 @@ def fresh_server(tmp_path) -> Iterator[ServerProcess]:  # noqa: ANN001
     srv = ServerProcess(tmp_path / "data").start()
     yield srv
     srv.stop()
+
+
+@pytest.fixture(scope="session")
+def gateway(server: ServerProcess,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """``sqsq gateway`` in front of the shared server, stopped by pid at the end."""
+    gw = GatewayProcess(tmp_path_factory.mktemp("gateway") / "gateway",
+                        backend=server.endpoint).start()
+    yield gw
+    gw.stop()

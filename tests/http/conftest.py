@@ -23,20 +23,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
 
-from serverproc import GatewayProcess, ServerProcess
-
 ACCESS_KEY = "AKIDSQSQTEST"
 SECRET_KEY = "s3cr3t-for-tests"
-
-
-@pytest.fixture(scope="session")
-def gateway(server: ServerProcess,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    """``sqsq gateway`` in front of the shared server, stopped by pid at the end."""
-    gw = GatewayProcess(tmp_path_factory.mktemp("gateway") / "gateway",
-                        backend=server.endpoint).start()
-    yield gw
-    gw.stop()
 
 
 @pytest.fixture(scope="session", params=["server", "gateway"])

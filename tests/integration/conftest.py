@@ -19,9 +19,15 @@ def unique_name(prefix: str = "it") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
+@pytest.fixture(params=["server", "gateway"])
+def door(request: pytest.FixtureRequest) -> ServerProcess:
+    """Where clients connect: the shared server itself, and again a gateway in front of it."""
+    return request.getfixturevalue(request.param)
+
+
 @pytest.fixture
-def client(server: ServerProcess) -> Iterator[Client]:
-    with Client(server.endpoint, timeout=30) as c:
+def client(door: ServerProcess) -> Iterator[Client]:
+    with Client(door.endpoint, timeout=30) as c:
         yield c
 
 

@@ -26,25 +26,25 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-def test_queue_create_send_receive_delete(server: ServerProcess, client: Client) -> None:
+def test_queue_create_send_receive_delete(door: ServerProcess, client: Client) -> None:
     name = unique_name("cli")
-    out = sqsq(server, "queue", "create", name, "--attr", "VisibilityTimeout=40").stdout.strip()
+    out = sqsq(door, "queue", "create", name, "--attr", "VisibilityTimeout=40").stdout.strip()
     assert out == client.get_queue_url(name)
     assert client.get_queue_attributes(name, ["VisibilityTimeout"]) == {"VisibilityTimeout": "40"}
 
-    message_id = sqsq(server, "send", name, "hello from the shell",
+    message_id = sqsq(door, "send", name, "hello from the shell",
                       "--attr", "color=blue").stdout.strip()
     assert message_id
-    listed = sqsq(server, "queue", "list", "--prefix", name).stdout.split()
+    listed = sqsq(door, "queue", "list", "--prefix", name).stdout.split()
     assert listed == [out]
 
-    shown = sqsq(server, "queue", "attrs", name)
+    shown = sqsq(door, "queue", "attrs", name)
     assert "ApproximateNumberOfMessages" in shown.stdout
     lines = shown.stdout.splitlines()
     line = next(x for x in lines if x.startswith("ApproximateNumberOfMessages "))
     assert line.split()[-1] == "1"
 
-    received = sqsq(server, "receive", name, "--delete", "--wait", "1")
+    received = sqsq(door, "receive", name, "--delete", "--wait", "1")
     assert message_id in received.stdout
     assert "hello from the shell" in received.stdout
     assert "color=blue" in received.stdout
@@ -53,59 +53,59 @@ def test_queue_create_send_receive_delete(server: ServerProcess, client: Client)
                                               "ApproximateNumberOfMessagesNotVisible"]) == {
         "ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
 
-    empty = sqsq(server, "receive", name)
+    empty = sqsq(door, "receive", name)
     assert empty.stdout.strip() == ""
     assert "no messages" in empty.stderr
 
 
-def test_json_output(server: ServerProcess, client: Client) -> None:
+def test_json_output(door: ServerProcess, client: Client) -> None:
     name = unique_name("clijson")
-    created = json.loads(sqsq(server, "--json", "queue", "create", name).stdout)
+    created = json.loads(sqsq(door, "--json", "queue", "create", name).stdout)
     assert created == {"QueueUrl": client.get_queue_url(name)}
 
-    sent = json.loads(sqsq(server, "send", name, "json body", "--json").stdout)
+    sent = json.loads(sqsq(door, "send", name, "json body", "--json").stdout)
     assert sent["md5_of_message_body"] == hashlib.md5(b"json body").hexdigest()
 
-    attrs = json.loads(sqsq(server, "--json", "queue", "attrs", name,
+    attrs = json.loads(sqsq(door, "--json", "queue", "attrs", name,
                             "--set", "DelaySeconds=0").stdout)["Attributes"]
     assert attrs["ApproximateNumberOfMessages"] == "1"
     assert all(isinstance(v, str) for v in attrs.values())
 
-    listed = json.loads(sqsq(server, "--json", "queue", "list", "--prefix", name).stdout)
+    listed = json.loads(sqsq(door, "--json", "queue", "list", "--prefix", name).stdout)
     assert listed == {"QueueUrls": [created["QueueUrl"]]}
 
-    received = json.loads(sqsq(server, "--json", "receive", name, "-n", "10").stdout)
+    received = json.loads(sqsq(door, "--json", "receive", name, "-n", "10").stdout)
     messages = received["Messages"]
     assert [m["message_id"] for m in messages] == [sent["message_id"]]
     assert messages[0]["body"] == "json body"
     assert messages[0]["attributes"]["ApproximateReceiveCount"] == "1"
 
-    deleted = json.loads(sqsq(server, "--json", "delete", name,
+    deleted = json.loads(sqsq(door, "--json", "delete", name,
                               messages[0]["receipt_handle"]).stdout)
     assert deleted == {"Deleted": True}
     assert client.receive_message(name, wait_time_seconds=0) == []
 
-    sqsq(server, "queue", "purge", name)
-    gone = sqsq(server, "--json", "queue", "delete", name).stdout
+    sqsq(door, "queue", "purge", name)
+    gone = sqsq(door, "--json", "queue", "delete", name).stdout
     assert json.loads(gone) == {"Deleted": name}
     assert client.list_queues(name) == []
 
 
-def test_fifo_create_and_send(server: ServerProcess, client: Client) -> None:
+def test_fifo_create_and_send(door: ServerProcess, client: Client) -> None:
     name = unique_name("clififo")
-    url = sqsq(server, "queue", "create", name, "--fifo").stdout.strip()
+    url = sqsq(door, "queue", "create", name, "--fifo").stdout.strip()
     assert url.endswith(f"/{name}.fifo")
-    sqsq(server, "send", f"{name}.fifo", "one", "--group", "g", "--dedup-id", "1")
-    out = sqsq(server, "receive", f"{name}.fifo").stdout
+    sqsq(door, "send", f"{name}.fifo", "one", "--group", "g", "--dedup-id", "1")
+    out = sqsq(door, "receive", f"{name}.fifo").stdout
     assert "group:" in out and "one" in out
 
 
-def test_error_exits_1_with_the_sqs_code(server: ServerProcess) -> None:
-    proc = sqsq(server, "send", unique_name("nope"), "x", check=False)
+def test_error_exits_1_with_the_sqs_code(door: ServerProcess) -> None:
+    proc = sqsq(door, "send", unique_name("nope"), "x", check=False)
     assert proc.returncode == 1
     assert "error: QueueDoesNotExist" in proc.stderr
     assert proc.stdout == ""
-    proc = sqsq(server, "queue", "attrs", unique_name("nope"), check=False)
+    proc = sqsq(door, "queue", "attrs", unique_name("nope"), check=False)
     assert proc.returncode == 1
     assert "error: QueueDoesNotExist" in proc.stderr
 

@@ -30,10 +30,10 @@ def name_of(url: str) -> str:
 # ---- queues --------------------------------------------------------------------------------
 
 
-def test_create_queue_returns_url_and_is_idempotent(client: Client, server) -> None:
+def test_create_queue_returns_url_and_is_idempotent(client: Client, door) -> None:
     name = unique_name("create")
     url = client.create_queue(name, attributes={"VisibilityTimeout": "45"})
-    assert url == f"{server.http_url}/{ACCOUNT}/{name}"
+    assert url == f"{door.http_url}/{ACCOUNT}/{name}"
     # Same attributes again: the same queue, no error.
     assert client.create_queue(name, attributes={"VisibilityTimeout": "45"}) == url
     # No attributes named: also the existing queue.
