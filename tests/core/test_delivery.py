@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from coresupport import Core
 from sqsq.core import commands as c
 from sqsq.core.errors import ErrorCode, Rejection
-from sqsq.core.messages import MessageAttributeValue
+from sqsq.core.messages import MessageAttributeValue, md5_of_message_attributes
 
 Q = "jobs"
 
@@ -698,3 +700,24 @@ def test_receive_that_finds_more_due_than_it_takes_wakes_other_long_polls(core: 
     core.effects.clear()
     assert len(core.receive(Q, 10)) == 3  # took all that came due: nobody to wake
     assert c.WakeReceivers(Q) not in core.effects
+
+
+def test_aws_trace_header_travels_with_the_message() -> None:
+    k = Core()
+    k.create("dlq")
+    k.create("src", RedrivePolicy=json.dumps({
+        "deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:dlq", "maxReceiveCount": 1}))
+    trace = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"
+    res = k.run(c.SendMessages("src", (c.SendEntry("0", "x", aws_trace_header=trace),)))
+    assert isinstance(res, c.BatchResult)
+    (sent,) = res.successful
+    assert sent.md5_of_message_system_attributes == md5_of_message_attributes(
+        {"AWSTraceHeader": MessageAttributeValue("String", trace)})
+    (m,) = k.receive("src", timeout=0)
+    assert dict(m.attributes)["AWSTraceHeader"] == trace
+    assert k.receive("src") == []  # dead-lettered, trace header and all
+    (moved,) = k.receive("dlq")
+    assert dict(moved.attributes)["AWSTraceHeader"] == trace
+    untraced = k.run(c.SendMessages("dlq", (c.SendEntry("0", "y"),)))
+    assert isinstance(untraced, c.BatchResult)
+    assert untraced.successful[0].md5_of_message_system_attributes is None

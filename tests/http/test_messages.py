@@ -246,3 +246,29 @@ def test_consumer_loop_receive_process_delete(sqs: Any, client_for: Any, sqs_end
         "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
     assert attrs == {"ApproximateNumberOfMessages": "0",
                      "ApproximateNumberOfMessagesNotVisible": "0"}
+
+
+def test_aws_trace_header_message_system_attribute(sqs: Any, new_queue: Any,
+                                                   attributes_md5: Any) -> None:
+    url = new_queue()
+    trace = {"AWSTraceHeader": {"DataType": "String",
+                                "StringValue": "Root=1-5759e988-bd862e3fe1be46a994272793"}}
+    sent = sqs.send_message(QueueUrl=url, MessageBody="traced", MessageSystemAttributes=trace)
+    assert sent["MD5OfMessageSystemAttributes"] == attributes_md5(trace)
+    batch = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "t", "MessageBody": "also traced", "MessageSystemAttributes": trace},
+        {"Id": "u", "MessageBody": "untraced"}])
+    by_id = {s["Id"]: s for s in batch["Successful"]}
+    assert by_id["t"]["MD5OfMessageSystemAttributes"] == attributes_md5(trace)
+    assert "MD5OfMessageSystemAttributes" not in by_id["u"]
+    got = []
+    while len(got) < 3:
+        got += sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                                   MessageSystemAttributeNames=["AWSTraceHeader"])["Messages"]
+    headers = {m["Body"]: m.get("Attributes", {}).get("AWSTraceHeader") for m in got}
+    value = trace["AWSTraceHeader"]["StringValue"]
+    assert headers == {"traced": value, "also traced": value, "untraced": None}
+    with pytest.raises(sqs.exceptions.ClientError) as e:
+        sqs.send_message(QueueUrl=url, MessageBody="x", MessageSystemAttributes={
+            "SomethingElse": {"DataType": "String", "StringValue": "v"}})
+    assert e.value.response["Error"]["Code"] == "InvalidParameterValue"

@@ -418,3 +418,16 @@ def test_latest_handle_deletes_after_the_message_came_back(client: Client, make_
     assert client.receive_message(url, wait_time_seconds=0) == []
     assert client.get_queue_attributes(url, ["ApproximateNumberOfMessages"]) == {
         "ApproximateNumberOfMessages": "0"}
+
+
+def test_send_with_aws_trace_header(client: Client, make_queue) -> None:
+    url = make_queue("trace")
+    trace = {"AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-abc;Sampled=0"}}
+    sent = client.send_message(url, "traced", message_system_attributes=trace)
+    assert sent.md5_of_message_system_attributes is not None
+    (m,) = client.receive_message(url, message_system_attribute_names=["AWSTraceHeader"])
+    assert m.attributes == {"AWSTraceHeader": "Root=1-abc;Sampled=0"}
+    with pytest.raises(QueueError) as e:
+        client.send_message(url, "x", message_system_attributes={
+            "Nope": {"DataType": "String", "StringValue": "v"}})
+    assert e.value.code == "InvalidParameterValue"

@@ -128,6 +128,7 @@ def _send_fields(
     message_attributes: MessageAttributes | None,
     message_group_id: str | None,
     message_deduplication_id: str | None,
+    message_system_attributes: MessageAttributes | None = None,
 ) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "message_body": message_body,
@@ -139,6 +140,11 @@ def _send_fields(
         fields["message_group_id"] = message_group_id
     if message_deduplication_id is not None:
         fields["message_deduplication_id"] = message_deduplication_id
+    for name, value in (message_system_attributes or {}).items():
+        if name != "AWSTraceHeader" or value.get("DataType") != "String":
+            raise error_for("InvalidParameterValue", f"Message system attribute name '{name}' "
+                            "is invalid: only AWSTraceHeader, a String, is.")
+        fields["aws_trace_header"] = str(value.get("StringValue", ""))
     return fields
 
 
@@ -152,6 +158,7 @@ def _parse_send(resp: pb.SendMessageResponse) -> SendResult:
         md5_of_message_body=resp.md5_of_message_body,
         md5_of_message_attributes=_none_if_empty(resp.md5_of_message_attributes),
         sequence_number=_none_if_empty(resp.sequence_number),
+        md5_of_message_system_attributes=_none_if_empty(resp.md5_of_message_system_attributes),
     )
 
 
@@ -163,6 +170,8 @@ def _parse_send_batch(resp: pb.SendMessageBatchResponse) -> BatchResult:
             md5_of_message_body=s.md5_of_message_body,
             md5_of_message_attributes=_none_if_empty(s.md5_of_message_attributes),
             sequence_number=_none_if_empty(s.sequence_number),
+            md5_of_message_system_attributes=_none_if_empty(
+                s.md5_of_message_system_attributes),
         )
         for s in resp.successful
     ]
@@ -295,10 +304,11 @@ def send_message(
     message_attributes: MessageAttributes | None = None,
     message_group_id: str | None = None,
     message_deduplication_id: str | None = None,
+    message_system_attributes: MessageAttributes | None = None,
 ) -> Call:
     fields = _send_fields(
         message_body, delay_seconds, message_attributes, message_group_id,
-        message_deduplication_id,
+        message_deduplication_id, message_system_attributes,
     )
     req = pb.SendMessageRequest(queue_url=queue, request_id=uuid.uuid4().hex, **fields)
     # One request id for every attempt: the server maps a retry to the first result.
@@ -314,6 +324,7 @@ def send_message_batch(queue: str, entries: Iterable[Mapping[str, Any]]) -> Call
             entry.get("MessageAttributes"),
             entry.get("MessageGroupId"),
             entry.get("MessageDeduplicationId"),
+            entry.get("MessageSystemAttributes"),
         )
         pb_entries.append(pb.SendMessageBatchEntry(id=str(entry.get("Id", "")), **fields))
     req = pb.SendMessageBatchRequest(

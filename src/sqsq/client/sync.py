@@ -139,12 +139,13 @@ class Client:
         message_attributes: MessageAttributes | None = None,
         message_group_id: str | None = None,
         message_deduplication_id: str | None = None,
+        message_system_attributes: MessageAttributes | None = None,
     ) -> SendResult:
         """Send one message; retried on UNAVAILABLE with one request id (never duplicated)."""
         return self._run(
             _ops.send_message(
                 queue, message_body, delay_seconds, message_attributes, message_group_id,
-                message_deduplication_id,
+                message_deduplication_id, message_system_attributes,
             )
         )
 

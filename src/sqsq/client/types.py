@@ -18,6 +18,7 @@ class SendResult:
     md5_of_message_body: str
     md5_of_message_attributes: str | None = None
     sequence_number: str | None = None
+    md5_of_message_system_attributes: str | None = None
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class SendBatchResultEntry:
     md5_of_message_body: str
     md5_of_message_attributes: str | None = None
     sequence_number: str | None = None
+    md5_of_message_system_attributes: str | None = None
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,7 @@ class SendEntry:
     message_attributes: MessageAttributes = ()
     message_group_id: str | None = None
     message_deduplication_id: str | None = None
+    aws_trace_header: str | None = None  # the one message system attribute SQS takes
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ class SentMessage:
     md5_of_message_body: str
     md5_of_message_attributes: str | None
     sequence_number: str | None
+    md5_of_message_system_attributes: str | None = None
 
 
 @dataclass(frozen=True)

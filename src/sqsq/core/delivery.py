@@ -17,6 +17,8 @@ Delete and visibility changes, fenced by the receipt handle, are in ``fencing.py
 
 from __future__ import annotations
 
+import dataclasses
+
 from sqsq.core import limits
 from sqsq.core import records as r
 from sqsq.core.attributes import parse_queue_arn
@@ -214,11 +216,8 @@ def _move_to_dead_letter(
     now: int,
 ) -> None:
     remove(st, q, seq, d)
-    moved = MessageRecord(
-        m.message_id, m.body, m.message_attributes, m.sent_ms, m.md5_of_body,
-        m.md5_of_message_attributes, m.group_id, m.deduplication_id,
-        st.config.queue_arn(q.name), now,
-    )
+    moved = dataclasses.replace(m, dead_letter_source_arn=st.config.queue_arn(q.name),
+                                dead_lettered_ms=now)
     # Standard queues keep the original enqueue time for retention; FIFO queues restart it.
     enqueue(st, dlq, moved, visible_at=now, now=now, receive_count=d.receive_count,
             first_receive_ms=d.first_receive_ms,
@@ -273,6 +272,8 @@ def _received(
         attrs.append(("MessageGroupId", m.group_id))
     if m.dead_letter_source_arn:
         attrs.append(("DeadLetterQueueSourceArn", m.dead_letter_source_arn))
+    if m.aws_trace_header is not None:
+        attrs.append(("AWSTraceHeader", m.aws_trace_header))
     return ReceivedMessage(
         m.message_id, encode_receipt_handle(st.config.secret, handle), m.body, m.md5_of_body,
         m.md5_of_message_attributes, m.message_attributes, tuple(attrs),

@@ -205,6 +205,14 @@ def md5_of_body(body: str) -> str:
     return hashlib.md5(body.encode("utf-8")).hexdigest()
 
 
+def md5_of_message_system_attributes(aws_trace_header: str | None) -> str | None:
+    """SQS's MD5OfMessageSystemAttributes: the same digest over {AWSTraceHeader: String}."""
+    if aws_trace_header is None:
+        return None
+    return md5_of_message_attributes(
+        {"AWSTraceHeader": MessageAttributeValue("String", aws_trace_header, None)})
+
+
 def _length_prefixed(data: bytes) -> bytes:
     return len(data).to_bytes(4, "big") + data
 

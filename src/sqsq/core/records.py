@@ -275,6 +275,7 @@ class MessageRecord:
     deduplication_id: str | None = None
     dead_letter_source_arn: str | None = None
     dead_lettered_ms: int | None = None  # when it was moved to this dead-letter queue
+    aws_trace_header: str | None = None
 
     def encode(self) -> bytes:
         attrs = [
@@ -293,6 +294,7 @@ class MessageRecord:
                 self.deduplication_id,
                 self.dead_letter_source_arn,
                 self.dead_lettered_ms,
+                self.aws_trace_header,
             ]
         )
 
@@ -300,7 +302,7 @@ class MessageRecord:
     def decode(cls, raw: bytes) -> MessageRecord:
         v = unpack(raw)
         attrs = tuple((n, MessageAttributeValue(t, s, b)) for n, t, s, b in v[2])
-        return cls(v[0], v[1], attrs, v[3], v[4], v[5], v[6], v[7], v[8], v[9])
+        return cls(v[0], v[1], attrs, *v[3:])  # records from before a new field: its default
 
 
 @dataclass

@@ -8,6 +8,7 @@ count of 0 and without DeadLetterQueueSourceArn.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from sqsq.core import records as r
@@ -15,7 +16,7 @@ from sqsq.core.attributes import parse_queue_arn
 from sqsq.core.commands import Outcome
 from sqsq.core.delivery import enqueue, promote_due, remove
 from sqsq.core.errors import ErrorCode, Rejection, reject
-from sqsq.core.records import VISIBLE, MessageRecord, QueueRecord, pack, unpack
+from sqsq.core.records import VISIBLE, QueueRecord, pack, unpack
 from sqsq.core.state import ShardState
 from sqsq.core.txn import prefix_end
 
@@ -181,9 +182,7 @@ def advance(st: ShardState, task: MoveTask, now: int, budget: int) -> tuple[int,
             return done + _finish(st, task, now, FAILED,
                                   "The destination queue of a message does not exist."), woken
         remove(st, src, seq, d)
-        moved = MessageRecord(m.message_id, m.body, m.message_attributes, m.sent_ms,
-                              m.md5_of_body, m.md5_of_message_attributes, m.group_id,
-                              m.deduplication_id)
+        moved = dataclasses.replace(m, dead_letter_source_arn=None, dead_lettered_ms=None)
         enqueue(st, target, moved, visible_at=now, now=now)
         woken.add(target.name)
         done += 1

@@ -22,6 +22,7 @@ from sqsq.core.messages import (
     content_deduplication_id,
     md5_of_body,
     md5_of_message_attributes,
+    md5_of_message_system_attributes,
     message_size,
     validate_batch_entry_ids,
     validate_fifo_id,
@@ -138,12 +139,14 @@ def send(st: ShardState, q: QueueRecord, cmd: SendMessages, now: int) -> Outcome
                 first = DedupRecord.decode(raw)
                 if first.expires_ms > now:  # a duplicate: the first message's answer, no new one
                     ok.append(SentMessage(e.entry_id, first.message_id, first.md5_of_message_body,
-                                          first.md5_of_message_attributes, first.sequence_number))
+                                          first.md5_of_message_attributes, first.sequence_number,
+                                          md5_of_message_system_attributes(e.aws_trace_header)))
                     continue
         attrs = e.message_attributes
         m = MessageRecord(
             message_id, e.body, attrs, now, md5_of_body(e.body),
             md5_of_message_attributes(dict(attrs)), e.message_group_id, dedup_id,
+            aws_trace_header=e.aws_trace_header,
         )
         delay_s = q.attributes.delay_seconds if fifo or e.delay_seconds is None \
             else e.delay_seconds
@@ -151,7 +154,7 @@ def send(st: ShardState, q: QueueRecord, cmd: SendMessages, now: int) -> Outcome
         woke = woke or delay_s == 0
         seq_no = sequence_number(seq) if fifo else None
         sent = SentMessage(e.entry_id, message_id, m.md5_of_body, m.md5_of_message_attributes,
-                           seq_no)
+                           seq_no, md5_of_message_system_attributes(e.aws_trace_header))
         ok.append(sent)
         if ukey is not None:
             expires = now + limits.DEDUPLICATION_WINDOW_MS

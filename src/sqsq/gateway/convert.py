@@ -51,6 +51,7 @@ def entry_from_pb(e: Any, entry_id: str) -> c.SendEntry:
     return c.SendEntry(
         entry_id, e.message_body, opt(e, "delay_seconds"), attrs_from_pb(e.message_attributes),
         opt(e, "message_group_id"), opt(e, "message_deduplication_id"),
+        opt(e, "aws_trace_header"),
     )
 
 
@@ -63,18 +64,22 @@ def entry_to_pb(e: c.SendEntry) -> pb.SendMessageBatchEntry:
         out.message_group_id = e.message_group_id
     if e.message_deduplication_id is not None:
         out.message_deduplication_id = e.message_deduplication_id
+    if e.aws_trace_header is not None:
+        out.aws_trace_header = e.aws_trace_header
     return out
 
 
 def sent_fields(s: c.SentMessage) -> dict[str, str]:
     return dict(message_id=s.message_id, md5_of_message_body=s.md5_of_message_body,
                 md5_of_message_attributes=s.md5_of_message_attributes or "",
-                sequence_number=s.sequence_number or "")
+                sequence_number=s.sequence_number or "",
+                md5_of_message_system_attributes=s.md5_of_message_system_attributes or "")
 
 
 def sent_from_pb(s: pb.SendMessageBatchResultEntry) -> c.SentMessage:
     return c.SentMessage(s.id, s.message_id, s.md5_of_message_body,
-                         s.md5_of_message_attributes or None, s.sequence_number or None)
+                         s.md5_of_message_attributes or None, s.sequence_number or None,
+                         s.md5_of_message_system_attributes or None)
 
 
 # ---- batch failures -----------------------------------------------------------------------

@@ -45,16 +45,34 @@ def _attributes_out(attrs: tuple[tuple[str, MessageAttributeValue], ...]) -> dic
     return out
 
 
+def _trace_header(p: Params) -> str | None:
+    """MessageSystemAttributes: SQS takes exactly one, AWSTraceHeader, a String."""
+    system = p.mapping("MessageSystemAttributes")
+    for name in system:
+        if name != "AWSTraceHeader":
+            raise invalid(f"Message system attribute name '{name}' is invalid.")
+    value = system.get("AWSTraceHeader")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("DataType") != "String" or \
+            not isinstance(value.get("StringValue"), str):
+        raise invalid("The message system attribute AWSTraceHeader must be a String with a "
+                      "StringValue.")
+    return value["StringValue"]
+
+
 def _entry(p: Params, entry_id: str) -> c.SendEntry:
     return c.SendEntry(entry_id, p.text("MessageBody") or "", p.integer("DelaySeconds"),
                        _attributes_in(p), p.text("MessageGroupId"),
-                       p.text("MessageDeduplicationId"))
+                       p.text("MessageDeduplicationId"), _trace_header(p))
 
 
 def _sent(s: c.SentMessage) -> Result:
     out: Result = {"MessageId": s.message_id, "MD5OfMessageBody": s.md5_of_message_body}
     if s.md5_of_message_attributes:
         out["MD5OfMessageAttributes"] = s.md5_of_message_attributes
+    if s.md5_of_message_system_attributes:
+        out["MD5OfMessageSystemAttributes"] = s.md5_of_message_system_attributes
     if s.sequence_number:
         out["SequenceNumber"] = s.sequence_number
     return out
