@@ -248,7 +248,8 @@ def test_kombu_predefined_queue_by_url_with_message_attributes(
 # ---- Celery: a worker thread with its kombu event loop (pycurl receives) ----
 
 @contextmanager
-def celery_worker(broker: str, sqs: Any) -> Iterator[tuple[dict[str, Any], str]]:
+def celery_worker(broker: str, sqs: Any,
+                  options: dict[str, Any] | None = None) -> Iterator[tuple[dict[str, Any], str]]:
     """A Celery app on ``broker`` with a solo worker thread; yields its tasks and queue name.
 
     One worker at a time: kombu keeps the worker's event loop in a process-wide global.
@@ -257,7 +258,7 @@ def celery_worker(broker: str, sqs: Any) -> Iterator[tuple[dict[str, Any], str]]
     app = Celery("sqsq_kombu_test", broker=broker, backend="cache+memory://",
                  set_as_current=False)
     app.conf.update(
-        broker_transport_options={**FAST, "visibility_timeout": 30},
+        broker_transport_options={**FAST, "visibility_timeout": 30, **(options or {})},
         task_default_queue=queue_name,
         broker_connection_retry_on_startup=False,
         worker_hijack_root_logger=False,
@@ -305,6 +306,13 @@ def test_celery_task_retry_is_republished_and_succeeds(sqs_endpoint: str, sqs: A
         assert tasks["flaky"].delay("k1").get(timeout=20) == "k1 after 2 attempts"
         url = sqs.get_queue_url(QueueName=queue_name)["QueueUrl"]
         wait_for(lambda: counts(sqs, url) == (0, 0))
+
+
+def test_celery_worker_fetching_all_message_attributes(sqs_endpoint: str, sqs: Any) -> None:
+    # kombu sends ["All"] as "ALL" on both attribute lists; SQS (and sqsq) take it.
+    with celery_worker(broker_url(sqs_endpoint), sqs,
+                       {"fetch_message_attributes": ["All"]}) as (tasks, _):
+        assert tasks["add"].delay(20, 22).get(timeout=20) == 42
 
 
 # ---- with authentication on: boto3 and kombu's own pycurl requests are SigV4-signed ----
