@@ -53,7 +53,8 @@ def _pkg_version(name: str) -> str:
 
 
 class SqsqServer(System):
-    """``sqsq server`` (single node, one shard, fsync on), or an already running one."""
+    """``sqsq server`` (single node, one shard, fsync on), or an already running one; with
+    ``via="gateway"`` the clients reach it through a ``sqsq gateway`` process (gRPC)."""
 
     durability = "WAL fdatasync covering each group commit before any of its replies"
 
@@ -77,11 +78,23 @@ class SqsqServer(System):
             self.procs.append(proc)
             proc.wait_port(gport)
             grpc_target, http_url = f"127.0.0.1:{gport}", f"http://127.0.0.1:{hport}"
+            if self.via == "gateway":
+                grpc_target = self._start_gateway(workdir, grpc_target)
             if self.via == "http":
                 _wait_http(hport, proc, 5.0)
         if self.via == "http":
             return {"kind": "boto3", "url": http_url}
         return {"kind": "sqsq-grpc", "endpoint": grpc_target}
+
+    def _start_gateway(self, workdir: Path, backend: str) -> str:
+        gport, hport = free_port(), free_port()
+        proc = Proc("sqsq-gateway", [sys.executable, "-m", "sqsq.cli.main", "gateway",
+                                     "--backend", backend, "--host", "127.0.0.1",
+                                     "--grpc-port", str(gport), "--http-port", str(hport)],
+                    workdir / "gateway.log", env={"SQSQ_LOG_LEVEL": "WARNING"}, cwd=REPO)
+        self.procs.append(proc)
+        proc.wait_port(gport)
+        return f"127.0.0.1:{gport}"
 
 
 def _wait_http(port: int, proc: Proc, timeout_s: float) -> None:
@@ -138,6 +151,7 @@ def targets(sqsq_endpoint: str | None = None) -> dict[str, Callable[[], System]]
     return {
         "sqsq-grpc": lambda: SqsqServer("grpc", sqsq_endpoint),
         "sqsq-http": lambda: SqsqServer("http", sqsq_endpoint),
+        "sqsq-gateway": lambda: SqsqServer("gateway"),
         "sqsq-cluster": lambda: Placeholder(
             "not built yet: the 3-replica cluster (sqsq cluster up + gateway) does not exist; "
             "add it here when it lands"),
