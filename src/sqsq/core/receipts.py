@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import struct
@@ -31,8 +32,21 @@ class ReceiptHandle:
     nonce: int
 
 
+@functools.lru_cache(maxsize=4096)  # every receive and delete asks, for a few queue names
 def queue_name_hash(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
+
+
+@functools.lru_cache(maxsize=16)
+def _keyed(secret: bytes) -> hmac.HMAC:
+    """The HMAC state after absorbing the key; a copy of it costs less than keying anew."""
+    return hmac.new(secret, digestmod=hashlib.sha256)
+
+
+def _mac(secret: bytes, body: bytes) -> bytes:
+    h = _keyed(secret).copy()
+    h.update(body)
+    return h.digest()[:_MAC_LEN]
 
 
 def encode_receipt_handle(secret: bytes, handle: ReceiptHandle) -> str:
@@ -45,7 +59,7 @@ def encode_receipt_handle(secret: bytes, handle: ReceiptHandle) -> str:
         handle.name_hash,
         handle.nonce,
     )
-    mac = hmac.new(secret, body, hashlib.sha256).digest()[:_MAC_LEN]
+    mac = _mac(secret, body)
     return base64.urlsafe_b64encode(body + mac).decode().rstrip("=")
 
 
@@ -60,8 +74,7 @@ def decode_receipt_handle(secret: bytes, text: str) -> ReceiptHandle | None:
     if len(raw) != _BODY.size + _MAC_LEN:
         return None
     body, mac = raw[: _BODY.size], raw[_BODY.size :]
-    expected = hmac.new(secret, body, hashlib.sha256).digest()[:_MAC_LEN]
-    if not hmac.compare_digest(mac, expected):
+    if not hmac.compare_digest(mac, _mac(secret, body)):
         return None
     version, shard_id, queue_id, seq, epoch, name_hash, nonce = _BODY.unpack(body)
     if version != _VERSION:
