@@ -27,6 +27,7 @@ order. Values are msgpack lists (deterministic for equal input, so replicas stay
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass, field
 
@@ -236,9 +237,20 @@ class QueueRecord:
 
     @classmethod
     def decode(cls, raw: bytes) -> QueueRecord:
-        v = unpack(raw)
-        return cls(v[0], v[1], _decode_attributes(v[2]), v[3], v[4], dict(v[5]), v[6],
-                   *v[7:8])
+        qid, name, attributes, created_ms, modified_ms, tags, *later = _queue_fields(raw)
+        # A new record (and tags dict) every time: handlers change the one they are given.
+        return cls(qid, name, attributes, created_ms, modified_ms, dict(tags), *later)
+
+
+@functools.lru_cache(maxsize=256)
+def _queue_fields(raw: bytes) -> tuple:
+    """A queue record's decoded fields, memoised by its bytes: every command on a queue reads
+    its record, and decoding the attributes costs more than the command's own bookkeeping.
+    Only immutable values are shared (QueueAttributes is frozen, tags come as pairs).
+    Fields added later (dedup_qid) may be missing from old records: defaults then."""
+    v = unpack(raw)
+    return (v[0], v[1], _decode_attributes(v[2]), v[3], v[4], tuple(map(tuple, v[5])),
+            *v[6:8])
 
 
 @dataclass
