@@ -8,6 +8,7 @@ the backend (a local shard engine now; a router to shard leaders in a cluster), 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ def _check_range(name: str, value: int | None, lo: int, hi: int) -> None:
         )
 
 
+@functools.lru_cache(maxsize=1024)  # every call parses its URL; clients reuse a few
 def queue_name_of(queue_url: str) -> str:
     """A queue URL (http://host:port/account/name) or a bare name -> the name."""
     if "/" in queue_url:

@@ -21,6 +21,8 @@ def opt(msg: Any, field: str) -> Any:
 
 
 def attrs_from_pb(attrs: Any) -> c.MessageAttributes:
+    if not attrs:  # the common case; iterating an empty protobuf map still costs
+        return ()
     return tuple(
         (name, MessageAttributeValue(
             v.data_type,

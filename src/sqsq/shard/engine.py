@@ -160,7 +160,7 @@ class ShardEngine:
         if self._failed is not None:
             return self._failed
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        await self._queue.put((stamp(command), fut))
+        self._queue.put_nowait((stamp(command), fut))  # unbounded: never waits
         return await fut
 
     def query(self, fn: Callable[..., T], *args: object) -> T:
