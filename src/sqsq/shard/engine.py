@@ -1,13 +1,17 @@
 """One shard's leader loop in a single process: stamp, apply, group-commit, run effects.
 
-Commands arrive from many concurrent requests. The committer takes whatever has queued up,
-applies each command to one transaction (a failed command's writes are rolled back to its
-savepoint) and writes the whole group, with the applied index, as one RocksDB batch. The
-callers are answered, and the effects (waking long polls) run, only once an fsync of the
-write-ahead log has covered that batch. The fsync runs in a thread while the loop applies
-the next groups, and one fsync covers every group written before it started: many small
-requests share one fsync. The same loop is where a Raft adapter will propose instead of
-writing directly; ``apply`` does not change.
+Commands arrive from many concurrent requests. The committer takes whatever has queued up
+and applies each command to the open group's transaction (a failed command's writes are
+rolled back to its savepoint). A group is written, with the applied index, as one RocksDB
+batch; its callers are answered, and its effects (waking long polls) run, only once an fsync
+of the write-ahead log has covered that batch. The fsync runs in a thread while the loop
+applies the next commands, and one fsync covers every group written before it started: many
+small requests share one fsync. While an fsync runs, the commands that arrive are applied at
+once but gathered into one open group, written when that fsync returns, just before the next
+one starts: no later than a group of their own would have been covered, and with one batch
+write (and one applied-index update) for all of them instead of one per command. The same
+loop is where a Raft adapter will propose instead of writing directly; ``apply`` does not
+change.
 """
 from __future__ import annotations
 
@@ -100,6 +104,15 @@ class Waiters:
             self.wake(queue)
 
 
+@dataclasses.dataclass
+class _OpenGroup:
+    """Commands applied to one transaction that is not written yet, with their outcomes."""
+
+    txn: Txn
+    group: list = dataclasses.field(default_factory=list)
+    outcomes: list[c.Outcome] = dataclasses.field(default_factory=list)
+
+
 class ShardEngine:
     def __init__(
         self,
@@ -126,6 +139,8 @@ class ShardEngine:
         self._unsynced: deque[tuple[int, list, list[c.Outcome]]] = deque()
         self._syncer: asyncio.Task | None = None
         self._reads: deque[tuple[int, asyncio.Future]] = deque()  # (group seen, durable?)
+        # Applied, not yet written: gathers the commands that arrive while an fsync runs.
+        self._open: _OpenGroup | None = None
         self.applied_index = records.Meta.decode(store.get(records.META_KEY)).applied_index
 
     # ---- lifecycle ----
@@ -165,7 +180,8 @@ class ShardEngine:
 
     def query(self, fn: Callable[..., T], *args: object) -> T:
         """A read-only question: ``fn(state, *args, now)`` over the latest written state,
-        which may include groups whose fsync is still running (see ``read``)."""
+        which may include groups whose fsync is still running (see ``read``). The open group
+        (applied, not yet written) is not seen: none of its callers has been answered."""
         txn = Txn(self.store)
         now = effective_now(txn, self.clock_ms())
         return fn(ShardState(txn, self.config), *args, now)
@@ -186,34 +202,84 @@ class ShardEngine:
     async def _committer(self) -> None:
         assert self._queue is not None
         while True:
-            group = [await self._queue.get()]
-            while len(group) < MAX_GROUP and not self._queue.empty():
-                group.append(self._queue.get_nowait())
+            batch = [await self._queue.get()]
+            while len(batch) < MAX_GROUP and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
             if self._failed is not None:
-                self._answer(group, None, self._failed)
+                self._answer(batch, None, self._failed)
                 continue
+            if self._open is None:
+                self._open = _OpenGroup(Txn(self.store))
+            applied_before = len(self._open.group)
             try:
-                outcomes, writes = self._apply_group(group)
-                # Unsynced write: the next group reads it at once; nobody hears of it before
-                # the fsync below has covered it.
-                self.store.write(writes, sync=False)
-            except Exception as exc:  # the store failed: stop rather than guess
-                log.exception("commit failed")
-                self._failed = Rejection(ErrorCode.SERVICE_UNAVAILABLE, f"store failed: {exc}")
-                self._answer(group, None, self._failed)
+                self._apply(self._open, batch)
+            except Exception as exc:  # not a command's failure: stop rather than guess
+                applied = len(self._open.group) - applied_before
+                self._fail_open("commit failed", exc)
+                self._answer(batch[applied:], None, self._failed)
                 continue
-            self._written += 1
-            self._unsynced.append((self._written, group, outcomes))
-            if not self.sync:
-                self._release(self._written)
-            elif self._syncer is None or self._syncer.done():
+            if self.sync and self._syncing() and len(self._open.group) < MAX_GROUP:
+                continue  # the running fsync loop writes the open group when its fsync returns
+            if self._write_open() and self.sync and not self._syncing():
                 self._syncer = asyncio.create_task(self._sync_loop())
 
+    def _syncing(self) -> bool:
+        return self._syncer is not None and not self._syncer.done()
+
+    def _apply(self, open_group: _OpenGroup, batch: list) -> None:
+        txn = open_group.txn
+        now = self.clock_ms()
+        for command, fut in batch:
+            sp = txn.savepoint()
+            try:
+                outcome = apply(txn, self.config, command, now)
+            except Exception as exc:  # a broken invariant: drop this command's writes only
+                log.exception("apply failed for %r", type(command).__name__)
+                txn.rollback(sp)
+                outcome = c.Outcome(Rejection(ErrorCode.INTERNAL_ERROR, f"internal error: {exc}"))
+            open_group.group.append((command, fut))
+            open_group.outcomes.append(outcome)
+
+    def _write_open(self) -> bool:
+        """Write the open group, unsynced: the next commands read it at once; nobody hears of
+        it before an fsync has covered it. False if the store failed."""
+        open_group, self._open = self._open, None
+        if open_group is None:
+            return True
+        txn, group = open_group.txn, open_group.group
+        try:
+            meta = records.Meta.decode(txn.get(records.META_KEY))
+            meta.applied_index = self.applied_index + len(group)
+            txn.put(records.META_KEY, meta.encode())
+            self.store.write(txn.writes(), sync=False)
+        except Exception as exc:  # the store failed: stop rather than guess
+            self._open = open_group
+            self._fail_open("commit failed", exc)
+            return False
+        self.applied_index += len(group)
+        self._written += 1
+        self._unsynced.append((self._written, group, open_group.outcomes))
+        if not self.sync:
+            self._release(self._written)
+        return True
+
+    def _fail_open(self, what: str, exc: Exception) -> None:
+        """Nothing of the open group was written: its callers hear of the failure."""
+        log.exception(what)
+        self._failed = Rejection(ErrorCode.SERVICE_UNAVAILABLE, f"store failed: {exc}")
+        open_group, self._open = self._open, None
+        if open_group is not None:
+            self._answer(open_group.group, None, self._failed)
+
     async def _sync_loop(self) -> None:
-        """fsync in a thread while the loop applies the next groups; one fsync covers all the
-        groups written before it started (group commit across groups)."""
+        """fsync in a thread while the loop applies the next commands; one fsync covers all
+        the groups written before it started (group commit across groups)."""
         loop = asyncio.get_running_loop()
-        while self._synced < self._written:
+        while True:
+            if self._open is not None:
+                self._write_open()  # if the store fails, it answers the open group's callers
+            if self._synced >= self._written:
+                return
             target = self._written
             try:
                 await loop.run_in_executor(self._io, self.store.sync)
@@ -223,6 +289,9 @@ class ShardEngine:
                 while self._unsynced:
                     _, group, _ = self._unsynced.popleft()
                     self._answer(group, None, self._failed)
+                open_group, self._open = self._open, None
+                if open_group is not None:
+                    self._answer(open_group.group, None, self._failed)
                 self._release_reads(self._written, durable=False)
                 return
             self._synced = target
@@ -251,27 +320,6 @@ class ShardEngine:
             for effect in outcome.effects:
                 self.waiters.wake(effect.queue)
             self._queue.task_done()
-
-    def _apply_group(
-        self, group: list[tuple[c.Command, asyncio.Future]]
-    ) -> tuple[list[c.Outcome], dict[bytes, bytes | None]]:
-        txn = Txn(self.store)
-        now = self.clock_ms()
-        outcomes = []
-        for command, _ in group:
-            sp = txn.savepoint()
-            try:
-                outcome = apply(txn, self.config, command, now)
-            except Exception as exc:  # a broken invariant: drop this command's writes only
-                log.exception("apply failed for %r", type(command).__name__)
-                txn.rollback(sp)
-                outcome = c.Outcome(Rejection(ErrorCode.INTERNAL_ERROR, f"internal error: {exc}"))
-            outcomes.append(outcome)
-        meta = records.Meta.decode(txn.get(records.META_KEY))
-        self.applied_index += len(group)
-        meta.applied_index = self.applied_index
-        txn.put(records.META_KEY, meta.encode())
-        return outcomes, txn.writes()
 
     async def _ticker(self) -> None:
         """Propose a Sweep when time-driven work is due: timers, retention, windows, garbage."""
