@@ -8,6 +8,7 @@ import pytest
 
 from coresupport import Core
 from sqsq.core import commands as c
+from sqsq.core import limits
 from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.messages import MessageAttributeValue, md5_of_message_attributes
 
@@ -721,3 +722,16 @@ def test_aws_trace_header_travels_with_the_message() -> None:
     untraced = k.run(c.SendMessages("dlq", (c.SendEntry("0", "y"),)))
     assert isinstance(untraced, c.BatchResult)
     assert untraced.successful[0].md5_of_message_system_attributes is None
+
+
+def test_receive_over_the_in_flight_limit_is_over_limit(core: Core,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "IN_FLIGHT_MAX", 3)  # SQS's is 120,000; the rule is the same
+    for i in range(5):
+        sent_id(core.send(Q, f"m{i}"))
+    assert len(core.receive(Q, 10, timeout=30)) == 3  # no more than the room left
+    rej = core.run(c.ReceiveMessages(Q, 1, 30))
+    assert isinstance(rej, Rejection) and rej.code is ErrorCode.OVER_LIMIT
+    assert core.depth(Q) == (2, 3, 0)  # the refused receive took nothing
+    core.advance(30)  # back they come: room again
+    assert len(core.receive(Q, 10)) == 3

@@ -29,6 +29,7 @@ from sqsq.core.commands import (
     ReceiveMessages,
     WakeReceivers,
 )
+from sqsq.core.errors import ErrorCode, reject
 from sqsq.core.receipts import (
     ReceiptHandle,
     encode_receipt_handle,
@@ -310,8 +311,18 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
         # More came due than this receive can take: parked long polls may have the rest now,
         # not at the next sweep.
         effects.append(WakeReceivers(q.name))
+    attempt_id = cmd.receive_request_attempt_id if q.attributes.fifo_queue else ""
+    if attempt_id:
+        again = _retried_attempt(st, q, attempt_id, timeout_s, now)
+        if again is not None:
+            return Outcome(Received(again), tuple(effects))
+    room = limits.IN_FLIGHT_MAX - st.counters(q.qid).in_flight
+    if room <= 0:
+        return Outcome(reject(
+            ErrorCode.OVER_LIMIT, f"The maximum number of in flight messages "
+            f"({limits.IN_FLIGHT_MAX}) is reached for queue {q.name}."), tuple(effects))
     out: list[ReceivedMessage] = []
-    want, budget = cmd.max_number_of_messages, limits.RECEIVE_SCAN_MAX
+    want, budget = min(cmd.max_number_of_messages, room), limits.RECEIVE_SCAN_MAX
     if not q.attributes.fifo_queue:
         for key, _ in st.scan_index("v", q.qid):
             if len(out) >= want or budget <= 0:
@@ -323,11 +334,6 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
                 st.txn.delete(key)
                 out.append(_claim(st, q, seq, *got, now, timeout_s, cmd.nonce))
         return Outcome(Received(tuple(out)), tuple(effects))
-    attempt_id = cmd.receive_request_attempt_id
-    if attempt_id:
-        again = _retried_attempt(st, q, attempt_id, timeout_s, now)
-        if again is not None:
-            return Outcome(Received(again), tuple(effects))
     claimed: list[tuple[int, int]] = []  # (seq, receive count): what a retry must find
     for rkey, _ in st.scan_index("k", q.qid):
         if len(out) >= want or budget <= 0:
