@@ -722,6 +722,9 @@ def test_aws_trace_header_travels_with_the_message() -> None:
     untraced = k.run(c.SendMessages("dlq", (c.SendEntry("0", "y"),)))
     assert isinstance(untraced, c.BatchResult)
     assert untraced.successful[0].md5_of_message_system_attributes is None
+    huge = k.run(c.SendMessages("dlq", (c.SendEntry("0", "z", aws_trace_header="x" * 9000),)))
+    assert isinstance(huge, c.BatchResult)
+    assert huge.failed[0].rejection.code is ErrorCode.INVALID_PARAMETER_VALUE
 
 
 def test_receive_over_the_in_flight_limit_is_over_limit(core: Core,

@@ -477,3 +477,15 @@ def test_attempt_id_ignored_on_standard_queues_and_empty_answers() -> None:
     assert receive_attempt(k2, "t") == []
     put(k2, "a1", group="a")
     assert [m.body for m in receive_attempt(k2, "t")] == ["a1"]  # an empty answer is no answer
+
+
+def test_attempt_after_a_visibility_change_is_a_new_receive() -> None:
+    k = make()
+    put(k, "a1", group="a")
+    put(k, "b1", group="b")
+    (m,) = receive_attempt(k, "t", n=1, timeout=30)
+    entry_ok(k.change(F, m.receipt_handle, 600))  # the consumer extends its hold
+    (other,) = receive_attempt(k, "t", n=1, timeout=30)  # not the first answer again
+    assert other.body == "b1"
+    k.advance(31)
+    assert bodies(receive_attempt(k, "later")) == ["b1"]  # a1's 600 s extension stands

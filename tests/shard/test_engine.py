@@ -10,7 +10,7 @@ import pytest
 
 from sqsq.core import commands as c
 from sqsq.core.state import ShardConfig
-from sqsq.errors import QueueDoesNotExist
+from sqsq.errors import QueueDoesNotExist, ServiceUnavailable
 from sqsq.gateway.api import Endpoint, QueueApi
 from sqsq.shard.engine import ShardEngine
 from sqsq.shard.store import MemoryStore
@@ -70,6 +70,25 @@ def test_a_long_poll_on_a_missing_queue_leaves_nothing_parked() -> None:
         assert isinstance(await engine.execute(c.SendMessages(
             "real", (c.SendEntry("0", "hi"),))), c.BatchResult)
         assert [m.body for m in await poll] == ["hi"]
+        await engine.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+class FailingSyncStore(MemoryStore):
+    def sync(self) -> None:
+        raise OSError("disk gone")
+
+
+def test_after_a_failed_fsync_reads_fail_at_once_too() -> None:
+    async def scenario() -> None:
+        engine = ShardEngine(FailingSyncStore(), ShardConfig(0, b"k"))
+        await engine.start()
+        api = QueueApi(engine, Endpoint())
+        with pytest.raises(ServiceUnavailable):
+            await api.create_queue("q")  # its fsync fails: never acknowledged
+        with pytest.raises(ServiceUnavailable):
+            await api.get_queue_url("q")  # neither is the queue it may have written
         await engine.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 30))

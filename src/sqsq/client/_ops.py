@@ -24,6 +24,7 @@ from sqsq.client.types import (
     SendResult,
 )
 from sqsq.errors import QueueError, ServiceUnavailable, error_for
+from sqsq.gateway.convert import task_from_pb
 from sqsq.v1 import queues_pb2 as pb
 
 DEFAULT_ENDPOINT = "127.0.0.1:7400"
@@ -81,9 +82,27 @@ def map_rpc_error(err: grpc.RpcError) -> QueueError:
     return error_for("InternalError", text)
 
 
-def is_retryable(err: grpc.RpcError) -> bool:
+# Reconnect within a second of a server coming back: gRPC's default backoff grows to 120 s,
+# and while it waits every call fails at once with "failed to connect".
+CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 100),
+                   ("grpc.max_reconnect_backoff_ms", 1000))
+
+
+def _unavailable(err: grpc.RpcError) -> bool:
     code_fn = getattr(err, "code", None)
     return callable(code_fn) and code_fn() == grpc.StatusCode.UNAVAILABLE
+
+
+def may_retry(call: Call, err: grpc.RpcError) -> bool:
+    """UNAVAILABLE may be retried for a call that is safe to repeat, and for any call that
+    never left this process (no connection: the server cannot have applied it)."""
+    if not _unavailable(err):
+        return False
+    if call.retry:
+        return True
+    details_fn = getattr(err, "details", None)
+    details = (details_fn() if callable(details_fn) else None) or ""
+    return "failed to connect" in details.lower()
 
 
 # -- conversions ---------------------------------------------------------------------------
@@ -141,10 +160,11 @@ def _send_fields(
     if message_deduplication_id is not None:
         fields["message_deduplication_id"] = message_deduplication_id
     for name, value in (message_system_attributes or {}).items():
-        if name != "AWSTraceHeader" or value.get("DataType") != "String":
-            raise error_for("InvalidParameterValue", f"Message system attribute name '{name}' "
-                            "is invalid: only AWSTraceHeader, a String, is.")
-        fields["aws_trace_header"] = str(value.get("StringValue", ""))
+        if name != "AWSTraceHeader" or value.get("DataType") != "String" or \
+                not isinstance(value.get("StringValue"), str):
+            raise error_for("InvalidParameterValue", f"Message system attribute '{name}' is "
+                            "invalid: only AWSTraceHeader, a String with a StringValue, is.")
+        fields["aws_trace_header"] = value["StringValue"]
     return fields
 
 
@@ -407,24 +427,6 @@ def change_message_visibility_batch(queue: str, entries: Iterable[Mapping[str, A
 
 # ---- dead-letter redrive -----------------------------------------------------------------
 
-def move_task_from_pb(t: pb.MessageMoveTask) -> dict[str, Any]:
-    """A task in boto3's shape: SQS's member names, absent members left out."""
-    out: dict[str, Any] = {
-        "Status": t.status,
-        "SourceArn": t.source_arn,
-        "ApproximateNumberOfMessagesMoved": t.approximate_number_of_messages_moved,
-        "ApproximateNumberOfMessagesToMove": t.approximate_number_of_messages_to_move,
-        "StartedTimestamp": t.started_timestamp,
-    }
-    for name, member in (("task_handle", "TaskHandle"), ("destination_arn", "DestinationArn"),
-                         ("failure_reason", "FailureReason")):
-        if getattr(t, name):  # proto3 sends absent strings as ""
-            out[member] = getattr(t, name)
-    if t.HasField("max_number_of_messages_per_second"):
-        out["MaxNumberOfMessagesPerSecond"] = t.max_number_of_messages_per_second
-    return out
-
-
 def start_message_move_task(
     source_arn: str, destination_arn: str | None = None,
     max_number_of_messages_per_second: int | None = None,
@@ -440,7 +442,7 @@ def list_message_move_tasks(source_arn: str, max_results: int | None = None) -> 
     req = pb.ListMessageMoveTasksRequest(source_arn=source_arn)
     if max_results is not None:
         req.max_results = int(max_results)
-    return Call("ListMessageMoveTasks", req, lambda r: [move_task_from_pb(t) for t in r.results],
+    return Call("ListMessageMoveTasks", req, lambda r: [task_from_pb(t) for t in r.results],
                 retry=True)
 
 

@@ -32,7 +32,8 @@ class AsyncClient:
         creds = _auth.resolve(credentials)
         # A signed token on every call when credentials are given (see sqsq.gateway.auth).
         self._channel = grpc.aio.insecure_channel(
-            self.target, interceptors=[_auth.AioTokenInterceptor(creds)] if creds else None)
+            self.target, options=_ops.CHANNEL_OPTIONS,
+            interceptors=[_auth.AioTokenInterceptor(creds)] if creds else None)
         self._stub = queues_pb2_grpc.QueuesStub(self._channel)
 
     async def close(self) -> None:
@@ -51,12 +52,12 @@ class AsyncClient:
     async def _run(self, call: _ops.Call) -> Any:
         method = getattr(self._stub, call.method)
         timeout = call.timeout(self.timeout)
-        attempts = 1 + (_ops.RETRIES if call.retry else 0)
+        attempts = 1 + _ops.RETRIES
         for attempt in range(attempts):
             try:
                 return call.parse(await method(call.request, timeout=timeout))
             except grpc.RpcError as err:
-                if attempt + 1 < attempts and _ops.is_retryable(err):
+                if attempt + 1 < attempts and _ops.may_retry(call, err):
                     await asyncio.sleep(_ops.BACKOFF[min(attempt, len(_ops.BACKOFF) - 1)])
                     continue
                 raise _ops.map_rpc_error(err) from None

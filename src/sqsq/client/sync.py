@@ -29,7 +29,7 @@ class Client:
     ):
         self.target = _ops.normalize_target(endpoint)
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(self.target)
+        self._channel = grpc.insecure_channel(self.target, options=_ops.CHANNEL_OPTIONS)
         creds = _auth.resolve(credentials)
         if creds is not None:  # a signed token on every call (see sqsq.gateway.auth)
             self._channel = grpc.intercept_channel(self._channel, _auth.TokenInterceptor(creds))
@@ -51,12 +51,12 @@ class Client:
     def _run(self, call: _ops.Call) -> Any:
         method = getattr(self._stub, call.method)
         timeout = call.timeout(self.timeout)
-        attempts = 1 + (_ops.RETRIES if call.retry else 0)
+        attempts = 1 + _ops.RETRIES
         for attempt in range(attempts):
             try:
                 return call.parse(method(call.request, timeout=timeout))
             except grpc.RpcError as err:
-                if attempt + 1 < attempts and _ops.is_retryable(err):
+                if attempt + 1 < attempts and _ops.may_retry(call, err):
                     time.sleep(_ops.BACKOFF[min(attempt, len(_ops.BACKOFF) - 1)])
                     continue
                 raise _ops.map_rpc_error(err) from None

@@ -361,7 +361,8 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
     if attempt_id and claimed:
         key = r.attempt_key(q.qid, attempt_id)
         expires = now + limits.DEDUPLICATION_WINDOW_MS
-        st.txn.put(key, r.ReceiveAttempt(cmd.nonce, claimed, expires).encode())
+        st.txn.put(key, r.ReceiveAttempt(cmd.nonce, claimed, expires,
+                                         now + timeout_s * 1000).encode())
         st.txn.put(r.dedup_expiry_key(expires, key), b"")
         st.meta.e_floor = min(st.meta.e_floor, expires)
     return Outcome(Received(tuple(out)), tuple(effects))
@@ -383,12 +384,14 @@ def _retried_attempt(
     for seq, count in attempt.messages:
         d = st.delivery(q.qid, seq)
         if d is None or d.state != IN_FLIGHT or d.receive_count != count or \
-                d.visible_at_ms <= now:
-            return None
+                d.visible_at_ms != attempt.deadline_ms or d.visible_at_ms <= now:
+            return None  # deleted, received again, visibility changed, or timed out
         held.append((seq, d))
+    attempt.deadline_ms = now + timeout_s * 1000
+    st.txn.put(r.attempt_key(q.qid, attempt_id), attempt.encode())
     out = []
     for seq, d in held:
-        move_deadline(st, q, seq, d, now + timeout_s * 1000)
+        move_deadline(st, q, seq, d, attempt.deadline_ms)
         m = st.message(q.qid, seq)
         assert m is not None, f"in-flight message {q.qid}/{seq} has no record"
         out.append(_received(st, q, seq, d, m, attempt.nonce))

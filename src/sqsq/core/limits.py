@@ -20,6 +20,7 @@ MESSAGE_ATTRIBUTE_NAME_MAX_LEN = 256
 MESSAGE_ATTRIBUTE_TYPE_MAX_LEN = 256
 FIFO_ID_MAX_LEN = 128  # MessageGroupId and MessageDeduplicationId
 QUEUE_TAGS_MAX = 50
+AWS_TRACE_HEADER_MAX_LEN = 8_192  # sqsq's bound; an X-Ray trace header is ~100 characters
 IN_FLIGHT_MAX = 120_000  # messages received and not yet deleted or returned, per queue
 
 DEDUPLICATION_WINDOW_MS = 5 * 60 * 1000

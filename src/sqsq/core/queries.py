@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sqsq.core import limits
-from sqsq.core.attributes import render_queue_attributes
+from sqsq.core.attributes import SETTABLE_ATTRIBUTE_NAMES, render_queue_attributes
 from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.queues import queue_does_not_exist
 from sqsq.core.records import TIMER_DELAYED, Counters, QueueRecord
@@ -82,10 +82,7 @@ _SETTABLE_NOT_RENDERED = frozenset({
 })
 
 # Every queue attribute name SQS knows (what ReceiveMessage's AttributeNames quietly ignores).
-QUEUE_ATTRIBUTE_NAMES = COMPUTED_ATTRIBUTE_NAMES | _SETTABLE_NOT_RENDERED | frozenset({
-    "VisibilityTimeout", "DelaySeconds", "MessageRetentionPeriod", "MaximumMessageSize",
-    "ReceiveMessageWaitTimeSeconds",
-})
+QUEUE_ATTRIBUTE_NAMES = COMPUTED_ATTRIBUTE_NAMES | SETTABLE_ATTRIBUTE_NAMES
 
 
 def list_queues(

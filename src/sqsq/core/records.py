@@ -405,14 +405,16 @@ class ReceiveAttempt:
     nonce: int  # the receive's, so the retry's receipt handles are the same strings
     messages: list[tuple[int, int]]  # (seq, receive count at that receive)
     expires_ms: int
+    deadline_ms: int  # when they come back, unless a visibility change moved it since
 
     def encode(self) -> bytes:
-        return pack([self.nonce, [list(m) for m in self.messages], self.expires_ms])
+        return pack([self.nonce, [list(m) for m in self.messages], self.expires_ms,
+                     self.deadline_ms])
 
     @classmethod
     def decode(cls, raw: bytes) -> ReceiveAttempt:
-        nonce, messages, expires_ms = unpack(raw)
-        return cls(nonce, [(seq, count) for seq, count in messages], expires_ms)
+        nonce, messages, expires_ms, deadline_ms = unpack(raw)
+        return cls(nonce, [(seq, count) for seq, count in messages], expires_ms, deadline_ms)
 
 
 def window_expires_ms(key: bytes, raw: bytes) -> int:

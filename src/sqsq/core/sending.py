@@ -59,6 +59,11 @@ def check_entry(q: QueueRecord, e: SendEntry) -> Rejection | None:
     rej = check_message(e.body, dict(e.message_attributes), a.maximum_message_size)
     if rej is not None:
         return rej
+    if e.aws_trace_header is not None and \
+            not 0 < len(e.aws_trace_header) <= limits.AWS_TRACE_HEADER_MAX_LEN:
+        # Not counted in the message size, as in SQS, but bounded like everything else.
+        return _invalid(f"The message system attribute AWSTraceHeader must be 1 to "
+                        f"{limits.AWS_TRACE_HEADER_MAX_LEN} characters.")
     lo, hi, _ = limits.DELAY_SECONDS
     if e.delay_seconds is not None:
         if a.fifo_queue and e.delay_seconds != 0:  # SQS lets an explicit 0 through

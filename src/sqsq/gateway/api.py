@@ -24,7 +24,7 @@ from sqsq.core.messages import (
     validate_batch_entry_ids,
     validate_fifo_id,
 )
-from sqsq.errors import QueueError, from_rejection
+from sqsq.errors import QueueDoesNotExist, QueueError, from_rejection
 from sqsq.shard.engine import ShardEngine
 
 SYSTEM_ATTRIBUTE_NAMES = frozenset({
@@ -272,8 +272,11 @@ class QueueApi:
                 _raise(rej)
         name = queue_name_of(queue_url)
         if wait_time_seconds is None:
-            attrs = await self._query(queries.queue_attributes, name,
+            # Not a read for the client: the receive's own reply waits for its fsync.
+            attrs = self.engine.query(queries.queue_attributes, name,
                                       ["ReceiveMessageWaitTimeSeconds"])
+            if isinstance(attrs, Rejection):
+                _raise(attrs)
             wait_time_seconds = int(attrs["ReceiveMessageWaitTimeSeconds"])
         command = c.ReceiveMessages(name, max_number_of_messages, visibility_timeout,
                                     receive_request_attempt_id=receive_request_attempt_id)
@@ -283,8 +286,8 @@ class QueueApi:
             woken = self.engine.waiters.event(name)
             try:
                 result = await self._run(command)
-            except QueueError:
-                self.engine.waiters.forget(name)
+            except QueueDoesNotExist:
+                self.engine.waiters.forget(name)  # others polling a real queue keep the event
                 raise
             assert isinstance(result, c.Received)
             left = deadline - time.monotonic()

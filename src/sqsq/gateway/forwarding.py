@@ -2,31 +2,27 @@
 
 The gateway keeps no queue state. It resolves a queue to the node that holds it (today one
 node: a static partition map with one shard, as in single-node mode), forwards the call,
-retries UNAVAILABLE with bounded backoff, and answers with its own queue URLs. Sends carry a
-request id (the client's, or one made here) so a retried send is deduplicated by the shard,
-never doubled. Long polls wait at the node; the call's deadline covers the wait.
+retries UNAVAILABLE with bounded backoff where the SDK would (reads, and sends, which carry a
+request id the shard deduplicates: the client's, or one made here), and answers with its own
+queue URLs. Requests are built by the SDK's own builders (``sqsq.client._ops``), so a call and
+its retry rule are written once; long polls wait at the node within the call's deadline.
 """
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import grpc
-import grpc.aio
-
-from sqsq.client import _auth, _ops
+from sqsq.client import _ops
+from sqsq.client.aio import AsyncClient
 from sqsq.core import commands as c
 from sqsq.gateway import convert
 from sqsq.gateway.api import Endpoint, queue_name_of
 from sqsq.v1 import queues_pb2 as pb
-from sqsq.v1 import queues_pb2_grpc as pb_grpc
 
 CALL_TIMEOUT_S = 30.0
-LONG_POLL_MARGIN_S = 10.0
-BACKOFF_S = (0.05, 0.2, 0.5, 1.0)  # then give up: the client sees ServiceUnavailable
 
 
 class ForwardingApi:
@@ -35,26 +31,17 @@ class ForwardingApi:
     def __init__(self, target: str, endpoint: Endpoint,
                  credentials: tuple[str, str] | None = None) -> None:
         self.endpoint = endpoint
-        creds = _auth.resolve(credentials)
-        self._channel = grpc.aio.insecure_channel(
-            target, interceptors=[_auth.AioTokenInterceptor(creds)] if creds else None)
-        self._stub = pb_grpc.QueuesStub(self._channel)
+        # The SDK's client: its channel, call signing, retries and error mapping.
+        self._client = AsyncClient(target, timeout=CALL_TIMEOUT_S, credentials=credentials)
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self._client.close()
 
-    async def _call(self, method: str, request: Any, *, retry: bool = True,
-                    timeout: float = CALL_TIMEOUT_S) -> Any:
-        rpc: Callable[..., Awaitable[Any]] = getattr(self._stub, method)
-        for attempt in range(len(BACKOFF_S) + 1):
-            try:
-                return await rpc(request, timeout=timeout)
-            except grpc.RpcError as err:
-                if retry and attempt < len(BACKOFF_S) and _ops.is_retryable(err):
-                    await asyncio.sleep(BACKOFF_S[attempt])
-                    continue
-                raise _ops.map_rpc_error(err) from None
-        raise AssertionError("unreachable")
+    async def _run(self, call: _ops.Call, parse: Callable[[Any], Any] | None = None) -> Any:
+        """The SDK's call, with the gateway's parse of the response (the SDK's by default)."""
+        if parse is not None:
+            call = dataclasses.replace(call, parse=parse)
+        return await self._client._run(call)  # noqa: SLF001 - the SDK's own call path
 
     def _url(self, node_url: str) -> str:
         """The node's queue URL as this gateway's clients address it."""
@@ -63,90 +50,68 @@ class ForwardingApi:
     # ---- queues ----
     async def create_queue(self, name: str, attributes: Mapping[str, str] | None = None,
                            tags: Mapping[str, str] | None = None) -> str:
-        r = await self._call("CreateQueue", pb.CreateQueueRequest(
-            queue_name=name, attributes=dict(attributes or {}), tags=dict(tags or {})))
-        return self._url(r.queue_url)
+        return self._url(await self._run(_ops.create_queue(name, attributes, tags)))
 
     async def get_queue_url(self, name: str) -> str:
-        r = await self._call("GetQueueUrl", pb.GetQueueUrlRequest(queue_name=name))
-        return self._url(r.queue_url)
+        return self._url(await self._run(_ops.get_queue_url(name)))
 
     async def list_queues(self, prefix: str = "", max_results: int | None = None,
                           next_token: str = "") -> tuple[list[str], str]:
-        req = pb.ListQueuesRequest(queue_name_prefix=prefix, next_token=next_token)
-        if max_results is not None:
-            req.max_results = max_results
-        r = await self._call("ListQueues", req)
-        return [self._url(u) for u in r.queue_urls], r.next_token
+        return await self._run(
+            _ops.list_queues_page(prefix, max_results, next_token),
+            lambda r: ([self._url(u) for u in r.queue_urls], r.next_token))
 
     async def delete_queue(self, queue_url: str) -> None:
-        await self._call("DeleteQueue", pb.QueueRequest(queue_url=queue_name_of(queue_url)))
+        await self._run(_ops.delete_queue(queue_name_of(queue_url)))
 
     async def purge_queue(self, queue_url: str) -> None:
-        # Not retried: a purge that did land would answer PurgeQueueInProgress the second time.
-        await self._call("PurgeQueue", pb.QueueRequest(queue_url=queue_name_of(queue_url)),
-                         retry=False)
+        await self._run(_ops.purge_queue(queue_name_of(queue_url)))
 
     async def get_queue_attributes(self, queue_url: str, names: list[str]) -> dict[str, str]:
-        r = await self._call("GetQueueAttributes", pb.GetQueueAttributesRequest(
-            queue_url=queue_name_of(queue_url), attribute_names=names))
-        return dict(r.attributes)
+        return await self._run(_ops.get_queue_attributes(queue_name_of(queue_url), names))
 
     async def set_queue_attributes(self, queue_url: str, attributes: Mapping[str, str]) -> None:
-        await self._call("SetQueueAttributes", pb.SetQueueAttributesRequest(
-            queue_url=queue_name_of(queue_url), attributes=dict(attributes)))
+        await self._run(_ops.set_queue_attributes(queue_name_of(queue_url), attributes))
 
     async def tag_queue(self, queue_url: str, tags: Mapping[str, str]) -> None:
-        await self._call("TagQueue", pb.TagQueueRequest(queue_url=queue_name_of(queue_url),
-                                                        tags=dict(tags)))
+        await self._run(_ops.tag_queue(queue_name_of(queue_url), tags))
 
     async def untag_queue(self, queue_url: str, keys: Iterable[str]) -> None:
-        await self._call("UntagQueue", pb.UntagQueueRequest(queue_url=queue_name_of(queue_url),
-                                                            tag_keys=list(keys)))
+        await self._run(_ops.untag_queue(queue_name_of(queue_url), list(keys)))
 
     async def list_queue_tags(self, queue_url: str) -> dict[str, str]:
-        r = await self._call("ListQueueTags", pb.QueueRequest(queue_url=queue_name_of(queue_url)))
-        return dict(r.tags)
+        return await self._run(_ops.list_queue_tags(queue_name_of(queue_url)))
 
     async def list_dead_letter_source_queues(self, queue_url: str) -> list[str]:
-        r = await self._call("ListDeadLetterSourceQueues",
-                             pb.QueueRequest(queue_url=queue_name_of(queue_url)))
-        return [self._url(u) for u in r.queue_urls]
+        urls = await self._run(_ops.list_dead_letter_source_queues(queue_name_of(queue_url)))
+        return [self._url(u) for u in urls]
 
     # ---- dead-letter redrive ----
     async def start_message_move_task(
         self, source_arn: str, destination_arn: str | None = None,
         max_number_of_messages_per_second: int | None = None,
     ) -> str:
-        req = pb.StartMessageMoveTaskRequest(source_arn=source_arn,
-                                             destination_arn=destination_arn or "")
-        if max_number_of_messages_per_second is not None:
-            req.max_number_of_messages_per_second = max_number_of_messages_per_second
-        # Not retried: a task that did start would make the retry UnsupportedOperation.
-        r = await self._call("StartMessageMoveTask", req, retry=False)
-        return r.task_handle
+        return await self._run(_ops.start_message_move_task(
+            source_arn, destination_arn, max_number_of_messages_per_second))
 
     async def cancel_message_move_task(self, task_handle: str) -> int:
-        r = await self._call("CancelMessageMoveTask",
-                             pb.CancelMessageMoveTaskRequest(task_handle=task_handle))
-        return r.approximate_number_of_messages_moved
+        return await self._run(_ops.cancel_message_move_task(task_handle))
 
     async def list_message_move_tasks(self, source_arn: str,
                                       max_results: int | None = None) -> list[dict]:
-        req = pb.ListMessageMoveTasksRequest(source_arn=source_arn)
-        if max_results is not None:
-            req.max_results = max_results
-        r = await self._call("ListMessageMoveTasks", req)
-        return [_ops.move_task_from_pb(t) for t in r.results]
+        return await self._run(_ops.list_message_move_tasks(source_arn, max_results))
 
     # ---- messages ----
     async def send_message_batch(self, queue_url: str, entries: list[c.SendEntry],
                                  request_id: str = "") -> c.BatchResult:
-        r = await self._call("SendMessageBatch", pb.SendMessageBatchRequest(
+        # The entries are the core's already: converted directly, not through boto3's shape.
+        request = pb.SendMessageBatchRequest(
             queue_url=queue_name_of(queue_url), entries=[convert.entry_to_pb(e) for e in entries],
-            request_id=request_id or str(uuid.uuid4())))
-        return c.BatchResult(tuple(convert.sent_from_pb(s) for s in r.successful),
-                             convert.failed_from_pb(r.failed))
+            request_id=request_id or str(uuid.uuid4()))
+        call = _ops.Call("SendMessageBatch", request, lambda r: c.BatchResult(
+            tuple(convert.sent_from_pb(s) for s in r.successful),
+            convert.failed_from_pb(r.failed)), retry=True)  # deduplicated by request id
+        return await self._run(call)
 
     async def receive_message(
         self, queue_url: str, max_number_of_messages: int | None = None,
@@ -154,33 +119,24 @@ class ForwardingApi:
         attribute_names: Iterable[str] = (), message_attribute_names: Iterable[str] = (),
         receive_request_attempt_id: str = "",
     ) -> list[c.ReceivedMessage]:
-        req = pb.ReceiveMessageRequest(
-            queue_url=queue_name_of(queue_url), attribute_names=list(attribute_names),
-            message_attribute_names=list(message_attribute_names),
-            receive_request_attempt_id=receive_request_attempt_id)
-        for field, value in (("max_number_of_messages", max_number_of_messages),
-                             ("visibility_timeout", visibility_timeout),
-                             ("wait_time_seconds", wait_time_seconds)):
-            if value is not None:
-                setattr(req, field, value)
-        wait = _ops.MAX_WAIT_SECONDS if wait_time_seconds is None else max(wait_time_seconds, 0)
-        r = await self._call("ReceiveMessage", req, timeout=wait + LONG_POLL_MARGIN_S)
-        return [convert.message_from_pb(m) for m in r.messages]
+        return await self._run(
+            _ops.receive_message(queue_name_of(queue_url), max_number_of_messages,
+                                 visibility_timeout, wait_time_seconds, list(attribute_names),
+                                 list(message_attribute_names),
+                                 receive_request_attempt_id=receive_request_attempt_id),
+            lambda r: [convert.message_from_pb(m) for m in r.messages])
 
     async def delete_message_batch(self, queue_url: str,
                                    entries: list[tuple[str, str]]) -> c.BatchResult:
-        r = await self._call("DeleteMessageBatch", pb.DeleteMessageBatchRequest(
-            queue_url=queue_name_of(queue_url),
-            entries=[pb.DeleteMessageBatchEntry(id=i, receipt_handle=h) for i, h in entries]))
-        return convert.batch_from_pb(r)
+        return await self._run(
+            _ops.delete_message_batch(queue_name_of(queue_url), [
+                {"Id": i, "ReceiptHandle": h} for i, h in entries]),
+            convert.batch_from_pb)
 
     async def change_message_visibility_batch(
         self, queue_url: str, entries: list[tuple[str, str, int]]
     ) -> c.BatchResult:
-        r = await self._call("ChangeMessageVisibilityBatch",
-                             pb.ChangeMessageVisibilityBatchRequest(
-                                 queue_url=queue_name_of(queue_url),
-                                 entries=[pb.ChangeMessageVisibilityBatchEntry(
-                                     id=i, receipt_handle=h, visibility_timeout=t)
-                                     for i, h, t in entries]))
-        return convert.batch_from_pb(r)
+        return await self._run(
+            _ops.change_message_visibility_batch(queue_name_of(queue_url), [
+                {"Id": i, "ReceiptHandle": h, "VisibilityTimeout": t} for i, h, t in entries]),
+            convert.batch_from_pb)

@@ -189,6 +189,8 @@ class ShardEngine:
     async def read(self, fn: Callable[..., T], *args: object) -> T | Rejection:
         """``query`` for a client: answered only once every group it could have seen is on
         disk, so nobody learns of a queue or message that a crash could still take back."""
+        if self._failed is not None:  # a failed fsync is never retried: nothing is durable now
+            return self._failed
         result = self.query(fn, *args)
         seen = self._written
         if self._synced < seen and self.sync:
@@ -203,7 +205,8 @@ class ShardEngine:
         assert self._queue is not None
         while True:
             batch = [await self._queue.get()]
-            while len(batch) < MAX_GROUP and not self._queue.empty():
+            room = MAX_GROUP - (len(self._open.group) if self._open is not None else 0)
+            while len(batch) < room and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             if self._failed is not None:
                 self._answer(batch, None, self._failed)
