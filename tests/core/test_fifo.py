@@ -489,3 +489,49 @@ def test_attempt_after_a_visibility_change_is_a_new_receive() -> None:
     assert other.body == "b1"
     k.advance(31)
     assert bodies(receive_attempt(k, "later")) == ["b1"]  # a1's 600 s extension stands
+
+
+# ---- queue delay: retroactive on FIFO queues (SQS), not on standard ones ----------------------
+
+
+def test_fifo_queue_delay_change_applies_to_waiting_messages() -> None:
+    k = make(DelaySeconds="900")
+    put(k, "early", "A")
+    assert k.depth(F) == (0, 0, 1)
+    assert k.run(c.SetQueueAttributes(F, (("DelaySeconds", "0"),))) == c.Ok()
+    assert k.depth(F) == (1, 0, 0)  # due at once under the new delay
+    assert bodies(k.receive(F)) == ["early"]
+
+
+def test_fifo_queue_delay_lengthened_holds_waiting_messages_longer() -> None:
+    k = make(DelaySeconds="10")
+    put(k, "m", "A")
+    k.advance(5)
+    assert k.run(c.SetQueueAttributes(F, (("DelaySeconds", "60"),))) == c.Ok()
+    k.advance(5)
+    k.run(c.Sweep())
+    assert k.receive(F) == [] and k.depth(F) == (0, 0, 1)
+    k.advance(50)  # 60 s after the send
+    assert bodies(k.receive(F)) == ["m"]
+
+
+def test_standard_queue_delay_is_fixed_at_send() -> None:
+    k = Core()
+    k.create("std", DelaySeconds="900")
+    k.send("std", "early")
+    assert k.run(c.SetQueueAttributes("std", (("DelaySeconds", "0"),))) == c.Ok()
+    assert k.receive("std") == [] and k.depth("std") == (0, 0, 1)
+    k.advance(900)
+    assert [m.body for m in k.receive("std")] == ["early"]
+
+
+def test_delayed_fifo_message_past_retention_is_gone_for_good() -> None:
+    k = make(DelaySeconds="900", MessageRetentionPeriod="60")
+    put(k, "old", "A")
+    k.advance(60)
+    k.run(c.Sweep())
+    assert k.depth(F) == (0, 0, 0)
+    assert k.run(c.SetQueueAttributes(F, (("DelaySeconds", "0"),))) == c.Ok()
+    assert k.receive(F) == [] and k.depth(F) == (0, 0, 0)  # no index entry was left behind
+    put(k, "new", "A", dedup="fresh")
+    assert bodies(k.receive(F)) == ["new"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqsq.core import records as r
 from sqsq.core.attributes import render_queue_attributes
+from sqsq.core.delivery import due_ms
 from sqsq.core.records import Delivery, MessageRecord, QueueRecord
 from sqsq.core.txn import KVReader, prefix_end
 
@@ -47,9 +48,9 @@ class ShardStats:
     states: dict[str, int] = field(default_factory=dict)
 
 
-def logical_state(d: Delivery, as_of_ms: int) -> int:
+def logical_state(q: QueueRecord, d: Delivery, as_of_ms: int) -> int:
     """The state at ``as_of_ms``: a due timer counts as fired (see ``queries.depth``)."""
-    if d.state in (r.DELAYED, r.IN_FLIGHT) and d.visible_at_ms <= as_of_ms:
+    if d.state in (r.DELAYED, r.IN_FLIGHT) and due_ms(q, d) <= as_of_ms:
         return r.VISIBLE
     return d.state
 
@@ -121,10 +122,11 @@ def message_and_delivery_rows(
         if m_raw is None:
             raise ValueError(f"delivery {qid}/{seq} has no message record")
         d, m = Delivery.decode(raw), MessageRecord.decode(m_raw)
-        if m.sent_ms + q.attributes.message_retention_period_s * 1000 <= src.as_of_ms:
+        # Retention from d.sent_ms: the send, or a FIFO dead-letter move (which restarts it).
+        if d.sent_ms + q.attributes.message_retention_period_s * 1000 <= src.as_of_ms:
             stats.expired += 1
             continue
-        state = STATE_NAMES[logical_state(d, src.as_of_ms)]
+        state = STATE_NAMES[logical_state(q, d, src.as_of_ms)]
         stats.messages += 1
         stats.states[state] = stats.states.get(state, 0) + 1
         common = {"as_of_ms": src.as_of_ms, "partition": partition, "qid": qid, "seq": seq,
@@ -142,7 +144,7 @@ def message_and_delivery_rows(
         delivery = {
             **common, "state": state, "stored_state": STATE_NAMES[d.state],
             "receive_count": d.receive_count, "first_receive_ms": d.first_receive_ms or None,
-            "visible_at_ms": d.visible_at_ms,
+            "visible_at_ms": due_ms(q, d),
         }
         yield message, delivery
 

@@ -83,7 +83,13 @@ def enqueue(
     st.put_delivery(q.qid, seq, d)
     st.txn.put(r.retention_key(q.qid, enqueued, seq), b"")
     st.lower_floor(q.qid, "r_floor", enqueued)
-    if state == DELAYED:
+    if state == DELAYED and fifo:
+        # A FIFO queue's delay is retroactive in SQS: index by send time, and let the queue's
+        # delay as it is when the timer is looked at decide when that is due.
+        assert enqueued == now, "only a send delays a FIFO message"
+        st.txn.put(r.fifo_delay_key(q.qid, now, seq), b"")
+        st.lower_floor(q.qid, "y_floor", now)
+    elif state == DELAYED:
         st.txn.put(r.timer_key(q.qid, visible_at, seq), TIMER_DELAYED)
         st.lower_floor(q.qid, "w_floor", visible_at)
     elif not fifo:
@@ -108,6 +114,8 @@ def remove(st: ShardState, q: QueueRecord, seq: int, d: Delivery) -> None:
     if d.state == VISIBLE:
         if d.group_id is None:
             st.txn.delete(r.visible_key(qid, d.visible_at_ms, seq))
+    elif d.state == DELAYED and d.group_id is not None:
+        st.txn.delete(r.fifo_delay_key(qid, d.sent_ms, seq))
     else:
         st.txn.delete(r.timer_key(qid, d.visible_at_ms, seq))
     st.counters(qid).add(d.state, -1)
@@ -165,6 +173,23 @@ def refresh_group(st: ShardState, qid: int, group: str) -> bool:
     return want is not None
 
 
+def due_ms(q: QueueRecord, d: Delivery) -> int:
+    """When a delayed or in-flight message becomes visible (a FIFO delay follows the queue's
+    DelaySeconds as it is now; everything else was fixed when the timer was set)."""
+    if d.state == DELAYED and d.group_id is not None:
+        return d.sent_ms + q.attributes.delay_seconds * 1000
+    return d.visible_at_ms
+
+
+def fifo_delay_cutoff(q: QueueRecord, now: int) -> int | None:
+    """FIFO messages sent at or before this are past the queue's current delay (None: none
+    can be, or not a FIFO queue)."""
+    if not q.attributes.fifo_queue:
+        return None
+    cutoff = now - q.attributes.delay_seconds * 1000
+    return cutoff if cutoff >= 0 else None
+
+
 def promote_due(st: ShardState, q: QueueRecord, now: int, budget: int) -> int:
     """Materialise timers that are due: delayed and timed-out messages become visible."""
     n = 0
@@ -176,6 +201,19 @@ def promote_due(st: ShardState, q: QueueRecord, now: int, budget: int) -> int:
         d = st.delivery(q.qid, seq)
         if d is not None:
             make_visible(st, q, seq, d, deadline)
+        n += 1
+    cutoff = fifo_delay_cutoff(q, now)
+    if cutoff is None:
+        return n
+    delay_ms = q.attributes.delay_seconds * 1000
+    for key, _ in st.scan_index("y", q.qid, cutoff):
+        if n >= budget:
+            break
+        seq, sent_ms = r.seq_of(key), r.read_u64(key, 9)
+        st.txn.delete(key)
+        d = st.delivery(q.qid, seq)
+        if d is not None:
+            make_visible(st, q, seq, d, sent_ms + delay_ms)
         n += 1
     return n
 

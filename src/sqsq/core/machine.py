@@ -77,6 +77,9 @@ def sweep_needed(st: ShardState, now: int) -> bool:
     for q in st.queues():
         if any(True for _ in st.scan_index("w", q.qid, now)):
             return True
+        cutoff = delivery.fifo_delay_cutoff(q, now)
+        if cutoff is not None and any(True for _ in st.scan_index("y", q.qid, cutoff)):
+            return True
         cutoff = now - q.attributes.message_retention_period_s * 1000
         if cutoff >= 0 and any(True for _ in st.scan_index("r", q.qid, cutoff)):
             return True

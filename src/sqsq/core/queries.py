@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqsq.core import limits
 from sqsq.core.attributes import SETTABLE_ATTRIBUTE_NAMES, render_queue_attributes
+from sqsq.core.delivery import fifo_delay_cutoff
 from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.queues import queue_does_not_exist
 from sqsq.core.records import TIMER_DELAYED, Counters, QueueRecord
@@ -34,6 +35,10 @@ def depth(st: ShardState, q: QueueRecord, now: int) -> Counters:
         else:
             in_flight -= 1
         visible += 1
+    cutoff = fifo_delay_cutoff(q, now)
+    if cutoff is not None:
+        due = sum(1 for _ in st.scan_index("y", q.qid, cutoff))
+        delayed, visible = delayed - due, visible + due
     return Counters(visible, in_flight, delayed)
 
 

@@ -12,6 +12,7 @@ order. Values are msgpack lists (deterministic for equal input, so replicas stay
 | d      | qid seq                               | Delivery                  |
 | v      | qid visible_at seq                    | visible index (standard queues) |
 | w      | qid deadline seq                      | timer index: delayed or in flight |
+| y      | qid sent_ms seq                       | FIFO: delayed (due: + queue delay) |
 | r      | qid enqueued_ms seq                   | retention index           |
 | f      | qid group 0x00 seq                    | FIFO: a group's messages in order |
 | g      | qid group                             | FIFO: GroupRecord         |
@@ -106,6 +107,10 @@ def timer_key(qid: int, deadline: int, seq: int) -> bytes:
     return _ID_AT_SEQ.pack(b"w", qid, deadline, seq)
 
 
+def fifo_delay_key(qid: int, sent_ms: int, seq: int) -> bytes:
+    return _ID_AT_SEQ.pack(b"y", qid, sent_ms, seq)
+
+
 def retention_key(qid: int, enqueued_ms: int, seq: int) -> bytes:
     return _ID_AT_SEQ.pack(b"r", qid, enqueued_ms, seq)
 
@@ -146,7 +151,7 @@ NO_FLOOR = 2**63  # an empty index: any insert lowers the floor again
 
 # Every prefix whose keys start with the queue id: what garbage collection clears. Dedup
 # records (u) are not among them: they outlive a purge and leave through their expiry index.
-QUEUE_SCOPED_PREFIXES = (b"c", b"d", b"f", b"g", b"k", b"m", b"r", b"v", b"w")  # key order
+QUEUE_SCOPED_PREFIXES = (b"c", b"d", b"f", b"g", b"k", b"m", b"r", b"v", b"w", b"y")  # in order
 
 
 # ---- records ----------------------------------------------------------------------------
@@ -267,10 +272,11 @@ class Counters:
     w_floor: int = 0  # timer index: deadline
     r_floor: int = 0  # retention index: enqueued_ms
     k_floor: int = 0  # FIFO ready groups: head seq
+    y_floor: int = 0  # FIFO delayed messages: sent_ms
 
     def encode(self) -> bytes:
         return pack([self.visible, self.in_flight, self.delayed, self.v_floor, self.w_floor,
-                     self.r_floor, self.k_floor])
+                     self.r_floor, self.k_floor, self.y_floor])
 
     @classmethod
     def decode(cls, raw: bytes | None) -> Counters:
