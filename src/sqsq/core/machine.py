@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sqsq.core import commands as c
-from sqsq.core import delivery, fencing, limits, queues, redrive, sending
+from sqsq.core import delivery, fencing, limits, queues, receiving, redrive, sending
 from sqsq.core import records as r
 from sqsq.core.state import ShardConfig, ShardState, Writer
 
@@ -101,7 +101,7 @@ HANDLERS: dict[type, Callable[[ShardState, c.Command, int], c.Outcome]] = {
     c.TagQueue: queues.tag,
     c.UntagQueue: queues.untag,
     c.SendMessages: _on_queue(_send),
-    c.ReceiveMessages: _on_queue(delivery.receive),
+    c.ReceiveMessages: _on_queue(receiving.receive),
     c.DeleteMessages: _on_queue(fencing.delete),
     c.ChangeVisibilities: _on_queue(fencing.change_visibility),
     c.Sweep: sweep,

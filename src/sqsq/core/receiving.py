@@ -1,0 +1,227 @@
+"""ReceiveMessage: claim visible messages (a FIFO queue's in group order), move those that
+reached maxReceiveCount to the dead-letter queue, and answer a retried FIFO receive
+(ReceiveRequestAttemptId) with its first answer. The states it moves messages between are
+in ``delivery.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sqsq.core import limits
+from sqsq.core import records as r
+from sqsq.core.attributes import parse_queue_arn
+from sqsq.core.commands import (
+    Outcome,
+    Received,
+    ReceivedMessage,
+    ReceiveMessages,
+    WakeReceivers,
+)
+from sqsq.core.delivery import (
+    enqueue,
+    move_deadline,
+    promote_due,
+    refresh_group,
+    remove,
+    sequence_number,
+)
+from sqsq.core.errors import ErrorCode, reject
+from sqsq.core.receipts import ReceiptHandle, encode_receipt_handle, queue_name_hash
+from sqsq.core.records import (
+    IN_FLIGHT,
+    TIMER_IN_FLIGHT,
+    VISIBLE,
+    Delivery,
+    MessageRecord,
+    QueueRecord,
+)
+from sqsq.core.state import ShardState
+
+
+def _dead_letter_queue(st: ShardState, q: QueueRecord) -> QueueRecord | None:
+    policy = q.attributes.redrive_policy
+    if policy is None:
+        return None
+    parsed = parse_queue_arn(policy.dead_letter_target_arn)
+    if parsed is None or parsed[2] == q.name:
+        return None
+    return st.queue(parsed[2])
+
+
+def _move_to_dead_letter(
+    st: ShardState, q: QueueRecord, dlq: QueueRecord, seq: int, d: Delivery, m: MessageRecord,
+    now: int,
+) -> None:
+    remove(st, q, seq, d)
+    moved = dataclasses.replace(m, dead_letter_source_arn=st.config.queue_arn(q.name),
+                                dead_lettered_ms=now)
+    # Standard queues keep the original enqueue time for retention; FIFO queues restart it.
+    enqueue(st, dlq, moved, visible_at=now, now=now, receive_count=d.receive_count,
+            first_receive_ms=d.first_receive_ms,
+            enqueued_ms=now if dlq.attributes.fifo_queue else d.sent_ms)
+
+
+def _claim(
+    st: ShardState, q: QueueRecord, seq: int, d: Delivery, m: MessageRecord, now: int,
+    timeout_s: int, nonce: int,
+) -> ReceivedMessage:
+    d.receive_count += 1
+    d.first_receive_ms = d.first_receive_ms or now
+    d.received_ms = now
+    d.state, d.visible_at_ms = IN_FLIGHT, now + timeout_s * 1000
+    st.put_delivery(q.qid, seq, d)
+    st.txn.put(r.timer_key(q.qid, d.visible_at_ms, seq), TIMER_IN_FLIGHT)
+    st.lower_floor(q.qid, "w_floor", d.visible_at_ms)
+    counters = st.counters(q.qid)
+    counters.add(VISIBLE, -1)
+    counters.add(IN_FLIGHT, 1)
+    return _received(st, q, seq, d, m, nonce)
+
+
+def _received(
+    st: ShardState, q: QueueRecord, seq: int, d: Delivery, m: MessageRecord, nonce: int,
+) -> ReceivedMessage:
+    """What the receiver gets for an in-flight message; equal inputs give an equal handle."""
+    handle = ReceiptHandle(st.config.shard_id, q.qid, seq, d.receive_count,
+                           queue_name_hash(q.name), (nonce ^ seq) & 0xFFFF_FFFF_FFFF_FFFF)
+    attrs = [
+        ("SenderId", st.config.account),
+        ("SentTimestamp", str(m.sent_ms)),
+        ("ApproximateReceiveCount", str(d.receive_count)),
+        ("ApproximateFirstReceiveTimestamp", str(d.first_receive_ms)),
+    ]
+    if q.attributes.fifo_queue:
+        attrs += [
+            ("MessageGroupId", m.group_id or ""),
+            ("MessageDeduplicationId", m.deduplication_id or ""),
+            ("SequenceNumber", sequence_number(seq)),
+        ]
+    elif m.group_id:
+        attrs.append(("MessageGroupId", m.group_id))
+    if m.dead_letter_source_arn:
+        attrs.append(("DeadLetterQueueSourceArn", m.dead_letter_source_arn))
+    if m.aws_trace_header is not None:
+        attrs.append(("AWSTraceHeader", m.aws_trace_header))
+    return ReceivedMessage(
+        m.message_id, encode_receipt_handle(st.config.secret, handle), m.body, m.md5_of_body,
+        m.md5_of_message_attributes, m.message_attributes, tuple(attrs),
+    )
+
+
+def _deliverable(
+    st: ShardState, q: QueueRecord, dlq: QueueRecord | None, seq: int, now: int,
+    effects: list,
+) -> tuple[Delivery, MessageRecord] | None:
+    """The message if it may be handed out now; expired or dead-lettered ones are moved away."""
+    d, m = st.delivery(q.qid, seq), st.message(q.qid, seq)
+    if d is None or m is None:
+        raise AssertionError(f"index points at a missing message {q.qid}/{seq}")
+    if d.sent_ms + q.attributes.message_retention_period_s * 1000 <= now:
+        remove(st, q, seq, d)
+        return None
+    policy = q.attributes.redrive_policy
+    if dlq is not None and policy is not None and d.receive_count >= policy.max_receive_count:
+        _move_to_dead_letter(st, q, dlq, seq, d, m, now)
+        effects.append(WakeReceivers(dlq.name))
+        return None
+    return d, m
+
+
+def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> Outcome:
+    timeout_s = cmd.visibility_timeout_s
+    if timeout_s is None:
+        timeout_s = q.attributes.visibility_timeout_s
+    promoted = promote_due(st, q, now, limits.SWEEP_MAX_ITEMS)
+    dlq = _dead_letter_queue(st, q)
+    effects: list[WakeReceivers] = []
+    if promoted > cmd.max_number_of_messages:
+        # More came due than this receive can take: parked long polls may have the rest now,
+        # not at the next sweep.
+        effects.append(WakeReceivers(q.name))
+    attempt_id = cmd.receive_request_attempt_id if q.attributes.fifo_queue else ""
+    if attempt_id:
+        again = _retried_attempt(st, q, attempt_id, timeout_s, now)
+        if again is not None:
+            return Outcome(Received(again), tuple(effects))
+    room = limits.IN_FLIGHT_MAX - st.counters(q.qid).in_flight
+    if room <= 0:
+        return Outcome(reject(
+            ErrorCode.OVER_LIMIT, f"The maximum number of in flight messages "
+            f"({limits.IN_FLIGHT_MAX}) is reached for queue {q.name}."), tuple(effects))
+    out: list[ReceivedMessage] = []
+    want, budget = min(cmd.max_number_of_messages, room), limits.RECEIVE_SCAN_MAX
+    if not q.attributes.fifo_queue:
+        for key, _ in st.scan_index("v", q.qid):
+            if len(out) >= want or budget <= 0:
+                break
+            budget -= 1
+            seq = r.seq_of(key)
+            got = _deliverable(st, q, dlq, seq, now, effects)
+            if got is not None:
+                st.txn.delete(key)
+                out.append(_claim(st, q, seq, *got, now, timeout_s, cmd.nonce))
+        return Outcome(Received(tuple(out)), tuple(effects))
+    claimed: list[tuple[int, int]] = []  # (seq, receive count): what a retry must find
+    for rkey, _ in st.scan_index("k", q.qid):
+        if len(out) >= want or budget <= 0:
+            break
+        group = rkey[17:].decode()
+        g = st.group(q.qid, group)
+        if g.in_flight:  # the ready entry is stale only if refresh was skipped: never
+            raise AssertionError(f"blocked group {group!r} in the ready index")
+        for fkey in st.group_messages(q.qid, group):
+            if len(out) >= want or budget <= 0:
+                break
+            budget -= 1
+            seq = r.seq_of(fkey)
+            d = st.delivery(q.qid, seq)
+            if d is None or d.state != VISIBLE:
+                break  # strict order: nothing behind a delayed or in-flight message
+            got = _deliverable(st, q, dlq, seq, now, effects)
+            if got is not None:
+                out.append(_claim(st, q, seq, *got, now, timeout_s, cmd.nonce))
+                claimed.append((seq, got[0].receive_count))
+                g = st.group(q.qid, group)
+                g.in_flight += 1
+                st.put_group(q.qid, group, g)
+        refresh_group(st, q.qid, group)
+    if attempt_id and claimed:
+        key = r.attempt_key(q.qid, attempt_id)
+        expires = now + limits.DEDUPLICATION_WINDOW_MS
+        st.txn.put(key, r.ReceiveAttempt(cmd.nonce, claimed, expires,
+                                         now + timeout_s * 1000).encode())
+        st.txn.put(r.dedup_expiry_key(expires, key), b"")
+        st.meta.e_floor = min(st.meta.e_floor, expires)
+    return Outcome(Received(tuple(out)), tuple(effects))
+
+
+def _retried_attempt(
+    st: ShardState, q: QueueRecord, attempt_id: str, timeout_s: int, now: int,
+) -> tuple[ReceivedMessage, ...] | None:
+    """SQS's ReceiveRequestAttemptId: within 5 minutes, and while none of the first answer's
+    messages was deleted, changed or timed out, a retry gets that answer again (same handles)
+    and its visibility timeout starts over. Otherwise the retry is a new receive."""
+    raw = st.txn.get(r.attempt_key(q.qid, attempt_id))
+    if raw is None:
+        return None
+    attempt = r.ReceiveAttempt.decode(raw)
+    if attempt.expires_ms <= now:
+        return None
+    held = []
+    for seq, count in attempt.messages:
+        d = st.delivery(q.qid, seq)
+        if d is None or d.state != IN_FLIGHT or d.receive_count != count or \
+                d.visible_at_ms != attempt.deadline_ms or d.visible_at_ms <= now:
+            return None  # deleted, received again, visibility changed, or timed out
+        held.append((seq, d))
+    attempt.deadline_ms = now + timeout_s * 1000
+    st.txn.put(r.attempt_key(q.qid, attempt_id), attempt.encode())
+    out = []
+    for seq, d in held:
+        move_deadline(st, q, seq, d, attempt.deadline_ms)
+        m = st.message(q.qid, seq)
+        assert m is not None, f"in-flight message {q.qid}/{seq} has no record"
+        out.append(_received(st, q, seq, d, m, attempt.nonce))
+    return tuple(out)
+
