@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from sqsq.client import _ops
+from sqsq.client import _call, _ops
 
 
 class FakeError(grpc.RpcError):
@@ -26,11 +26,11 @@ DROPPED = FakeError(grpc.StatusCode.UNAVAILABLE, "Socket closed")
 def test_a_call_that_never_left_is_retried_whatever_it_is() -> None:
     once = _ops.delete_queue("q")  # not safe to repeat once the server may have applied it
     assert not once.retry
-    assert _ops.may_retry(once, NO_CONNECTION)
-    assert not _ops.may_retry(once, DROPPED)
+    assert _call.may_retry(once, NO_CONNECTION)
+    assert not _call.may_retry(once, DROPPED)
 
 
 def test_safe_calls_are_retried_on_any_unavailable_and_nothing_else_is() -> None:
     read = _ops.get_queue_url("q")
-    assert _ops.may_retry(read, DROPPED) and _ops.may_retry(read, NO_CONNECTION)
-    assert not _ops.may_retry(read, FakeError(grpc.StatusCode.NOT_FOUND, "no such queue"))
+    assert _call.may_retry(read, DROPPED) and _call.may_retry(read, NO_CONNECTION)
+    assert not _call.may_retry(read, FakeError(grpc.StatusCode.NOT_FOUND, "no such queue"))

@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from sqsq.client import _auth, _ops
+from sqsq.client import _auth, _call, _ops
 from sqsq.client.sync import DEFAULT_TIMEOUT
 from sqsq.client.types import BatchResult, Message, MessageAttributes, SendResult
 from sqsq.v1 import queues_pb2_grpc
@@ -27,12 +27,12 @@ class AsyncClient:
         self, endpoint: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT,
         credentials: tuple[str, str] | None = None,
     ):
-        self.target = _ops.normalize_target(endpoint)
+        self.target = _call.normalize_target(endpoint)
         self.timeout = timeout
         creds = _auth.resolve(credentials)
         # A signed token on every call when credentials are given (see sqsq.gateway.auth).
         self._channel = grpc.aio.insecure_channel(
-            self.target, options=_ops.CHANNEL_OPTIONS,
+            self.target, options=_call.CHANNEL_OPTIONS,
             interceptors=[_auth.AioTokenInterceptor(creds)] if creds else None)
         self._stub = queues_pb2_grpc.QueuesStub(self._channel)
 
@@ -49,18 +49,18 @@ class AsyncClient:
     def __repr__(self) -> str:
         return f"AsyncClient({self.target!r})"
 
-    async def _run(self, call: _ops.Call) -> Any:
+    async def _run(self, call: _call.Call) -> Any:
         method = getattr(self._stub, call.method)
         timeout = call.timeout(self.timeout)
-        attempts = 1 + _ops.RETRIES
+        attempts = 1 + _call.RETRIES
         for attempt in range(attempts):
             try:
                 return call.parse(await method(call.request, timeout=timeout))
             except grpc.RpcError as err:
-                if attempt + 1 < attempts and _ops.may_retry(call, err):
-                    await asyncio.sleep(_ops.BACKOFF[min(attempt, len(_ops.BACKOFF) - 1)])
+                if attempt + 1 < attempts and _call.may_retry(call, err):
+                    await asyncio.sleep(_call.BACKOFF[min(attempt, len(_call.BACKOFF) - 1)])
                     continue
-                raise _ops.map_rpc_error(err) from None
+                raise _call.map_rpc_error(err) from None
         raise AssertionError("unreachable")
 
     # -- queues ----------------------------------------------------------------------------

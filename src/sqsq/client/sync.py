@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 
-from sqsq.client import _auth, _ops
+from sqsq.client import _auth, _call, _ops
 from sqsq.client.types import BatchResult, Message, MessageAttributes, SendResult
 from sqsq.v1 import queues_pb2_grpc
 
@@ -27,9 +27,9 @@ class Client:
         self, endpoint: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT,
         credentials: tuple[str, str] | None = None,
     ):
-        self.target = _ops.normalize_target(endpoint)
+        self.target = _call.normalize_target(endpoint)
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(self.target, options=_ops.CHANNEL_OPTIONS)
+        self._channel = grpc.insecure_channel(self.target, options=_call.CHANNEL_OPTIONS)
         creds = _auth.resolve(credentials)
         if creds is not None:  # a signed token on every call (see sqsq.gateway.auth)
             self._channel = grpc.intercept_channel(self._channel, _auth.TokenInterceptor(creds))
@@ -48,18 +48,18 @@ class Client:
     def __repr__(self) -> str:
         return f"Client({self.target!r})"
 
-    def _run(self, call: _ops.Call) -> Any:
+    def _run(self, call: _call.Call) -> Any:
         method = getattr(self._stub, call.method)
         timeout = call.timeout(self.timeout)
-        attempts = 1 + _ops.RETRIES
+        attempts = 1 + _call.RETRIES
         for attempt in range(attempts):
             try:
                 return call.parse(method(call.request, timeout=timeout))
             except grpc.RpcError as err:
-                if attempt + 1 < attempts and _ops.may_retry(call, err):
-                    time.sleep(_ops.BACKOFF[min(attempt, len(_ops.BACKOFF) - 1)])
+                if attempt + 1 < attempts and _call.may_retry(call, err):
+                    time.sleep(_call.BACKOFF[min(attempt, len(_call.BACKOFF) - 1)])
                     continue
-                raise _ops.map_rpc_error(err) from None
+                raise _call.map_rpc_error(err) from None
         raise AssertionError("unreachable")
 
     # -- queues ----------------------------------------------------------------------------

@@ -36,7 +36,7 @@ GRPC_SCHEME = "SQSQ1"
 MAX_SKEW_S = 15 * 60  # what AWS allows between the signer's clock and ours
 GRPC_MAX_SKEW_S = 5 * 60
 MAX_PRESIGNED_S = 7 * 24 * 3600  # SigV4's longest presigned URL
-ERROR_CODE_KEY = "sqs-error-code"  # the same trailing key the gRPC service uses
+ERROR_CODE_KEY = "sqs-error-code"  # gRPC trailing metadata: the SQS error code of a failure
 
 
 @dataclass

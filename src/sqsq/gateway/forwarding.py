@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sqsq.client import _ops
+from sqsq.client import _call, _ops
 from sqsq.client.aio import AsyncClient
 from sqsq.core import commands as c
 from sqsq.gateway import convert
@@ -37,7 +37,7 @@ class ForwardingApi:
     async def close(self) -> None:
         await self._client.close()
 
-    async def _run(self, call: _ops.Call, parse: Callable[[Any], Any] | None = None) -> Any:
+    async def _run(self, call: _call.Call, parse: Callable[[Any], Any] | None = None) -> Any:
         """The SDK's call, with the gateway's parse of the response (the SDK's by default)."""
         if parse is not None:
             call = dataclasses.replace(call, parse=parse)
@@ -108,7 +108,7 @@ class ForwardingApi:
         request = pb.SendMessageBatchRequest(
             queue_url=queue_name_of(queue_url), entries=[convert.entry_to_pb(e) for e in entries],
             request_id=request_id or str(uuid.uuid4()))
-        call = _ops.Call("SendMessageBatch", request, lambda r: c.BatchResult(
+        call = _call.Call("SendMessageBatch", request, lambda r: c.BatchResult(
             tuple(convert.sent_from_pb(s) for s in r.successful),
             convert.failed_from_pb(r.failed)), retry=True)  # deduplicated by request id
         return await self._run(call)

@@ -14,6 +14,7 @@ import grpc
 from sqsq.core.errors import ErrorCode
 from sqsq.errors import QueueError, from_rejection
 from sqsq.gateway.api import QueueService
+from sqsq.gateway.auth import ERROR_CODE_KEY
 from sqsq.gateway.convert import (
     entry_from_pb,
     failed_to_pb,
@@ -26,7 +27,6 @@ from sqsq.v1 import queues_pb2 as pb
 from sqsq.v1 import queues_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sqsq.gateway")
-ERROR_CODE_KEY = "sqs-error-code"
 
 
 def _status(code: ErrorCode) -> grpc.StatusCode:
