@@ -176,28 +176,26 @@ def fifo_delay_cutoff(q: QueueRecord, now: int) -> int | None:
 
 def promote_due(st: ShardState, q: QueueRecord, now: int, budget: int) -> int:
     """Materialise timers that are due: delayed and timed-out messages become visible."""
-    n = 0
-    for key, _ in st.scan_index("w", q.qid, now):
-        if n >= budget:
-            break
-        seq, deadline = r.seq_of(key), r.read_u64(key, 9)
-        st.txn.delete(key)
-        d = st.delivery(q.qid, seq)
-        if d is not None:
-            make_visible(st, q, seq, d, deadline)
-        n += 1
+    n = _fire(st, q, "w", now, 0, budget)
     cutoff = fifo_delay_cutoff(q, now)
-    if cutoff is None:
-        return n
-    delay_ms = q.attributes.delay_seconds * 1000
-    for key, _ in st.scan_index("y", q.qid, cutoff):
+    if cutoff is not None:
+        n += _fire(st, q, "y", cutoff, q.attributes.delay_seconds * 1000, budget - n)
+    return n
+
+
+def _fire(st: ShardState, q: QueueRecord, index: str, until: int, offset_ms: int,
+          budget: int) -> int:
+    """A timer index's entries (qid, time, seq) up to ``until``: each message becomes visible
+    at its time + ``offset_ms``."""
+    n = 0
+    for key, _ in st.scan_index(index, q.qid, until):
         if n >= budget:
             break
-        seq, sent_ms = r.seq_of(key), r.read_u64(key, 9)
+        seq, at = r.seq_of(key), r.read_u64(key, 9)
         st.txn.delete(key)
         d = st.delivery(q.qid, seq)
         if d is not None:
-            make_visible(st, q, seq, d, sent_ms + delay_ms)
+            make_visible(st, q, seq, d, at + offset_ms)
         n += 1
     return n
 
