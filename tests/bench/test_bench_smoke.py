@@ -30,18 +30,20 @@ def test_bench_runs_against_sqsq_server(bench_server: ServerProcess, tmp_path: P
     from bench.cli import main
 
     out = tmp_path / "out"
-    rc = main(["--sqsq-endpoint", bench_server.endpoint, "--targets", "sqsq-grpc",
+    # sqsq-gateway starts its own server and a gateway in front of it.
+    rc = main(["--sqsq-endpoint", bench_server.endpoint, "--targets", "sqsq-grpc,sqsq-gateway",
                "--workloads", "send-10x100B,steady-1x100B", "--duration", "1",
                "--producers", "1", "--consumers", "1", "--inflight", "4",
                "--out", str(out), "--no-chart"])
     assert rc == 0
     result = json.loads((out / "result.json").read_text())
-    target = result["targets"]["sqsq-grpc"]
-    assert target["status"] == "ok"
     expected = {"send-10x100B": {"send"}, "steady-1x100B": {"send", "receive", "delete"}}
-    for workload, ops in expected.items():
-        got = target["workloads"][workload]["ops"]
-        assert set(got) == ops, (workload, got)
-        for op in ops:
-            assert got[op]["msgs_per_s"] > 0, (workload, op, got[op])
-            assert got[op]["errors"] == 0, (workload, op, got[op])
+    for name in ("sqsq-grpc", "sqsq-gateway"):
+        target = result["targets"][name]
+        assert target["status"] == "ok", (name, target)
+        for workload, ops in expected.items():
+            got = target["workloads"][workload]["ops"]
+            assert set(got) == ops, (name, workload, got)
+            for op in ops:
+                assert got[op]["msgs_per_s"] > 0, (name, workload, op, got[op])
+                assert got[op]["errors"] == 0, (name, workload, op, got[op])
