@@ -36,6 +36,7 @@ from sqsq.core.records import (
     MessageRecord,
     QueueRecord,
 )
+from sqsq.core.sending import expire_window_at
 from sqsq.core.state import ShardState
 
 
@@ -191,8 +192,7 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
         expires = now + limits.DEDUPLICATION_WINDOW_MS
         st.txn.put(key, r.ReceiveAttempt(cmd.nonce, claimed, expires,
                                          now + timeout_s * 1000).encode())
-        st.txn.put(r.dedup_expiry_key(expires, key), b"")
-        st.meta.e_floor = min(st.meta.e_floor, expires)
+        expire_window_at(st, key, expires)
     return Outcome(Received(tuple(out)), tuple(effects))
 
 

@@ -165,10 +165,15 @@ def send(st: ShardState, q: QueueRecord, cmd: SendMessages, now: int) -> Outcome
             expires = now + limits.DEDUPLICATION_WINDOW_MS
             st.txn.put(ukey, DedupRecord(message_id, seq_no, m.md5_of_body,
                                          m.md5_of_message_attributes, expires).encode())
-            st.txn.put(r.dedup_expiry_key(expires, ukey), b"")
-            st.meta.e_floor = min(st.meta.e_floor, expires)
+            expire_window_at(st, ukey, expires)
     effects = (WakeReceivers(q.name),) if woke else ()
     return Outcome(BatchResult(tuple(ok), tuple(failed)), effects)
+
+
+def expire_window_at(st: ShardState, key: bytes, expires_ms: int) -> None:
+    """Index a windowed record (a dedup record or a receive attempt) for expire_dedup."""
+    st.txn.put(r.dedup_expiry_key(expires_ms, key), b"")
+    st.meta.e_floor = min(st.meta.e_floor, expires_ms)
 
 
 def due_dedup(st: ShardState, now: int) -> Iterator[tuple[bytes, bytes]]:
