@@ -60,6 +60,7 @@ EmptyBatchRequest = _CLASSES["EmptyBatchRequest"]
 InvalidBatchEntryId = _CLASSES["InvalidBatchEntryId"]
 BatchRequestTooLong = _CLASSES["BatchRequestTooLong"]
 ServiceUnavailable = _CLASSES["ServiceUnavailable"]
+NotLeader = _CLASSES["NotLeader"]
 InternalError = _CLASSES["InternalError"]
 
 
@@ -77,3 +78,17 @@ def from_rejection(rejection: Rejection) -> QueueError:
 
 def code_of(sqs_code: str) -> ErrorCode:
     return BY_SQS_CODE.get(sqs_code, ErrorCode.INTERNAL_ERROR)
+
+
+_LEADER_IS = "leader="
+
+
+def not_leader_message(leader: str | None) -> str:
+    """NotLeader's message, carrying the leader's address when the replica knows it."""
+    return f"This replica does not lead its shard; {_LEADER_IS}{leader or ''}"
+
+
+def leader_of(error: QueueError) -> str | None:
+    """The leader address a NotLeader error names, if any."""
+    _, sep, leader = error.message.rpartition(_LEADER_IS)
+    return leader.strip() or None if sep else None

@@ -1,94 +1,82 @@
-"""The shard engine in process, over the memory store: when answers go out, what a poll
-leaves behind. An fsync that blocks until the test lets it go stands in for a slow disk."""
+"""The shard engine in process, over a one-member Raft group: what a poll leaves behind,
+what a read sees, what happens to a command the log cannot carry."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
+from pathlib import Path
 
 import pytest
 
+from raftsupport import free_port
+from sqsq.api import Endpoint
 from sqsq.core import commands as c
+from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.state import ShardConfig
-from sqsq.errors import QueueDoesNotExist, ServiceUnavailable
-from sqsq.gateway.api import Endpoint, QueueApi
+from sqsq.errors import QueueDoesNotExist
 from sqsq.shard.engine import ShardEngine
-from sqsq.shard.store import MemoryStore
+from sqsq.shard.host import Peer, ReplicaOptions, open_replica
+from sqsq.shard.service import ShardService
 
 
-class GatedStore(MemoryStore):
-    """fsync waits for the test to open the gate (it runs in the engine's fsync thread)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = threading.Event()
-
-    def sync(self) -> None:
-        assert self.gate.wait(timeout=30), "the test never opened the fsync gate"
-        super().sync()
+async def _engine(directory: Path) -> ShardEngine:
+    me = Peer("127.0.0.1", 0, free_port())
+    engine = open_replica(0, directory, ShardConfig(0, b"k"), me, [me],
+                          ReplicaOptions(bootstrap=True, memory=True))
+    await engine.start()
+    assert await engine.wait_leading(10.0)
+    return engine
 
 
 async def _turns(n: int = 20) -> None:
-    for _ in range(n):  # let the committer and its tasks run; no time passes
+    for _ in range(n):  # let the proposer and its tasks run
         await asyncio.sleep(0)
 
 
-def test_a_read_is_answered_only_once_what_it_saw_is_on_disk() -> None:
+def test_a_long_poll_on_a_missing_queue_leaves_nothing_parked(tmp_path: Path) -> None:
     async def scenario() -> None:
-        store = GatedStore()
-        engine = ShardEngine(store, ShardConfig(0, b"k"))
-        await engine.start()
-        api = QueueApi(engine, Endpoint())
-        create = asyncio.create_task(api.create_queue("q"))
-        while engine._written < 1:  # noqa: SLF001 - the create is written, not yet synced
-            await asyncio.sleep(0.001)
-        lookup = asyncio.create_task(api.get_queue_url("q"))
-        await _turns()
-        # The queue is in the store, but neither the creator nor anyone else hears of it yet.
-        assert not create.done() and not lookup.done()
-        store.gate.set()
-        assert (await create) == (await lookup) == "http://127.0.0.1:9324/000000000000/q"
-        await engine.stop()
-
-    asyncio.run(asyncio.wait_for(scenario(), 30))
-
-
-def test_a_long_poll_on_a_missing_queue_leaves_nothing_parked() -> None:
-    async def scenario() -> None:
-        store = MemoryStore()
-        engine = ShardEngine(store, ShardConfig(0, b"k"), sync=False)
-        await engine.start()
-        api = QueueApi(engine, Endpoint())
+        engine = await _engine(tmp_path)
+        api = ShardService(engine, Endpoint())
         for i in range(5):
             with pytest.raises(QueueDoesNotExist):
                 await api.receive_message(f"made-up-{i}", wait_time_seconds=1)
         assert len(engine.waiters) == 0
         await api.create_queue("real")
         poll = asyncio.create_task(api.receive_message("real", wait_time_seconds=5))
-        await _turns()
-        assert len(engine.waiters) == 1  # a poll on a real queue does park
+        while len(engine.waiters) == 0:
+            await asyncio.sleep(0.01)  # a poll on a real queue does park
         assert isinstance(await engine.execute(c.SendMessages(
             "real", (c.SendEntry("0", "hi"),))), c.BatchResult)
         assert [m.body for m in await poll] == ["hi"]
         await engine.stop()
 
-    asyncio.run(asyncio.wait_for(scenario(), 30))
+    asyncio.run(asyncio.wait_for(scenario(), 60))
 
 
-class FailingSyncStore(MemoryStore):
-    def sync(self) -> None:
-        raise OSError("disk gone")
-
-
-def test_after_a_failed_fsync_reads_fail_at_once_too() -> None:
+def test_the_applied_index_is_the_raft_index_and_reads_see_acknowledged_writes(
+        tmp_path: Path) -> None:
     async def scenario() -> None:
-        engine = ShardEngine(FailingSyncStore(), ShardConfig(0, b"k"))
-        await engine.start()
-        api = QueueApi(engine, Endpoint())
-        with pytest.raises(ServiceUnavailable):
-            await api.create_queue("q")  # its fsync fails: never acknowledged
-        with pytest.raises(ServiceUnavailable):
-            await api.get_queue_url("q")  # neither is the queue it may have written
+        engine = await _engine(tmp_path)
+        api = ShardService(engine, Endpoint())
+        await asyncio.gather(*(api.create_queue(f"q{i}") for i in range(20)))
+        urls, _ = await api.list_queues()
+        assert len(urls) == 20
+        assert engine.applied_index == engine.replica.raftLastApplied
         await engine.stop()
 
-    asyncio.run(asyncio.wait_for(scenario(), 30))
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_command_the_log_cannot_carry_is_refused_alone(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        engine = await _engine(tmp_path)
+        await engine.execute(c.CreateQueue("q"))
+        bad = c.SendMessages("q", (c.SendEntry("0", "x", delay_seconds=10**30),))
+        good = c.SendMessages("q", (c.SendEntry("0", "y"),))
+        results = await asyncio.gather(engine.execute(bad), engine.execute(good))
+        assert isinstance(results[0], Rejection)
+        assert results[0].code is ErrorCode.INVALID_PARAMETER_VALUE
+        assert isinstance(results[1], c.BatchResult) and results[1].successful
+        await engine.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

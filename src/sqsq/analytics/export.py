@@ -133,7 +133,8 @@ def export_data_dir(
     try:
         for shard, path in shards:
             try:
-                store = RocksStore(str(path))
+                # A replica keeps its store in db/ beside its Raft journal.
+                store = RocksStore(str(path / "db" if (path / "db").is_dir() else path))
             except Exception as exc:  # rocksdict raises a bare Exception for the LOCK file
                 if "lock" in str(exc).lower():
                     raise ExportError(

@@ -52,7 +52,7 @@ def _json_default(value: Any) -> Any:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    from sqsq.shard.server import serve  # lazy: the CLI's client commands need no server code
+    from sqsq.cli.server import serve  # lazy: the CLI's client commands need no server code
 
     result = serve(
         data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port,
@@ -60,6 +60,17 @@ def cmd_server(args: argparse.Namespace) -> int:
         region=args.region, account=args.account, public_url=args.public_url,
     )
     return int(result or 0)
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from sqsq.cli.server import serve_node  # lazy, like the server
+
+    return serve_node(
+        data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port,
+        raft_port=args.raft_port, peers=args.peers, bootstrap=args.bootstrap,
+        sync=not args.no_fsync, secret_file=args.secret_file,
+        credentials_file=args.credentials, region=args.region, account=args.account,
+        compaction_min_entries=args.compaction_entries)
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
@@ -219,6 +230,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-fsync", action="store_true",
                    help="acknowledge before data reaches the disk (benchmarks only)")
     p.set_defaults(handler=cmd_server, needs_client=False)
+
+    p = sub.add_parser("node", parents=[common],
+                       help="run one replica of a shard's three-member Raft group")
+    p.add_argument("--data-dir", required=True, help="this node's directory")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--grpc-port", type=int, required=True, help="shard service gRPC port")
+    p.add_argument("--raft-port", type=int, required=True,
+                   help="Raft port of shard 0 (shard s: this + s)")
+    p.add_argument("--peers", required=True,
+                   help="every member, this one too: host:grpc_port:raft_port,...")
+    p.add_argument("--bootstrap", action="store_true",
+                   help="a new data directory forms a new group (only on the group's first "
+                        "start; without it a new directory rejoins as a learner)")
+    p.add_argument("--secret-file", default=None,
+                   help="the cluster's receipt-handle secret, the same file on every node "
+                        "(env SQSQ_CLUSTER_SECRET_FILE)")
+    p.add_argument("--credentials", default=None,
+                   help="access keys file (or env SQSQ_CREDENTIALS_FILE); none: runs open")
+    p.add_argument("--region", default=None, help="region in ARNs (env SQSQ_REGION, us-east-1)")
+    p.add_argument("--account", default=None,
+                   help="account id in URLs and ARNs (env SQSQ_ACCOUNT, 000000000000)")
+    p.add_argument("--compaction-entries", type=int, default=5000,
+                   help="compact the Raft log (snapshot) after this many entries")
+    p.add_argument("--no-fsync", action="store_true",
+                   help="acknowledge before data reaches the disk (benchmarks only)")
+    p.set_defaults(handler=cmd_node, needs_client=False)
 
     p = sub.add_parser("gateway", parents=[common],
                        help="run the public HTTP and gRPC API in front of a node")

@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from sqsq.errors import QueueError, ServiceUnavailable, error_for
+from sqsq.errors import NotLeader, QueueError, ServiceUnavailable, error_for, leader_of
 from sqsq.gateway.auth import ERROR_CODE_KEY  # where the server puts the SQS error code
 
 DEFAULT_ENDPOINT = "127.0.0.1:7400"
@@ -18,6 +18,10 @@ MAX_WAIT_SECONDS = 20  # SQS's longest long poll; the default when the queue dec
 RECEIVE_DEADLINE_MARGIN = 10.0
 RETRIES = 3  # retries after the first attempt, UNAVAILABLE only
 BACKOFF = (0.1, 0.3, 0.9)
+# With several nodes to try, a call keeps looking for the shard's leader this long: a new
+# leader is elected within a few seconds of the old one failing.
+FAILOVER_S = 15.0
+NO_HINT_WAIT_S = 0.05  # a NotLeader without a leader's address: an election is under way
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,49 @@ class Call:
         if default is None:
             return None
         return max(default, self.min_timeout)
+
+
+class Route:
+    """Where a client's calls go: one endpoint, or a shard's nodes (``a:1,b:2,c:3``), in which
+    case a call follows NotLeader to the leader it names and moves on from a node it cannot
+    reach, until one answers."""
+
+    def __init__(self, endpoint: str | None) -> None:
+        parts = [p for p in (endpoint or DEFAULT_ENDPOINT).split(",") if p.strip()]
+        self.targets = [normalize_target(p) for p in parts] or [DEFAULT_ENDPOINT]
+        self.current = self.targets[0]
+
+    @property
+    def several(self) -> bool:
+        return len(self.targets) > 1
+
+    def rotate(self) -> None:
+        i = self.targets.index(self.current) if self.current in self.targets else -1
+        self.current = self.targets[(i + 1) % len(self.targets)]
+
+    def retry_after(self, call: Call, err: grpc.RpcError, attempt: int,
+                    elapsed_s: float) -> tuple[QueueError, float | None]:
+        """The error, and how long to wait before the next attempt (None: give up)."""
+        error = map_rpc_error(err)
+        if isinstance(error, NotLeader):  # never applied there: always safe to go on
+            leader = leader_of(error)
+            if leader:
+                self.current = leader
+            else:
+                self.rotate()
+            if elapsed_s < FAILOVER_S:
+                return error, 0.0 if leader else NO_HINT_WAIT_S
+            return ServiceUnavailable(f"no leader found: {error.message}"), None
+        if not may_retry(call, err):
+            return error, None
+        if self.several:
+            self.rotate()
+            if elapsed_s < FAILOVER_S:
+                return error, BACKOFF[0]
+            return error, None
+        if attempt < RETRIES:
+            return error, BACKOFF[min(attempt, len(BACKOFF) - 1)]
+        return error, None
 
 
 def normalize_target(endpoint: str | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -27,18 +28,30 @@ class AsyncClient:
         self, endpoint: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT,
         credentials: tuple[str, str] | None = None,
     ):
-        self.target = _call.normalize_target(endpoint)
+        self.route = _call.Route(endpoint)
         self.timeout = timeout
-        creds = _auth.resolve(credentials)
-        # A signed token on every call when credentials are given (see sqsq.gateway.auth).
-        self._channel = grpc.aio.insecure_channel(
-            self.target, options=_call.CHANNEL_OPTIONS,
-            interceptors=[_auth.AioTokenInterceptor(creds)] if creds else None)
-        self._stub = queues_pb2_grpc.QueuesStub(self._channel)
+        self._creds = _auth.resolve(credentials)
+        self._stubs: dict[str, tuple[grpc.aio.Channel, queues_pb2_grpc.QueuesStub]] = {}
+
+    @property
+    def target(self) -> str:
+        return self.route.current
+
+    def _stub(self) -> queues_pb2_grpc.QueuesStub:
+        target = self.route.current
+        if target not in self._stubs:
+            # A signed token on every call when credentials are given (see sqsq.gateway.auth).
+            channel = grpc.aio.insecure_channel(
+                target, options=_call.CHANNEL_OPTIONS,
+                interceptors=[_auth.AioTokenInterceptor(self._creds)] if self._creds else None)
+            self._stubs[target] = (channel, queues_pb2_grpc.QueuesStub(channel))
+        return self._stubs[target][1]
 
     async def close(self) -> None:
-        """Close the channel."""
-        await self._channel.close()
+        """Close the channels."""
+        for channel, _ in self._stubs.values():
+            await channel.close()
+        self._stubs.clear()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -50,18 +63,20 @@ class AsyncClient:
         return f"AsyncClient({self.target!r})"
 
     async def _run(self, call: _call.Call) -> Any:
-        method = getattr(self._stub, call.method)
         timeout = call.timeout(self.timeout)
-        attempts = 1 + _call.RETRIES
-        for attempt in range(attempts):
+        started = time.monotonic()
+        attempt = 0
+        while True:
             try:
+                method = getattr(self._stub(), call.method)
                 return call.parse(await method(call.request, timeout=timeout))
             except grpc.RpcError as err:
-                if attempt + 1 < attempts and _call.may_retry(call, err):
-                    await asyncio.sleep(_call.BACKOFF[min(attempt, len(_call.BACKOFF) - 1)])
-                    continue
-                raise _call.map_rpc_error(err) from None
-        raise AssertionError("unreachable")
+                error, delay = self.route.retry_after(call, err, attempt,
+                                                      time.monotonic() - started)
+                if delay is None:
+                    raise error from None
+                attempt += 1
+                await asyncio.sleep(delay)
 
     # -- queues ----------------------------------------------------------------------------
 

@@ -27,17 +27,29 @@ class Client:
         self, endpoint: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT,
         credentials: tuple[str, str] | None = None,
     ):
-        self.target = _call.normalize_target(endpoint)
+        self.route = _call.Route(endpoint)
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(self.target, options=_call.CHANNEL_OPTIONS)
-        creds = _auth.resolve(credentials)
-        if creds is not None:  # a signed token on every call (see sqsq.gateway.auth)
-            self._channel = grpc.intercept_channel(self._channel, _auth.TokenInterceptor(creds))
-        self._stub = queues_pb2_grpc.QueuesStub(self._channel)
+        self._creds = _auth.resolve(credentials)
+        self._stubs: dict[str, tuple[grpc.Channel, queues_pb2_grpc.QueuesStub]] = {}
+
+    @property
+    def target(self) -> str:
+        return self.route.current
+
+    def _stub(self) -> queues_pb2_grpc.QueuesStub:
+        target = self.route.current
+        if target not in self._stubs:
+            channel = grpc.insecure_channel(target, options=_call.CHANNEL_OPTIONS)
+            if self._creds is not None:  # a signed token on every call (sqsq.gateway.auth)
+                channel = grpc.intercept_channel(channel, _auth.TokenInterceptor(self._creds))
+            self._stubs[target] = (channel, queues_pb2_grpc.QueuesStub(channel))
+        return self._stubs[target][1]
 
     def close(self) -> None:
-        """Close the channel."""
-        self._channel.close()
+        """Close the channels."""
+        for channel, _ in self._stubs.values():
+            channel.close()
+        self._stubs.clear()
 
     def __enter__(self) -> Client:
         return self
@@ -49,18 +61,20 @@ class Client:
         return f"Client({self.target!r})"
 
     def _run(self, call: _call.Call) -> Any:
-        method = getattr(self._stub, call.method)
         timeout = call.timeout(self.timeout)
-        attempts = 1 + _call.RETRIES
-        for attempt in range(attempts):
+        started = time.monotonic()
+        attempt = 0
+        while True:
             try:
+                method = getattr(self._stub(), call.method)
                 return call.parse(method(call.request, timeout=timeout))
             except grpc.RpcError as err:
-                if attempt + 1 < attempts and _call.may_retry(call, err):
-                    time.sleep(_call.BACKOFF[min(attempt, len(_call.BACKOFF) - 1)])
-                    continue
-                raise _call.map_rpc_error(err) from None
-        raise AssertionError("unreachable")
+                error, delay = self.route.retry_after(call, err, attempt,
+                                                      time.monotonic() - started)
+                if delay is None:
+                    raise error from None
+                attempt += 1
+                time.sleep(delay)
 
     # -- queues ----------------------------------------------------------------------------
 

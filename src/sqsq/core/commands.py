@@ -108,6 +108,14 @@ class Sweep:
     """Time-driven work as a logged command: timers, retention, dedup windows, garbage."""
 
 
+@dataclass(frozen=True)
+class Configure:
+    """Record the cluster configuration's fingerprint (receipt-handle secret, region,
+    account) in the replicated state, once: every replica checks it against its own."""
+
+    fingerprint: str
+
+
 Command = (
     CreateQueue
     | DeleteQueue
@@ -120,6 +128,7 @@ Command = (
     | DeleteMessages
     | ChangeVisibilities
     | Sweep
+    | Configure
 )
 
 

@@ -123,6 +123,11 @@ class ErrorCode(Enum):
         sender_fault=False,
         retryable=True,
     )
+    # Internal, between the gateway and a shard replica that does not lead: never appended,
+    # so always safe to retry at the leader named in the message (see sqsq.errors).
+    NOT_LEADER = ErrorSpec(
+        "NotLeader", "NotLeader", 503, "UNAVAILABLE", sender_fault=False, retryable=True
+    )
     INTERNAL_ERROR = ErrorSpec(
         "InternalError", "InternalError", 500, "INTERNAL", sender_fault=False
     )

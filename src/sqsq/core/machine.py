@@ -12,6 +12,7 @@ from collections.abc import Callable
 from sqsq.core import commands as c
 from sqsq.core import delivery, fencing, limits, queues, receiving, redrive, sending
 from sqsq.core import records as r
+from sqsq.core.errors import ErrorCode, reject
 from sqsq.core.state import ShardConfig, ShardState, Writer
 
 
@@ -93,6 +94,18 @@ def sweep_needed(st: ShardState, now: int) -> bool:
     )
 
 
+def configure(st: ShardState, cmd: c.Configure, now: int) -> c.Outcome:
+    """The first fingerprint recorded stays; a different one is refused (and the replica
+    that proposed or applies it sees the mismatch and stops)."""
+    recorded = st.txn.get(r.CONFIG_KEY)
+    if recorded is None:
+        st.txn.put(r.CONFIG_KEY, cmd.fingerprint.encode())
+    elif recorded.decode() != cmd.fingerprint:
+        return c.Outcome(reject(ErrorCode.INVALID_PARAMETER_VALUE,
+                                "The cluster configuration differs from the recorded one."))
+    return c.Outcome(c.Ok())
+
+
 HANDLERS: dict[type, Callable[[ShardState, c.Command, int], c.Outcome]] = {
     c.CreateQueue: queues.create,
     c.DeleteQueue: queues.delete_queue,
@@ -105,6 +118,7 @@ HANDLERS: dict[type, Callable[[ShardState, c.Command, int], c.Outcome]] = {
     c.DeleteMessages: _on_queue(fencing.delete),
     c.ChangeVisibilities: _on_queue(fencing.change_visibility),
     c.Sweep: sweep,
+    c.Configure: configure,
     redrive.StartMoveTask: redrive.start,
     redrive.CancelMoveTask: redrive.cancel,
 }

@@ -24,6 +24,7 @@ order. Values are msgpack lists (deterministic for equal input, so replicas stay
 | h      | task handle                           | its t-key                 |
 | z      | qid                                   | garbage: a retired queue incarnation |
 | s      |                                       | Meta: seqs, qids, last now, index |
+| o      |                                       | cluster configuration fingerprint |
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def unpack(raw: bytes) -> list:
 # ---- keys -----------------------------------------------------------------------------------
 
 META_KEY = b"s"
+CONFIG_KEY = b"o"
 
 
 def queue_key(name: str) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -16,6 +17,14 @@ class ShardConfig:
     secret: bytes = b"sqsq-dev-secret"
     region: str = "us-east-1"
     account: str = "000000000000"
+
+    def fingerprint(self) -> str:
+        """What replicas must agree on: a digest of the configuration that replicated state
+        depends on (handles are signed with the secret; ARNs carry region and account)."""
+        h = hashlib.sha256()
+        for part in (self.secret, self.region.encode(), self.account.encode()):
+            h.update(len(part).to_bytes(4, "big") + part)
+        return h.hexdigest()[:32]
 
     def queue_arn(self, name: str) -> str:
         return f"arn:aws:sqs:{self.region}:{self.account}:{name}"

@@ -15,11 +15,11 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from sqsq.api import Endpoint, queue_name_of
 from sqsq.client import _call, _ops
 from sqsq.client.aio import AsyncClient
 from sqsq.core import commands as c
 from sqsq.gateway import convert
-from sqsq.gateway.api import Endpoint, queue_name_of
 from sqsq.v1 import queues_pb2 as pb
 
 CALL_TIMEOUT_S = 30.0

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 from aiohttp import web
 
-from sqsq.gateway.api import Endpoint, QueueService
+from sqsq.api import Endpoint, QueueService
 from sqsq.gateway.auth import Authenticator, GrpcAuthInterceptor
 from sqsq.gateway.grpc_service import QueuesService
 from sqsq.gateway.http import make_app
@@ -31,23 +31,26 @@ def endpoint_for(host: str, http_port: int, public_url: str | None, account: str
 
 @dataclass
 class Fronts:
-    runner: web.AppRunner
+    runner: web.AppRunner | None  # None: no HTTP door (a node serves gRPC only)
     grpc_server: grpc.aio.Server
     grpc_port: int
 
     async def stop(self) -> None:
-        await self.runner.cleanup()
+        if self.runner is not None:
+            await self.runner.cleanup()
         await self.grpc_server.stop(grace=2)
 
 
 async def start_fronts(
-    api: QueueService, auth: Authenticator, host: str, grpc_port: int, http_port: int,
+    api: QueueService, auth: Authenticator, host: str, grpc_port: int, http_port: int | None,
     add_services: Callable[[grpc.aio.Server], None] | None = None,
 ) -> Fronts:
     """HTTP first: tests and scripts take the gRPC port listening as "ready"."""
-    runner = web.AppRunner(make_app(api, auth), access_log=None, shutdown_timeout=2.0)
-    await runner.setup()
-    await web.TCPSite(runner, host, http_port).start()
+    runner = None
+    if http_port is not None:
+        runner = web.AppRunner(make_app(api, auth), access_log=None, shutdown_timeout=2.0)
+        await runner.setup()
+        await web.TCPSite(runner, host, http_port).start()
     # An open server's interceptor would pass every call through unchanged, at the cost of an
     # extra coroutine per call: install it only when there is something to check.
     server = grpc.aio.server(interceptors=[] if auth.open else [GrpcAuthInterceptor(auth)])

@@ -11,9 +11,9 @@ import logging
 
 import grpc
 
+from sqsq.api import QueueService
 from sqsq.core.errors import ErrorCode
 from sqsq.errors import QueueError, from_rejection
-from sqsq.gateway.api import QueueService
 from sqsq.gateway.auth import ERROR_CODE_KEY
 from sqsq.gateway.convert import (
     entry_from_pb,

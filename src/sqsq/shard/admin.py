@@ -42,7 +42,7 @@ def take_snapshot(engine: ShardEngine, path: Path) -> tuple[int, records.Meta]:
     fired when the export evaluates states).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    engine.store.checkpoint(str(path))
+    engine.machine.checkpoint(str(path))
     now_ms = engine.clock_ms()
     meta = checkpoint_meta(path)
     return max(now_ms, meta.last_now_ms), meta

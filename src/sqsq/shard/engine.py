@@ -1,18 +1,21 @@
-"""One shard's leader loop in a single process: stamp, apply, group-commit, run effects.
+"""What a shard's leader does with requests: stamp, group into log entries, propose, answer.
 
-Commands arrive from many concurrent requests. The committer takes whatever has queued up
-and applies each command to the open group's transaction (a failed command's writes are
-rolled back to its savepoint). A group is written, with the applied index, as one RocksDB
-batch; its callers are answered, and its effects (waking long polls) run, only once an fsync
-of the write-ahead log has covered that batch. The fsync runs in a thread while the loop
-applies the next commands, and one fsync covers every group written before it started: many
-small requests share one fsync. While an fsync runs, the commands that arrive are applied at
-once but gathered into one open group, written when that fsync returns, just before the next
-one starts: no later than a group of their own would have been covered, and with one batch
-write (and one applied-index update) for all of them instead of one per command. The same
-loop is where a Raft adapter will propose instead of writing directly; ``apply`` does not
-change.
+Commands arrive from many concurrent requests. The proposer takes whatever has queued up (at
+most ``MAX_GROUP`` commands) and proposes it as one log entry ``(version, now_ms, commands)``:
+the leader stamps the time (never below the last applied), message ids, receipt nonces and
+task handles, so every replica that applies the entry reaches the same state. A few entries
+are in flight at once; each is one replication round trip and one fsync per replica, shared
+by every request in it (group commit). Callers are answered, and effects (waking long polls)
+run, only once the entry is committed and applied here while this replica still leads in
+the term it proposed in; anything else is answered NotLeader (not appended: retry at the
+leader) or ServiceUnavailable (outcome unknown: retry with the same request id).
+
+Reads that a client sees go through the log as well: a read waits for an empty entry (a
+barrier) proposed after it arrived, so a deposed leader cannot answer from a stale view.
+
+Single-node mode is the same code over a one-member group.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -21,24 +24,30 @@ import logging
 import os
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqsq.core import commands as c
-from sqsq.core import records, redrive
+from sqsq.core import redrive
+from sqsq.core.entry import Entry, encode_entry
 from sqsq.core.errors import ErrorCode, Rejection
-from sqsq.core.machine import apply, effective_now, sweep_needed
+from sqsq.core.machine import effective_now, sweep_needed
 from sqsq.core.state import ShardConfig, ShardState
 from sqsq.core.txn import Txn
-from sqsq.shard.store import Store
+from sqsq.errors import not_leader_message
+from sqsq.shard.raft import Proposal, ShardReplica
+from sqsq.shard.statemachine import ShardMachine
 
 log = logging.getLogger("sqsq.shard")
 T = TypeVar("T")
 
-MAX_GROUP = 512  # commands per group commit: bounds latency of one fsync round
+MAX_GROUP = 512  # commands per entry: bounds one entry's size and apply time
+MAX_IN_FLIGHT = 4  # entries proposed and not yet answered
+PROPOSAL_TIMEOUT_S = 10.0  # then the outcome is unknown
+LEADER_WAIT_S = 3.0  # a request that finds no leader waits this long for an election
 SWEEP_INTERVAL_S = 0.1
+
+_BARRIER = object()  # a read waiting for the next entry to commit
 
 
 def wall_clock_ms() -> int:
@@ -104,52 +113,57 @@ class Waiters:
             self.wake(queue)
 
 
-@dataclasses.dataclass
-class _OpenGroup:
-    """Commands applied to one transaction that is not written yet, with their outcomes."""
-
-    txn: Txn
-    group: list = dataclasses.field(default_factory=list)
-    outcomes: list[c.Outcome] = dataclasses.field(default_factory=list)
-
-
 class ShardEngine:
+    """The leader side of one shard replica (every replica runs one; only a leader serves)."""
+
     def __init__(
         self,
-        store: Store,
-        config: ShardConfig,
+        machine: ShardMachine,
+        replica: ShardReplica,
         *,
-        sync: bool = True,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        leader_hint: Callable[[str | None], str | None] = lambda raft_address: None,
     ) -> None:
-        self.store = store
-        self.config = config
-        self.sync = sync
+        self.machine = machine
+        self.replica = replica
+        self.config: ShardConfig = machine.config
         self.clock_ms = clock_ms
+        self.leader_hint = leader_hint  # raft address -> the address clients should use
         self.waiters = Waiters()
-        self._queue: asyncio.Queue[tuple[c.Command, asyncio.Future]] | None = None
-        self._io = ThreadPoolExecutor(1, thread_name_prefix="sqsq-fsync")
-        self._tasks: list[asyncio.Task] = []
-        self._closing = False
-        self._failed: Rejection | None = None
         self.long_polls_allowed = True
-        # Pipelined durability: groups written (unsynced) and groups covered by an fsync.
-        self._written = 0
-        self._synced = 0
-        self._unsynced: deque[tuple[int, list, list[c.Outcome]]] = deque()
-        self._syncer: asyncio.Task | None = None
-        self._reads: deque[tuple[int, asyncio.Future]] = deque()  # (group seen, durable?)
-        # Applied, not yet written: gathers the commands that arrive while an fsync runs.
-        self._open: _OpenGroup | None = None
-        self.applied_index = records.Meta.decode(store.get(records.META_KEY)).applied_index
+        self._queue: asyncio.Queue[tuple[Any, asyncio.Future]] | None = None
+        self._in_flight: asyncio.Semaphore | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._answering: set[asyncio.Task] = set()
+        self._closing = False
+        self._last_now = 0
+
+    @property
+    def store(self) -> Any:
+        return self.machine.store
+
+    @property
+    def applied_index(self) -> int:
+        return self.machine.applied_index
 
     # ---- lifecycle ----
     async def start(self) -> None:
         self._queue = asyncio.Queue()
+        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._tasks = [
-            asyncio.create_task(self._committer(), name="committer"),
+            asyncio.create_task(self._proposer(), name="proposer"),
             asyncio.create_task(self._ticker(), name="ticker"),
         ]
+
+    async def wait_leading(self, timeout_s: float) -> bool:
+        """Whether this replica leads, with everything committed before it applied, within
+        ``timeout_s`` (a one-member group elects itself within an election timeout)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.replica.is_leader() and not isinstance(await self.barrier(), Rejection):
+                return True
+            await asyncio.sleep(0.02)
+        return False
 
     def end_long_polls(self) -> None:
         """Shutting down: parked receives return what they have (nothing) at once."""
@@ -157,181 +171,154 @@ class ShardEngine:
         self.waiters.wake_all()
 
     async def stop(self) -> None:
-        """Finish what is queued, then stop: every acknowledged command is on disk."""
+        """Answer what is queued, then stop the replica and close the store."""
         self._closing = True
         if self._queue is not None:
-            await self._queue.join()
-        tasks = [*self._tasks, *([self._syncer] if self._syncer else [])]
-        for t in tasks:
+            while not self._queue.empty():
+                _, fut = self._queue.get_nowait()
+                _settle(fut, Rejection(ErrorCode.SERVICE_UNAVAILABLE, "The shard is stopping."))
+        if self._answering:
+            await asyncio.wait(self._answering, timeout=PROPOSAL_TIMEOUT_S)
+        for t in self._tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._io.shutdown(wait=True)
-        self.store.close()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.to_thread(self.replica.destroy_synchronous)
+        self.machine.close()
 
     # ---- commands and queries ----
-    async def execute(self, command: c.Command) -> c.Result:
+    def not_leader(self) -> Rejection:
+        hint = self.leader_hint(self.replica.leader_address())
+        return Rejection(ErrorCode.NOT_LEADER, not_leader_message(hint))
+
+    async def _admit(self) -> Rejection | None:
         if self._closing or self._queue is None:
             return Rejection(ErrorCode.SERVICE_UNAVAILABLE, "The shard is shutting down.")
-        if self._failed is not None:
-            return self._failed
+        if self.replica.fatal is not None:
+            return Rejection(ErrorCode.SERVICE_UNAVAILABLE, "The shard replica has stopped.")
+        if self.replica.is_leader():
+            return None
+        deadline = time.monotonic() + LEADER_WAIT_S
+        while self.replica.leader_address() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)  # an election is under way: wait for its outcome
+        return None if self.replica.is_leader() else self.not_leader()
+
+    async def execute(self, command: c.Command) -> c.Result:
+        rejection = await self._admit()
+        if rejection is not None:
+            return rejection
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((stamp(command), fut))  # unbounded: never waits
+        self._queue.put_nowait((stamp(command), fut))  # type: ignore[union-attr]
         return await fut
 
+    async def barrier(self) -> None | Rejection:
+        """Wait until an entry proposed after this call is committed and applied here."""
+        rejection = await self._admit()
+        if rejection is not None:
+            return rejection
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((_BARRIER, fut))  # type: ignore[union-attr]
+        result = await fut
+        return result if isinstance(result, Rejection) else None
+
     def query(self, fn: Callable[..., T], *args: object) -> T:
-        """A read-only question: ``fn(state, *args, now)`` over the latest written state,
-        which may include groups whose fsync is still running (see ``read``). The open group
-        (applied, not yet written) is not seen: none of its callers has been answered."""
+        """A read-only question ``fn(state, *args, now)`` over this replica's applied state,
+        as is: for the leader's own bookkeeping (sweep checks, a queue's wait time)."""
         txn = Txn(self.store)
         now = effective_now(txn, self.clock_ms())
         return fn(ShardState(txn, self.config), *args, now)
 
     async def read(self, fn: Callable[..., T], *args: object) -> T | Rejection:
-        """``query`` for a client: answered only once every group it could have seen is on
-        disk, so nobody learns of a queue or message that a crash could still take back."""
-        if self._failed is not None:  # a failed fsync is never retried: nothing is durable now
-            return self._failed
-        result = self.query(fn, *args)
-        seen = self._written
-        if self._synced < seen and self.sync:
-            durable: asyncio.Future = asyncio.get_running_loop().create_future()
-            self._reads.append((seen, durable))
-            if not await durable:
-                return self._failed or Rejection(ErrorCode.SERVICE_UNAVAILABLE, "fsync failed")
-        return result
+        """``query`` for a client: after a barrier, so it sees every write acknowledged before
+        it and only what is committed."""
+        rejection = await self.barrier()
+        if rejection is not None:
+            return rejection
+        return self.query(fn, *args)
 
-    # ---- the loop ----
-    async def _committer(self) -> None:
-        assert self._queue is not None
-        while True:
-            batch = [await self._queue.get()]
-            room = MAX_GROUP - (len(self._open.group) if self._open is not None else 0)
-            while len(batch) < room and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            if self._failed is not None:
-                self._answer(batch, None, self._failed)
-                continue
-            if self._open is None:
-                self._open = _OpenGroup(Txn(self.store))
-            applied_before = len(self._open.group)
-            try:
-                self._apply(self._open, batch)
-            except Exception as exc:  # not a command's failure: stop rather than guess
-                applied = len(self._open.group) - applied_before
-                self._fail_open("commit failed", exc)
-                self._answer(batch[applied:], None, self._failed)
-                continue
-            if self.sync and self._syncing() and len(self._open.group) < MAX_GROUP:
-                continue  # the running fsync loop writes the open group when its fsync returns
-            if self._write_open() and self.sync and not self._syncing():
-                self._syncer = asyncio.create_task(self._sync_loop())
-
-    def _syncing(self) -> bool:
-        return self._syncer is not None and not self._syncer.done()
-
-    def _apply(self, open_group: _OpenGroup, batch: list) -> None:
-        txn = open_group.txn
-        now = self.clock_ms()
-        for command, fut in batch:
-            sp = txn.savepoint()
-            try:
-                outcome = apply(txn, self.config, command, now)
-            except Exception as exc:  # a broken invariant: drop this command's writes only
-                log.exception("apply failed for %r", type(command).__name__)
-                txn.rollback(sp)
-                outcome = c.Outcome(Rejection(ErrorCode.INTERNAL_ERROR, f"internal error: {exc}"))
-            open_group.group.append((command, fut))
-            open_group.outcomes.append(outcome)
-
-    def _write_open(self) -> bool:
-        """Write the open group, unsynced: the next commands read it at once; nobody hears of
-        it before an fsync has covered it. False if the store failed."""
-        open_group, self._open = self._open, None
-        if open_group is None:
-            return True
-        txn, group = open_group.txn, open_group.group
-        try:
-            meta = records.Meta.decode(txn.get(records.META_KEY))
-            meta.applied_index = self.applied_index + len(group)
-            txn.put(records.META_KEY, meta.encode())
-            self.store.write(txn.writes(), sync=False)
-        except Exception as exc:  # the store failed: stop rather than guess
-            self._open = open_group
-            self._fail_open("commit failed", exc)
-            return False
-        self.applied_index += len(group)
-        self._written += 1
-        self._unsynced.append((self._written, group, open_group.outcomes))
-        if not self.sync:
-            self._release(self._written)
-        return True
-
-    def _fail_open(self, what: str, exc: Exception) -> None:
-        """Nothing of the open group was written: its callers hear of the failure."""
-        log.exception(what)
-        self._failed = Rejection(ErrorCode.SERVICE_UNAVAILABLE, f"store failed: {exc}")
-        open_group, self._open = self._open, None
-        if open_group is not None:
-            self._answer(open_group.group, None, self._failed)
-
-    async def _sync_loop(self) -> None:
-        """fsync in a thread while the loop applies the next commands; one fsync covers all
-        the groups written before it started (group commit across groups)."""
+    # ---- the proposer ----
+    async def _proposer(self) -> None:
+        assert self._queue is not None and self._in_flight is not None
         loop = asyncio.get_running_loop()
         while True:
-            if self._open is not None:
-                self._write_open()  # if the store fails, it answers the open group's callers
-            if self._synced >= self._written:
-                return
-            target = self._written
+            batch = [await self._queue.get()]
+            await self._in_flight.acquire()
+            while len(batch) < MAX_GROUP and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            now = max(self.clock_ms(), self._last_now, self.machine.meta().last_now_ms)
+            self._last_now = now
+            data, batch = _encode(now, batch)
+            done: asyncio.Future = loop.create_future()
+
+            def on_done(status: Proposal, result: Any, done: asyncio.Future = done) -> None:
+                loop.call_soon_threadsafe(_settle, done, (status, result))
+
+            self.replica.propose(data, on_done)
+            task = asyncio.create_task(self._answer(batch, done))
+            self._answering.add(task)
+            task.add_done_callback(self._answering.discard)
+
+    async def _answer(self, batch: list, done: asyncio.Future) -> None:
+        try:
             try:
-                await loop.run_in_executor(self._io, self.store.sync)
-            except Exception as exc:  # durability unknown: fail everything pending, stop
-                log.exception("fsync failed")
-                self._failed = Rejection(ErrorCode.SERVICE_UNAVAILABLE, f"fsync failed: {exc}")
-                while self._unsynced:
-                    _, group, _ = self._unsynced.popleft()
-                    self._answer(group, None, self._failed)
-                open_group, self._open = self._open, None
-                if open_group is not None:
-                    self._answer(open_group.group, None, self._failed)
-                self._release_reads(self._written, durable=False)
-                return
-            self._synced = target
-            self._release(target)
-            self._release_reads(target, durable=True)
-
-    def _release_reads(self, upto: int, durable: bool) -> None:
-        while self._reads and self._reads[0][0] <= upto:
-            _, fut = self._reads.popleft()
-            if not fut.done():
-                fut.set_result(durable)
-
-    def _release(self, upto: int) -> None:
-        """Groups up to ``upto`` are durable: answer them and run their effects."""
-        while self._unsynced and self._unsynced[0][0] <= upto:
-            _, group, outcomes = self._unsynced.popleft()
-            self._answer(group, outcomes, None)
-
-    def _answer(self, group: list, outcomes: list[c.Outcome] | None,
-                failure: Rejection | None) -> None:
-        assert self._queue is not None
-        for i, (_, fut) in enumerate(group):
-            outcome = outcomes[i] if outcomes is not None else c.Outcome(failure)
-            if not fut.done():
-                fut.set_result(outcome.result)
-            for effect in outcome.effects:
-                self.waiters.wake(effect.queue)
-            self._queue.task_done()
+                status, outcomes = await asyncio.wait_for(done, PROPOSAL_TIMEOUT_S)
+            except TimeoutError:
+                status, outcomes = Proposal.UNKNOWN, None
+        finally:
+            self._in_flight.release()  # type: ignore[union-attr]
+        if status is Proposal.COMMITTED and outcomes is not None:
+            results = iter(outcomes)
+            for command, fut in batch:
+                if command is _BARRIER:
+                    _settle(fut, None)
+                    continue
+                outcome = next(results)
+                _settle(fut, outcome.result)
+                for effect in outcome.effects:
+                    self.waiters.wake(effect.queue)
+            return
+        failure = self.not_leader() if status is Proposal.NOT_LEADER else Rejection(
+            ErrorCode.SERVICE_UNAVAILABLE,
+            "The outcome is unknown: the shard's leader changed. Retry the request.")
+        for _, fut in batch:
+            _settle(fut, failure)
 
     async def _ticker(self) -> None:
-        """Propose a Sweep when time-driven work is due: timers, retention, windows, garbage."""
+        """The leader proposes a Sweep when time-driven work is due (timers, retention,
+        windows, garbage); followers never do."""
         while True:
             await asyncio.sleep(SWEEP_INTERVAL_S)
             try:
-                more = not self._closing and self.query(sweep_needed)
+                leads = not self._closing and self.replica.is_leader()
+                if leads and self.machine.recorded_fingerprint() is None:
+                    await self.execute(c.Configure(self.config.fingerprint()))
+                more = leads and self.query(sweep_needed)
                 while more:
                     result = await self.execute(c.Sweep())
                     more = isinstance(result, c.Swept) and result.more and not self._closing
             except Exception:
                 log.exception("sweep failed")
+
+
+def _encode(now: int, batch: list) -> tuple[bytes, list]:
+    """The entry for ``batch``. A command the log cannot carry (a value out of any range the
+    edge checked, such as an integer past 64 bits) is refused on its own, not with the rest."""
+    commands = tuple(cmd for cmd, _ in batch if cmd is not _BARRIER)
+    try:
+        return encode_entry(Entry(now, commands)), batch
+    except ValueError:
+        kept = []
+        for cmd, fut in batch:
+            if cmd is not _BARRIER:
+                try:
+                    encode_entry(Entry(now, (cmd,)))
+                except ValueError as exc:
+                    _settle(fut, Rejection(ErrorCode.INVALID_PARAMETER_VALUE, str(exc)))
+                    continue
+            kept.append((cmd, fut))
+        commands = tuple(cmd for cmd, _ in kept if cmd is not _BARRIER)
+        return encode_entry(Entry(now, commands)), kept
+
+
+def _settle(fut: asyncio.Future, value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sqsq.gateway.api import QueueService
+from sqsq.api import QueueService
 from sqsq.gateway.http import messages as m
 from sqsq.gateway.http import queues as q
 from sqsq.gateway.http.wire import Params

@@ -13,9 +13,9 @@ from urllib.parse import parse_qsl
 
 from aiohttp import web
 
+from sqsq.api import QueueService
 from sqsq.core.errors import ErrorCode
 from sqsq.errors import QueueError
-from sqsq.gateway.api import QueueService
 from sqsq.gateway.auth import Authenticator, AuthError, SignedRequest
 from sqsq.gateway.http import json_protocol, query_protocol
 from sqsq.gateway.http.actions import ACTIONS, UNSUPPORTED

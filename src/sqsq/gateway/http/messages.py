@@ -9,10 +9,10 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from sqsq.api import QueueService
 from sqsq.core import commands as c
 from sqsq.core.messages import MessageAttributeValue
 from sqsq.errors import from_rejection
-from sqsq.gateway.api import QueueService
 from sqsq.gateway.http.wire import Params, b64decode, invalid
 
 Result = dict[str, Any]

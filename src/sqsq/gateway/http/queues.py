@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqsq.api import QueueService
 from sqsq.core import limits
-from sqsq.gateway.api import QueueService
 from sqsq.gateway.http.wire import Params, invalid
 
 Result = dict[str, Any]

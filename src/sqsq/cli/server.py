@@ -1,0 +1,133 @@
+"""Where processes are composed: ``sqsq server`` (single node) and ``sqsq node`` (a member of
+a three-replica cluster). Both are the same parts: a shard replica (store, Raft member,
+engine), the shard service over it, and the doors a process opens.
+
+- ``sqsq server``: one shard in a one-member Raft group, with the public gRPC and SQS HTTP
+  doors in the same process: the embedded default, no etcd, no peers.
+- ``sqsq node``: one replica of each shard it is given, peers named by ``--peers``, serving
+  the shard service over gRPC (a follower answers NotLeader with the leader's address; the
+  gateway or SDK follows it). The public HTTP door is the gateway's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from sqsq.api import Endpoint
+from sqsq.core.state import ShardConfig
+from sqsq.gateway.auth import Authenticator, load_credentials
+from sqsq.gateway.fronts import (
+    announce_auth,
+    endpoint_for,
+    run_process,
+    start_fronts,
+    until_signalled,
+)
+from sqsq.shard.admin import AdminService
+from sqsq.shard.engine import ShardEngine
+from sqsq.shard.host import Peer, ReplicaOptions, load_secret, open_replica, parse_peers
+from sqsq.shard.service import ShardService
+from sqsq.v1 import admin_pb2_grpc
+
+log = logging.getLogger("sqsq.server")
+
+DEFAULT_GRPC_PORT = 7400
+DEFAULT_HTTP_PORT = 9324
+READY_TIMEOUT_S = 60.0  # a replica replays its journal before it leads
+
+
+def _config(secret: bytes, region: str | None, account: str | None) -> ShardConfig:
+    return ShardConfig(
+        shard_id=0, secret=secret,
+        region=region or os.environ.get("SQSQ_REGION") or ShardConfig.region,
+        account=account or os.environ.get("SQSQ_ACCOUNT") or ShardConfig.account)
+
+
+async def _serve(name: str, engine: ShardEngine, endpoint: Endpoint, auth: Authenticator,
+                 host: str, grpc_port: int, http_port: int | None, root: Path,
+                 banner: str) -> None:
+    admin = AdminService({0: engine}, root / "snapshots")
+    fronts = await start_fronts(
+        ShardService(engine, endpoint), auth, host, grpc_port, http_port,
+        lambda server: admin_pb2_grpc.add_AdminServicer_to_server(admin, server))
+    print(f"{name}: gRPC on {host}:{fronts.grpc_port}{banner}", flush=True)
+    announce_auth(name, auth)
+    await until_signalled()
+    log.info("shutting down")
+    engine.end_long_polls()
+    await fronts.stop()
+    await engine.stop()
+    print(f"{name}: stopped", flush=True)
+
+
+async def run_server(
+    data_dir: str, host: str, grpc_port: int, http_port: int, *, sync: bool = True,
+    credentials_file: str | None = None, region: str | None = None,
+    account: str | None = None, public_url: str | None = None,
+) -> None:
+    """Serve until SIGTERM/SIGINT. Unset options fall back to env (SQSQ_CREDENTIALS_FILE,
+    SQSQ_ACCESS_KEY_ID/SQSQ_SECRET_ACCESS_KEY, SQSQ_REGION, SQSQ_ACCOUNT, SQSQ_PUBLIC_URL)."""
+    root = Path(data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    auth = Authenticator(load_credentials(credentials_file))
+    config = _config(load_secret(root / "secret"), region, account)
+    # A one-member group: its own Raft port is never dialled, so any free one will do.
+    me = Peer(host, grpc_port, 0)
+    engine = open_replica(0, root / "shard-0", config, me, [me],
+                          ReplicaOptions(bootstrap=True, durable=sync))
+    await engine.start()
+    if not await engine.wait_leading(READY_TIMEOUT_S):
+        raise OSError("the shard did not become ready")
+    endpoint = endpoint_for(host, http_port, public_url, config.account)
+    await _serve("sqsq server", engine, endpoint, auth, host, grpc_port, http_port, root,
+                 f", SQS HTTP API on {endpoint.base_url} (region {config.region}, account "
+                 f"{config.account}), data in {root.resolve()}, fsync "
+                 f"{'on' if sync else 'off'}")
+
+
+async def run_node(
+    data_dir: str, host: str, grpc_port: int, raft_port: int, peers: str, *,
+    bootstrap: bool = False, sync: bool = True, secret_file: str | None = None,
+    credentials_file: str | None = None, region: str | None = None,
+    account: str | None = None, compaction_min_entries: int = 5000,
+) -> None:
+    """One replica of shard 0 in a group of ``peers``; serve until SIGTERM/SIGINT."""
+    root = Path(data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    members = parse_peers(peers)
+    me = next((p for p in members if p.grpc_port == grpc_port and p.raft_port == raft_port),
+              None)
+    if me is None:
+        raise ValueError(f"--peers must list this node ({host}:{grpc_port}:{raft_port})")
+    secret_path = Path(secret_file or os.environ.get("SQSQ_CLUSTER_SECRET_FILE") or "")
+    if not secret_path.name or not secret_path.is_file():
+        raise ValueError("a node needs the cluster's receipt-handle secret: --secret-file or "
+                         "SQSQ_CLUSTER_SECRET_FILE (the same file on every node)")
+    config = _config(secret_path.read_bytes(), region, account)
+    auth = Authenticator(load_credentials(credentials_file))
+    engine = open_replica(
+        0, root / "shard-0", config, me, members,
+        ReplicaOptions(bootstrap=bootstrap, durable=sync,
+                       compaction_min_entries=compaction_min_entries))
+    await engine.start()
+    endpoint = endpoint_for(host, grpc_port, None, config.account)
+    await _serve("sqsq node", engine, endpoint, auth, host, grpc_port, None, root,
+                 f", Raft on {me.raft(0)}, peers {', '.join(p.grpc for p in members)}")
+
+
+def serve(
+    data_dir: str = "./data", host: str = "127.0.0.1", grpc_port: int = DEFAULT_GRPC_PORT,
+    http_port: int = DEFAULT_HTTP_PORT, sync: bool = True,
+    credentials_file: str | None = None, region: str | None = None,
+    account: str | None = None, public_url: str | None = None,
+) -> int:
+    return run_process("sqsq server", run_server(
+        data_dir, host, grpc_port, http_port, sync=sync, credentials_file=credentials_file,
+        region=region, account=account, public_url=public_url))
+
+
+def serve_node(**kwargs: object) -> int:
+    return run_process("sqsq node", run_node(**kwargs))  # type: ignore[arg-type]
+

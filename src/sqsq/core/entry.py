@@ -1,0 +1,343 @@
+"""The Raft log entry: the commands a leader proposes and every replica applies, as bytes.
+
+Why a format of our own:
+
+- Deterministic replicas. The leader stamps the time and every random value (message ids,
+  receipt nonces, task handles) into the commands before proposing; each replica must rebuild
+  exactly those commands. Encoding is a pure function of the entry, and decoding gives back
+  equal frozen dataclasses: tuples stay tuples, bytes stay bytes, str stays str (a lone
+  surrogate included, so the state machine, not the codec, decides what is valid).
+- No pickle. An entry crosses the network and outlives the code that wrote it; pickle runs
+  code named by its bytes and ties the log to module and class names. This is msgpack of
+  plain arrays, ints, strs, bytes and None: data only.
+- Versioned and closed. ``[ENTRY_VERSION, now_ms, [command, ...]]``, each command
+  ``[tag, field, ...]`` with its fields in declaration order and its tag from the explicit
+  table below. A version or tag a replica does not know, or a command of the wrong shape, is
+  a ValueError: a replica must stop, not guess.
+
+Both directions check every value against the command's declared field types, so the leader
+cannot propose an entry its replicas would refuse, and ``decode_entry(encode_entry(e)) == e``
+for every entry ``encode_entry`` accepts. Ints must fit msgpack's 64 bits.
+
+Changing the format: a new command takes a new tag (never reuse or renumber one). Changing
+the fields of an existing command, of SendEntry or of MessageAttributeValue changes the
+layout: bump ENTRY_VERSION, and keep decoding the old version for as long as logs and
+snapshots may hold it. tests/core/test_entry.py pins the tags, the field lists and one
+encoding byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from operator import attrgetter, call
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+import msgpack
+
+from sqsq.core import commands as c
+from sqsq.core.messages import MessageAttributeValue
+from sqsq.core.redrive import CancelMoveTask, StartMoveTask
+
+ENTRY_VERSION = 1
+
+# What the machine applies: commands.Command, and the move-task commands that live in
+# redrive (which imports commands, so commands.Command cannot name them).
+Command = c.Command | StartMoveTask | CancelMoveTask
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One log entry: the leader's time and the commands applied at it, in order. An entry
+    with no commands is a valid no-op (a barrier)."""
+
+    now_ms: int
+    commands: tuple[Command, ...]
+
+
+# ---- field kinds: each checks one value and converts it to or from its wire form ---------
+
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1  # what a msgpack int can carry
+
+
+def _bad(expected: str, got: object) -> ValueError:
+    return ValueError(f"expected {expected}, got {type(got).__name__} {got!r:.80}")
+
+
+class _Kind(NamedTuple):
+    enc: Callable[[Any], Any]  # dataclass value -> wire value (lists, tuples, scalars)
+    dec: Callable[[Any], Any]  # wire value (arrays unpacked as tuples) -> dataclass value
+
+
+def _plain(check: Callable[[Any], Any]) -> _Kind:
+    """A kind whose wire form is the value itself: the same check serves both ways."""
+    return _Kind(check, check)
+
+
+def _str(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    raise _bad("str", v)
+
+
+def _int(v: Any) -> int:
+    if type(v) is int and _INT_MIN <= v <= _INT_MAX:  # type(): a bool is not an int here
+        return v
+    raise _bad("a 64-bit int", v)
+
+
+def _opt_str(v: Any) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    raise _bad("str or None", v)
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else _int(v)
+
+
+def _opt_bytes(v: Any) -> bytes | None:
+    if v is None or isinstance(v, bytes):
+        return v
+    raise _bad("bytes or None", v)
+
+
+def _strs(v: Any) -> tuple[str, ...]:
+    if type(v) is not tuple:
+        raise _bad("a tuple of str", v)
+    for s in v:
+        if not isinstance(s, str):
+            raise _bad("str", s)
+    return v
+
+
+def _str_pairs(v: Any) -> tuple[tuple[str, str], ...]:
+    if type(v) is not tuple:
+        raise _bad("a tuple of (str, str)", v)
+    for p in v:
+        if type(p) is not tuple or len(p) != 2 or not isinstance(p[0], str) \
+                or not isinstance(p[1], str):
+            raise _bad("a (str, str)", p)
+    return v
+
+
+def _visibility_changes(v: Any) -> tuple[tuple[str, str, int], ...]:
+    if type(v) is not tuple:
+        raise _bad("a tuple of (entry id, receipt handle, timeout s)", v)
+    for p in v:
+        if type(p) is not tuple or len(p) != 3 or not isinstance(p[0], str) \
+                or not isinstance(p[1], str):
+            raise _bad("a (str, str, int)", p)
+        _int(p[2])
+    return v
+
+
+_STR, _INT, _OPT_STR, _OPT_INT, _OPT_BYTES = map(
+    _plain, (_str, _int, _opt_str, _opt_int, _opt_bytes))
+_STRS, _STR_PAIRS, _VISIBILITY_CHANGES = map(_plain, (_strs, _str_pairs, _visibility_changes))
+
+
+def _values_getter(names: tuple[str, ...]) -> Callable[[Any], tuple]:
+    """One C call that returns a record's field values as a tuple, in order."""
+    if not names:
+        return lambda obj: ()
+    if len(names) == 1:
+        get_one = attrgetter(names[0])
+        return lambda obj: (get_one(obj),)
+    return attrgetter(*names)
+
+
+class _Record:
+    """A dataclass as the array of its fields, in declaration order."""
+
+    def __init__(self, cls: type, *fields: tuple[str, _Kind]) -> None:
+        self.cls = cls
+        self.names = tuple(name for name, _ in fields)
+        self._encs = tuple(kind.enc for _, kind in fields)
+        self._decs = tuple(kind.dec for _, kind in fields)
+        self._values = _values_getter(self.names)
+
+    def enc(self, obj: Any) -> list:
+        if type(obj) is not self.cls:
+            raise _bad(self.cls.__name__, obj)
+        values = self._values(obj)
+        try:
+            return list(map(call, self._encs, values))  # map(call): the loop runs in C
+        except ValueError as e:
+            raise self._blame(self._encs, values, e) from e
+
+    def dec(self, wire: Any) -> Any:
+        if type(wire) is not tuple or len(wire) != len(self.names):
+            raise ValueError(f"expected {self.cls.__name__} as {len(self.names)} fields "
+                             f"{list(self.names)}, got {wire!r:.80}")
+        try:
+            return self.cls(*map(call, self._decs, wire))
+        except ValueError as e:
+            raise self._blame(self._decs, wire, e) from e
+
+    def kind(self) -> _Kind:
+        return _Kind(self.enc, self.dec)
+
+    def _blame(self, fns: tuple, values: tuple, err: ValueError) -> ValueError:
+        """Which field failed (the error path only: the happy path does not track it)."""
+        for name, fn, v in zip(self.names, fns, values, strict=True):
+            try:
+                fn(v)
+            except ValueError as e:
+                return ValueError(f"{self.cls.__name__}.{name}: {e}")
+        return err
+
+
+def _tuple_of(item: _Kind, what: str) -> _Kind:
+    def enc(v: Any) -> list:
+        if type(v) is not tuple:
+            raise _bad(f"a tuple of {what}", v)
+        return [item.enc(x) for x in v]
+
+    def dec(v: Any) -> tuple:
+        if type(v) is not tuple:
+            raise _bad(f"a tuple of {what}", v)
+        return tuple([item.dec(x) for x in v])
+
+    return _Kind(enc, dec)
+
+
+_ATTRIBUTE_VALUE = _Record(
+    MessageAttributeValue,
+    ("data_type", _STR), ("string_value", _OPT_STR), ("binary_value", _OPT_BYTES),
+)
+
+
+def _enc_attributes(v: Any) -> list:
+    if type(v) is not tuple:
+        raise _bad("a tuple of (name, MessageAttributeValue)", v)
+    out = []
+    for p in v:
+        if type(p) is not tuple or len(p) != 2:
+            raise _bad("a (name, MessageAttributeValue)", p)
+        out.append((_str(p[0]), _ATTRIBUTE_VALUE.enc(p[1])))
+    return out
+
+
+def _dec_attributes(v: Any) -> tuple:
+    if type(v) is not tuple:
+        raise _bad("a tuple of (name, MessageAttributeValue)", v)
+    out = []
+    for p in v:
+        if type(p) is not tuple or len(p) != 2:
+            raise _bad("a (name, MessageAttributeValue)", p)
+        out.append((_str(p[0]), _ATTRIBUTE_VALUE.dec(p[1])))
+    return tuple(out)
+
+
+_ATTRIBUTES = _Kind(_enc_attributes, _dec_attributes)
+
+_SEND_ENTRY = _Record(
+    c.SendEntry,
+    ("entry_id", _STR), ("body", _STR), ("delay_seconds", _OPT_INT),
+    ("message_attributes", _ATTRIBUTES), ("message_group_id", _OPT_STR),
+    ("message_deduplication_id", _OPT_STR), ("aws_trace_header", _OPT_STR),
+)
+
+
+# ---- the tag table: explicit and append-only --------------------------------------------
+
+_COMMANDS: dict[int, _Record] = {
+    1: _Record(c.CreateQueue, ("name", _STR), ("attributes", _STR_PAIRS), ("tags", _STR_PAIRS)),
+    2: _Record(c.DeleteQueue, ("name", _STR)),
+    3: _Record(c.SetQueueAttributes, ("name", _STR), ("attributes", _STR_PAIRS)),
+    4: _Record(c.PurgeQueue, ("name", _STR)),
+    5: _Record(c.TagQueue, ("name", _STR), ("tags", _STR_PAIRS)),
+    6: _Record(c.UntagQueue, ("name", _STR), ("tag_keys", _STRS)),
+    7: _Record(c.SendMessages, ("queue", _STR),
+               ("entries", _tuple_of(_SEND_ENTRY.kind(), "SendEntry")),
+               ("request_id", _STR), ("message_ids", _STRS)),
+    8: _Record(c.ReceiveMessages, ("queue", _STR), ("max_number_of_messages", _INT),
+               ("visibility_timeout_s", _OPT_INT), ("nonce", _INT),
+               ("receive_request_attempt_id", _STR)),
+    9: _Record(c.DeleteMessages, ("queue", _STR), ("entries", _STR_PAIRS)),
+    10: _Record(c.ChangeVisibilities, ("queue", _STR), ("entries", _VISIBILITY_CHANGES)),
+    11: _Record(c.Sweep),
+    12: _Record(c.Configure, ("fingerprint", _STR)),
+    13: _Record(StartMoveTask, ("source_arn", _STR), ("destination_arn", _OPT_STR),
+                ("max_number_of_messages_per_second", _OPT_INT), ("task_handle", _STR)),
+    14: _Record(CancelMoveTask, ("task_handle", _STR)),
+}
+
+# command type -> its tag
+TAGS: Mapping[type, int] = MappingProxyType({rec.cls: tag for tag, rec in _COMMANDS.items()})
+# every encoded type -> its fields as laid out on the wire, in order
+FIELDS: Mapping[type, tuple[str, ...]] = MappingProxyType(
+    {rec.cls: rec.names for rec in (*_COMMANDS.values(), _SEND_ENTRY, _ATTRIBUTE_VALUE)})
+_BY_TYPE: dict[type, tuple[int, _Record]] = {rec.cls: (tag, rec) for tag, rec in
+                                             _COMMANDS.items()}
+
+
+# ---- the entry ----------------------------------------------------------------------------
+
+# One Packer for every entry, as in records.py: ``msgpack.packb`` builds a Packer per call.
+# Sharing is safe: the wire form is plain lists, tuples, ints, strs, bytes and None, so a
+# ``pack`` calls no Python code and runs to its end under the GIL; it resets after each, an
+# error included. surrogatepass, both ways: every Python str round trips.
+_PACKER = msgpack.Packer(use_bin_type=True, unicode_errors="surrogatepass")
+
+
+def _check_now(now_ms: Any) -> int:
+    if type(now_ms) is not int or not 0 <= now_ms <= _INT_MAX:
+        raise ValueError(f"log entry: now_ms: {_bad('an int >= 0', now_ms)}")
+    return now_ms
+
+
+def _encode_command(cmd: Any) -> list:
+    found = _BY_TYPE.get(type(cmd))
+    if found is None:
+        raise ValueError(f"log entry: {type(cmd).__name__} has no tag: it is not a command")
+    tag, rec = found
+    try:
+        return [tag, *rec.enc(cmd)]
+    except ValueError as e:
+        raise ValueError(f"log entry: {e}") from e
+
+
+def _decode_command(wire: Any) -> Any:
+    if type(wire) is not tuple or not wire:
+        raise ValueError(f"log entry: expected a command [tag, field, ...], got {wire!r:.80}")
+    tag = wire[0]
+    rec = _COMMANDS.get(tag) if type(tag) is int else None  # True == 1: check the type
+    if rec is None:
+        raise ValueError(f"log entry: unknown command tag {tag!r:.40} (version {ENTRY_VERSION}"
+                         f" knows {min(_COMMANDS)}..{max(_COMMANDS)}); refusing to guess")
+    try:
+        return rec.dec(wire[1:])
+    except ValueError as e:
+        raise ValueError(f"log entry: {e}") from e
+
+
+def encode_entry(entry: Entry) -> bytes:
+    """``[ENTRY_VERSION, now_ms, [[tag, field, ...], ...]]`` as msgpack; ValueError if a value
+    does not fit its declared type (it would not decode to an equal entry)."""
+    commands = entry.commands
+    if type(commands) is not tuple:
+        raise ValueError(f"log entry: commands: {_bad('a tuple', commands)}")
+    return _PACKER.pack(
+        [ENTRY_VERSION, _check_now(entry.now_ms), [_encode_command(cmd) for cmd in commands]])
+
+
+def decode_entry(data: bytes) -> Entry:
+    """The entry ``encode_entry`` wrote; ValueError for anything else (an unknown version or
+    tag, a wrong shape, bytes that are not msgpack)."""
+    try:
+        wire = msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=True,
+                               unicode_errors="surrogatepass")
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        raise ValueError(f"log entry: not a msgpack value: {e}") from e
+    if type(wire) is not tuple or not wire:
+        raise ValueError(f"log entry: expected [version, now_ms, commands], got {wire!r:.80}")
+    version = wire[0]
+    if type(version) is not int or version != ENTRY_VERSION:
+        raise ValueError(f"log entry: unknown version {version!r:.40} (this replica reads "
+                         f"version {ENTRY_VERSION}); refusing to guess")
+    if len(wire) != 3 or type(wire[2]) is not tuple:
+        raise ValueError(f"log entry: expected [version, now_ms, commands], got {wire!r:.80}")
+    return Entry(_check_now(wire[1]), tuple([_decode_command(cmd) for cmd in wire[2]]))

@@ -1,0 +1,89 @@
+"""Opening the shard replicas a process hosts: store, Raft member and engine, per shard.
+
+A member of a group is named by its Raft address; clients and gateways reach it by its gRPC
+address. ``Peer`` pairs the two: a node listens for shard ``s``'s Raft traffic on its Raft
+base port + ``s``, so one peer list describes every group the nodes share.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqsq.core.state import ShardConfig
+from sqsq.shard.engine import ShardEngine
+from sqsq.shard.raft import RaftSettings, ShardReplica, fsync_path
+from sqsq.shard.statemachine import ShardMachine
+
+
+@dataclass(frozen=True)
+class Peer:
+    host: str
+    grpc_port: int
+    raft_port: int  # shard s: raft_port + s
+
+    @property
+    def grpc(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
+
+    def raft(self, shard_id: int) -> str:
+        return f"{self.host}:{self.raft_port + shard_id}"
+
+
+def parse_peers(text: str) -> list[Peer]:
+    """``host:grpc_port:raft_port`` separated by commas."""
+    peers = []
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        parts = item.rsplit(":", 2)
+        if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+            raise ValueError(f"a peer is host:grpc_port:raft_port, not {item!r}")
+        peers.append(Peer(parts[0], int(parts[1]), int(parts[2])))
+    if len({p.grpc for p in peers}) != len(peers):
+        raise ValueError("peers must differ")
+    return peers
+
+
+def load_secret(path: Path) -> bytes:
+    """The receipt-handle key at ``path``, made (32 random bytes, fsynced) if missing."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_path(path.parent, directory=True)  # the rename itself must survive a crash
+    return path.read_bytes()
+
+
+@dataclass
+class ReplicaOptions:
+    bootstrap: bool = False  # a new replica directory forms a new group (else: it rejoins)
+    durable: bool = True  # fsync the Raft journal (off: benchmarks only)
+    memory: bool = False  # state in memory (the journal is still on disk): tests
+    compaction_min_entries: int = 5000
+    election_timeout_s: tuple[float, float] = (0.4, 1.2)
+    on_fatal: Callable[[BaseException], None] | None = None
+    password: str | None = None
+
+
+def open_replica(
+    shard_id: int, directory: Path, config: ShardConfig, me: Peer, peers: list[Peer],
+    options: ReplicaOptions,
+) -> ShardEngine:
+    """One shard replica: its state machine over its store, its Raft member, its engine."""
+    machine = ShardMachine(directory, config, memory=options.memory)
+    settings = RaftSettings(
+        self_address=me.raft(shard_id), peers=[p.raft(shard_id) for p in peers],
+        directory=directory, bootstrap=options.bootstrap, durable=options.durable,
+        election_timeout_s=options.election_timeout_s,
+        compaction_min_entries=options.compaction_min_entries, on_fatal=options.on_fatal,
+        password=options.password)
+    replica = ShardReplica(settings, machine)
+    by_raft = {p.raft(shard_id): p.grpc for p in peers}
+    return ShardEngine(machine, replica, leader_hint=lambda raft: by_raft.get(raft or ""))

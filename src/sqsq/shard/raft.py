@@ -1,0 +1,349 @@
+"""The Raft adapter: one shard replica as a pysyncobj 0.3.17 group member, with its holes fixed.
+
+pysyncobj runs the Raft protocol in a tick thread; this module gives it one replicated entry
+point (``_entry``, taking an encoded log entry as bytes) and fixes what sqsq cannot live with,
+each fix with a regression test in ``tests/shard/test_raft_fixes.py``:
+
+1. **fsync**: its ``FileJournal`` writes through an mmap and never syncs. ``DurableJournal``
+   msyncs before anything depends on the log: before the leader counts its own entries (at
+   the start of each tick, ahead of the commit loop) and before a follower answers an append
+   (``next_node_idx``); term and vote are fsynced (file and directory) before a vote is asked
+   for or given.
+2. **Commit through a snapshot chunk**: a follower raises its commit index to
+   ``min(leaderCommit, lastLogIndex)`` also for appends that carry no ``prevLogIdx``
+   (snapshot chunks), so a deposed leader rejoining through a snapshot "commits" its own
+   uncommitted tail and answers SUCCESS for it. Such messages no longer move the commit index.
+3. **Compaction without a full dump**: a journal without ``fullDumpFile`` restarts empty after
+   compaction. A replica always has a dump, and it holds the state machine itself (a RocksDB
+   checkpoint, see ``snapshot.py``), not pysyncobj's pickled attributes.
+4. **An apply that raises** is retried forever and stalls the group. Here it stops the
+   replica (``on_fatal``): a broken invariant must never be skipped, and retrying a
+   deterministic failure cannot help.
+5. **Success only from a leader in its term**: a proposal is acknowledged only if, when its
+   entry is applied, this replica still leads in the term it proposed in; otherwise the
+   outcome is unknown and the caller must retry (sends carry request ids).
+6. **A wiped replica never votes as itself**: a replica whose data directory is new, and that
+   was not told it bootstraps a new group, is a non-voting learner until it has applied the
+   leader's commit index as first seen; it then records that it voted in the current term.
+
+pysyncobj's private state is reached through ``_SyncObj__*`` names in this module only; the
+version is pinned.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pysyncobj.syncobj as _syncobj
+from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.config import FAIL_REASON
+from pysyncobj.journal import FileJournal
+from pysyncobj.transport import TCPTransport
+
+log = logging.getLogger("sqsq.raft")
+
+MEMBER_FILE = "member"  # written once this replica is a voting member of its group
+WIPED_VOTE = "sqsq:rejoined"  # votedFor after a learner catches up: no second vote this term
+
+
+def fsync_path(path: str | Path, *, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class DurableJournal(FileJournal):
+    """pysyncobj's file journal, made durable: ``sync`` msyncs what ``add`` wrote through the
+    mmap; term and vote are fsynced as soon as they are stored."""
+
+    def __init__(self, journal_file: str) -> None:
+        super().__init__(journal_file)
+        self.path = journal_file
+        self.dirty = False
+        self.syncs = 0
+        self.synced_index = self[-1][1] if len(self) else 0  # last index known durable
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        super().add(command, idx, term)
+        self.dirty = True
+
+    def clear(self) -> None:
+        super().clear()
+        self.dirty = True
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802 - pysyncobj's name
+        super().deleteEntriesFrom(entryFrom)
+        self.dirty = True
+
+    def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802 - pysyncobj's name
+        # Compaction: the dump that replaces these entries was renamed into place; make the
+        # rename durable before the entries it replaces can disappear.
+        fsync_path(os.path.dirname(os.path.abspath(self.path)), directory=True)
+        super().deleteEntriesTo(entryTo)
+        self.dirty = True
+
+    def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:  # noqa: N802, N803
+        super().setCurrentTerm(term, votedForNodeId)
+        fsync_path(self.path + ".meta")
+        fsync_path(os.path.dirname(os.path.abspath(self.path)), directory=True)
+
+    def sync(self) -> None:
+        if self.dirty:
+            self.flush()  # msync(MS_SYNC) of the mapping: entries and the end-of-log header
+            self.dirty = False
+            self.syncs += 1
+        self.synced_index = self[-1][1] if len(self) else 0
+
+
+def _create_journal(journal_file: str | None) -> Any:
+    if journal_file is None:
+        raise ValueError("a sqsq replica always has a journal file")
+    return DurableJournal(journal_file)
+
+
+# pysyncobj builds its journal inside SyncObj.__init__ through this module-level factory.
+_syncobj.createJournal = _create_journal
+
+
+class ReplicaStopped(Exception):
+    """An apply failed: the replica has stopped (see fix 4)."""
+
+
+class StateMachine(Protocol):
+    """What the replica applies committed entries to (the shard's store, via ``core.apply``)."""
+
+    def apply_entry(self, index: int, data: bytes) -> Any:
+        """Apply entry ``index`` once; an index at or below the applied index is skipped."""
+        ...
+
+    def write_snapshot(self, path: str, raft_data: bytes) -> None:
+        """Write the whole state (and ``raft_data``) to ``path``, fsynced."""
+        ...
+
+    def read_snapshot(self, path: str) -> bytes:
+        """Adopt the state in ``path`` if it is newer than ours; return its ``raft_data``."""
+        ...
+
+
+class Proposal(enum.Enum):
+    COMMITTED = "committed"
+    NOT_LEADER = "not leader"
+    UNKNOWN = "outcome unknown"  # may or may not be committed: the caller must retry
+
+
+@dataclass
+class RaftSettings:
+    self_address: str  # host:port this replica's Raft transport listens on
+    peers: list[str]  # every member's address, this one included
+    directory: Path
+    bootstrap: bool = False  # a new directory forms a new group (else: learner until caught up)
+    durable: bool = True  # fsync the journal (off: benchmarks only)
+    election_timeout_s: tuple[float, float] = (0.4, 1.2)
+    heartbeat_s: float = 0.1
+    compaction_min_entries: int = 20_000
+    compaction_min_time_s: float = 600.0
+    password: str | None = None
+    on_fatal: Callable[[BaseException], None] | None = None
+    auto_tick: bool = True
+    extra: dict = field(default_factory=dict)  # further SyncObjConf settings (tests)
+
+
+class _Transport(TCPTransport):
+    """Fixes that live on the wire: durability before an answer, and filtering what arrives."""
+
+    def __init__(self, syncObj: ShardReplica, selfNode: Any, otherNodes: Any) -> None:  # noqa: N803
+        self._replica = syncObj
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    def send(self, node: Any, message: Any) -> bool:
+        if message.get("type") in ("next_node_idx", "response_vote", "request_vote"):
+            self._replica.make_durable()  # fix 1: a follower acks only what is on disk
+        return super().send(node, message)
+
+    def _onMessageReceived(self, node: Any, message: Any) -> None:  # noqa: N802
+        message = self._replica.filter_message(node, message)
+        if message is not None:
+            super()._onMessageReceived(node, message)
+
+
+class ShardReplica(SyncObj):
+    """One replica of one shard. Thread model: pysyncobj's tick thread applies entries and
+    runs proposal callbacks; ``propose`` may be called from any thread."""
+
+    def __init__(self, settings: RaftSettings, machine: StateMachine) -> None:
+        self.settings = settings
+        self.machine = machine
+        self.fatal: BaseException | None = None
+        directory = settings.directory
+        directory.mkdir(parents=True, exist_ok=True)
+        member = directory / MEMBER_FILE
+        self.learner = not member.exists() and not settings.bootstrap
+        self._catch_up_to: int | None = None
+        if not member.exists() and settings.bootstrap:
+            _write_durably(member, b"bootstrap\n")
+        lo, hi = settings.election_timeout_s
+        conf = SyncObjConf(
+            journalFile=str(directory / "raft.journal"),
+            fullDumpFile=str(directory / "raft.dump"),  # fix 3
+            serializer=self._serialize, deserializer=self._deserialize,
+            appendEntriesUseBatch=False,  # latency: the adapter does group commit itself
+            appendEntriesPeriod=settings.heartbeat_s,
+            raftMinTimeout=lo, raftMaxTimeout=hi,
+            # An isolated leader steps down within about one election timeout (default 30 s).
+            leaderFallbackTimeout=hi,
+            connectionTimeout=max(hi * 2, 2.0), connectionRetryTime=0.3,
+            logCompactionMinEntries=settings.compaction_min_entries,
+            logCompactionMinTime=settings.compaction_min_time_s,
+            commandsWaitLeader=False, dynamicMembershipChange=True,
+            password=settings.password, autoTick=settings.auto_tick,
+            **settings.extra,
+        )
+        others = [p for p in settings.peers if p != settings.self_address]
+        super().__init__(settings.self_address, others, conf, transportClass=_Transport)
+
+    # ---- the one replicated entry point ----
+    @replicated
+    def _entry(self, data: bytes) -> Any:
+        index = self.raftLastApplied + 1  # pysyncobj counts this entry after we return
+        try:
+            return self.machine.apply_entry(index, data)
+        except BaseException as exc:  # fix 4: stop; never skip or retry a broken apply
+            self._die(exc)
+            raise ReplicaStopped from exc  # unwinds pysyncobj before it counts the entry
+
+    def _die(self, exc: BaseException) -> None:
+        self.fatal = exc
+        log.critical("replica %s: apply failed, stopping: %r", self.settings.self_address, exc)
+        handler = self.settings.on_fatal
+        if handler is None:
+            os._exit(70)
+        handler(exc)
+
+    def propose(self, data: bytes, done: Callable[[Proposal, Any], None]) -> None:
+        """Append ``data`` as one entry; ``done(status, result)`` runs in the tick thread."""
+        if self.fatal is not None or not self._isLeader():
+            done(Proposal.NOT_LEADER, None)
+            return
+        term = self.raftCurrentTerm
+
+        def on_result(result: Any, error: int) -> None:
+            if error == FAIL_REASON.SUCCESS and self._isLeader() and self.raftCurrentTerm == term:
+                done(Proposal.COMMITTED, result)  # fix 5
+            elif error in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER,
+                           FAIL_REASON.QUEUE_FULL, FAIL_REASON.REQUEST_DENIED):
+                done(Proposal.NOT_LEADER, None)  # never appended here
+            else:
+                done(Proposal.UNKNOWN, None)
+
+        self._entry(data, callback=on_result)
+
+    # ---- status ----
+    def is_leader(self) -> bool:
+        return self.fatal is None and self._isLeader()
+
+    def leader_address(self) -> str | None:
+        leader = self._getLeader()
+        return None if leader is None else leader.id
+
+    def status(self) -> dict:
+        return self.getStatus()
+
+    # ---- fixes applied on every tick and message ----
+    @property
+    def journal(self) -> DurableJournal:
+        return self._SyncObj__raftLog  # type: ignore[attr-defined]
+
+    def make_durable(self) -> None:
+        if self.settings.durable:
+            self.journal.sync()
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N803
+        if self.fatal is not None:
+            if timeToWait:
+                threading.Event().wait(timeToWait)
+            return
+        self.make_durable()  # fix 1: the leader counts only entries it has on disk
+        if self.learner:
+            self._learner_tick()
+        try:
+            super()._onTick(timeToWait)
+        except ReplicaStopped:
+            pass  # fatal is set: this replica ticks no more
+
+    def _checkCommandsToApply(self) -> None:  # noqa: N802
+        super()._checkCommandsToApply()
+        if not self.otherNodes and self.raftCommitIndex < self.journal[-1][1]:
+            # A one-member group has no follower whose answer would wake the poll: commit
+            # what was just appended on the next tick, now, not after the poll's timeout.
+            notifier = getattr(self, "_SyncObj__pipeNotifier", None)
+            if notifier is not None:
+                notifier.notify()
+
+    def filter_message(self, node: Any, message: Any) -> Any:
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "append_entries" and "prevLogIdx" not in message:
+            # fix 2: a snapshot chunk says nothing about which of our entries are committed
+            message = dict(message, commit_index=0)
+        if self.learner:
+            if kind == "request_vote":
+                return None  # fix 6: no vote before catching up
+            if kind == "append_entries" and "prevLogIdx" in message and \
+                    self._catch_up_to is None and message["term"] >= self.raftCurrentTerm:
+                self._catch_up_to = message["commit_index"]
+        return message
+
+    def _learner_tick(self) -> None:
+        now = _syncobj.monotonicTime()
+        self._SyncObj__raftElectionDeadline = now + 3600.0  # never campaign while learning
+        target = self._catch_up_to
+        if target is None or self.raftLastApplied < target:
+            return
+        # Caught up: this member may have voted in this term before it was wiped.
+        self._SyncObj__setCurrentTerm(self.raftCurrentTerm, WIPED_VOTE)
+        _write_durably(self.settings.directory / MEMBER_FILE, b"rejoined\n")
+        self.learner = False
+        lo, hi = self.settings.election_timeout_s
+        self._SyncObj__raftElectionDeadline = now + hi
+        log.info("replica %s caught up to %d and votes again", self.settings.self_address,
+                 target)
+
+    # ---- snapshots: the state machine's own checkpoint, plus pysyncobj's raft data ----
+    def _serialize(self, path: str, raft_data: Any) -> None:
+        last, prev, cluster = raft_data
+        self.machine.write_snapshot(path, _pack_raft_data(last, prev, cluster))
+
+    def _deserialize(self, path: str) -> tuple:
+        return _unpack_raft_data(self.machine.read_snapshot(path))
+
+
+def _pack_raft_data(last: tuple, prev: tuple, cluster: Any) -> bytes:
+    import msgpack
+
+    members = sorted(getattr(n, "id", str(n)) for n in cluster)
+    return msgpack.packb([list(last), list(prev), members], use_bin_type=True)
+
+
+def _unpack_raft_data(raw: bytes) -> tuple:
+    import msgpack
+
+    last, prev, members = msgpack.unpackb(raw, raw=False)
+    return tuple(last), tuple(prev), list(members)
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_path(path.parent, directory=True)

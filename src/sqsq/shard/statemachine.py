@@ -1,0 +1,201 @@
+"""One replica's state machine: committed log entries applied to the shard's store, and
+snapshots of that store for Raft's log compaction and catch-up.
+
+Every replica applies the same entries in log order through ``core.apply`` and writes the
+entry's Raft index in the same atomic batch (``Meta.applied_index``), so an entry replayed
+after a restart (the journal is replayed from its last snapshot) is skipped, never applied
+twice. The writes are not fsynced: the Raft journal is what is durable, and a restart replays
+whatever the store lost.
+
+A snapshot is a file: a header (the store's applied index, pysyncobj's own raft data) and a
+tar of a store checkpoint (for RocksDB hard-linked SSTs, so taking one is cheap; the copy into
+the tar is not). A replica adopts a snapshot only if it is ahead of its own store.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+import tarfile
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import msgpack
+
+from sqsq.core import commands as c
+from sqsq.core import records
+from sqsq.core.entry import decode_entry
+from sqsq.core.machine import apply
+from sqsq.core.state import ShardConfig
+from sqsq.core.txn import Txn
+from sqsq.shard.raft import fsync_path
+from sqsq.shard.store import MemoryStore, RocksStore, Store
+
+log = logging.getLogger("sqsq.shard")
+
+SNAPSHOT_MAGIC = b"SQSQSNP1"
+_HEADER_LEN = struct.Struct(">I")
+
+Applied = Callable[[int, list[c.Outcome]], None]
+
+
+def open_store(path: Path, memory: bool = False) -> Store:
+    """The store at ``path``: a RocksDB directory, or a MemoryStore (loaded from its
+    checkpoint file if there is one)."""
+    if memory:
+        return MemoryStore.load(str(path)) if path.is_file() else MemoryStore()
+    return RocksStore(str(path))
+
+
+class ConfigurationMismatch(RuntimeError):
+    pass
+
+
+class CurrentStore:
+    """The store, through one indirection: installing a snapshot swaps what is behind it."""
+
+    def __init__(self, store: Store) -> None:
+        self.inner = store
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.inner.get(key)
+
+    def scan(self, start: bytes, end: bytes, *, reverse: bool = False
+             ) -> Iterator[tuple[bytes, bytes]]:
+        return self.inner.scan(start, end, reverse=reverse)
+
+    def write(self, writes: Mapping[bytes, bytes | None], *, sync: bool) -> None:
+        self.inner.write(writes, sync=sync)
+
+    def sync(self) -> None:
+        self.inner.sync()
+
+    def checkpoint(self, path: str) -> None:
+        self.inner.checkpoint(path)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class ShardMachine:
+    """``StateMachine`` for ``raft.ShardReplica``: runs in the replica's tick thread."""
+
+    def __init__(self, directory: Path, config: ShardConfig, *, memory: bool = False) -> None:
+        self.directory = directory
+        self.config = config
+        self.memory = memory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.store = CurrentStore(open_store(self._db_path, memory))
+        self.check_configuration()
+        self.applied_index = self.meta().applied_index
+        self.on_applied: Applied | None = None  # the leader's engine answers through this
+        self._lock = threading.Lock()  # snapshots against a concurrent admin checkpoint
+
+    @property
+    def _db_path(self) -> Path:
+        return self.directory / ("db.mem" if self.memory else "db")
+
+    def meta(self) -> records.Meta:
+        return records.Meta.decode(self.store.get(records.META_KEY))
+
+    def recorded_fingerprint(self) -> str | None:
+        raw = self.store.get(records.CONFIG_KEY)
+        return None if raw is None else raw.decode()
+
+    def check_configuration(self) -> None:
+        """A replica whose cluster configuration differs from the recorded one refuses to run:
+        its handles and ARNs would differ from its peers'."""
+        recorded = self.recorded_fingerprint()
+        if recorded is not None and recorded != self.config.fingerprint():
+            raise ConfigurationMismatch(
+                f"{self.directory}: this replica's cluster configuration (secret, region, "
+                f"account) differs from the one recorded in the shard's state")
+
+    def apply_entry(self, index: int, data: bytes) -> list[c.Outcome] | None:
+        if index <= self.applied_index:
+            return None  # replayed after a restart: already in the store
+        entry = decode_entry(data)
+        txn = Txn(self.store)
+        # An exception here is a broken invariant: it propagates and stops the replica.
+        outcomes = [apply(txn, self.config, command, entry.now_ms)
+                    for command in entry.commands]
+        meta = records.Meta.decode(txn.get(records.META_KEY))
+        meta.applied_index = index
+        meta.last_now_ms = max(meta.last_now_ms, entry.now_ms)
+        txn.put(records.META_KEY, meta.encode())
+        self.store.write(txn.writes(), sync=False)
+        self.applied_index = index
+        if any(isinstance(command, c.Configure) for command in entry.commands):
+            self.check_configuration()  # a mismatch stops this replica, never diverges it
+        if self.on_applied is not None:
+            self.on_applied(index, outcomes)
+        return outcomes
+
+    # ---- snapshots ----
+    def write_snapshot(self, path: str, raft_data: bytes) -> None:
+        with self._lock:
+            staging = Path(path + ".ckpt")
+            _remove(staging)
+            self.store.checkpoint(str(staging))
+            header = msgpack.packb({"applied_index": self.applied_index, "raft": raft_data,
+                                    "memory": self.memory}, use_bin_type=True)
+            with open(path, "wb") as f:
+                f.write(SNAPSHOT_MAGIC + _HEADER_LEN.pack(len(header)) + header)
+                with tarfile.open(fileobj=f, mode="w|") as tar:
+                    tar.add(str(staging), arcname="db")
+                f.flush()
+                os.fsync(f.fileno())
+            _remove(staging)
+
+    def read_snapshot(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            if f.read(len(SNAPSHOT_MAGIC)) != SNAPSHOT_MAGIC:
+                raise ValueError(f"{path}: not a sqsq snapshot")
+            (n,) = _HEADER_LEN.unpack(f.read(_HEADER_LEN.size))
+            header = msgpack.unpackb(f.read(n), raw=False)
+            if header["applied_index"] > self.applied_index:
+                self._install(f, header["applied_index"])
+        return header["raft"]
+
+    def _install(self, f: object, index: int) -> None:
+        """Replace the store with the snapshot's (it is ahead of ours)."""
+        with self._lock:
+            fresh = self.directory / "db.install"
+            _remove(fresh)
+            fresh.mkdir()
+            with tarfile.open(fileobj=f, mode="r|") as tar:  # type: ignore[arg-type]
+                tar.extractall(fresh, filter="data")
+            _fsync_tree(fresh)
+            self.store.inner.close()
+            _remove(self._db_path)
+            os.replace(fresh / "db", self._db_path)
+            fsync_path(self.directory, directory=True)
+            _remove(fresh)
+            self.store.inner = open_store(self._db_path, self.memory)
+            self.applied_index = self.meta().applied_index
+            log.info("installed a snapshot at index %d (%s)", index, self.directory)
+
+    def checkpoint(self, path: str) -> None:
+        """An export checkpoint (admin), consistent with what has been applied."""
+        with self._lock:
+            self.store.checkpoint(path)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            fsync_path(os.path.join(dirpath, name))
+        fsync_path(dirpath, directory=True)

@@ -1,0 +1,192 @@
+"""One regression test per pysyncobj 0.3.17 hole that ``sqsq.shard.raft`` fixes; each fails
+without its fix. Replicas run in this process, ticked by the test under a fake clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pysyncobj.pickle
+import pytest
+from pysyncobj.node import TCPNode
+
+from raftsupport import RecordingMachine, free_port, raft_group
+from sqsq.shard import raft
+from sqsq.shard.raft import MEMBER_FILE, Proposal, RaftSettings, ShardReplica
+
+
+def test_nothing_is_acknowledged_or_counted_before_it_is_on_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fix 1: a follower answers an append only once its journal is synced through it, and a
+    leader commits only entries its own journal has synced."""
+    acks: list[tuple[str, int, int]] = []
+    send = raft._Transport.send  # noqa: SLF001
+
+    def spy(self, node, message):  # noqa: ANN001, ANN202
+        result = send(self, node, message)
+        if message.get("type") == "next_node_idx" and message.get("success"):
+            journal = self._replica.journal
+            acks.append((self._replica.settings.self_address, message["next_node_idx"] - 1,
+                         journal.synced_index))
+        return result
+
+    monkeypatch.setattr(raft._Transport, "send", spy)  # noqa: SLF001
+    with raft_group(tmp_path, monkeypatch) as group:
+        leader = group.elect()
+        for i in range(20):
+            box = group.propose(leader, b"m%d" % i)
+            while not box:
+                group.step(0.01)
+                for r in group.replicas.values():
+                    if r.is_leader():
+                        assert r.raftCommitIndex <= r.journal.synced_index
+            assert box[0][0] is Proposal.COMMITTED
+        assert acks, "no follower acknowledged anything"
+        for who, acked, synced in acks:
+            assert acked <= synced, f"{who} acknowledged index {acked} with {synced} on disk"
+
+
+def _regular(replica: ShardReplica, data: bytes) -> bytes:
+    """An entry as pysyncobj logs a call of the replicated method."""
+    func_id = replica._methodToID[replica._getFuncName("_entry")]  # noqa: SLF001
+    return b"\x00" + pysyncobj.pickle.dumps((func_id, (data,)))
+
+
+def test_a_snapshot_chunk_does_not_commit_a_deposed_leaders_tail(tmp_path: Path) -> None:
+    """Fix 2: entries appended in an old term and never committed are not applied (nor
+    acknowledged) because a snapshot chunk from a new leader carries a high commit index."""
+    me, old, new = (f"127.0.0.1:{free_port()}" for _ in range(3))
+    machine = RecordingMachine()
+    replica = ShardReplica(RaftSettings(me, [me, old, new], tmp_path, bootstrap=True,
+                                        auto_tick=False), machine)
+    try:
+        transport = replica._SyncObj__transport  # noqa: SLF001
+        tail = [(_regular(replica, b"uncommitted-%d" % i), 2 + i, 1) for i in range(3)]
+        transport._onMessageReceived(TCPNode(old), {  # noqa: SLF001
+            "type": "append_entries", "term": 1, "commit_index": 1, "prevLogIdx": 1,
+            "prevLogTerm": 0, "entries": tail})
+        transport._onMessageReceived(TCPNode(new), {  # noqa: SLF001
+            "type": "append_entries", "term": 2, "commit_index": 50,
+            "serialized": (b"partial snapshot", True, False)})
+        for _ in range(5):
+            replica.doTick(0.0)
+        assert replica.raftCommitIndex == 1
+        assert machine.applied == []
+    finally:
+        replica._doDestroy()  # noqa: SLF001
+
+
+def test_a_full_restart_after_compaction_keeps_the_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fix 3: with the journal compacted, every replica restarted comes back with what it had
+    applied (its dump holds the state machine), and the group goes on."""
+    with raft_group(tmp_path, monkeypatch) as group:
+        leader = group.elect()
+        for i in range(12):
+            assert group.commit(leader, b"m%d" % i) is Proposal.COMMITTED
+        group.run(0.3)
+        for r in group.replicas.values():
+            r.forceLogCompaction()
+        group.run(0.3)
+        assert all(len(r.journal) < 12 for r in group.replicas.values()), "no compaction"
+        for address in list(group.replicas):
+            group.destroy(address)
+        for address in group.addresses:  # fresh machines: only the dump can restore them
+            group.start(address, bootstrap=False)
+        leader = group.elect()
+        assert group.commit(leader, b"after") is Proposal.COMMITTED
+        group.run(0.5)
+        want = [b"m%d" % i for i in range(12)] + [b"after"]
+        for address, machine in group.machines.items():
+            assert machine.payloads()[-13:] == want, address
+
+
+def test_an_apply_that_raises_stops_the_replica(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fix 4: an exception in apply stops the replica at once (on_fatal), instead of being
+    retried on every tick forever."""
+    with raft_group(tmp_path, monkeypatch) as group:
+        leader = group.elect()
+        for machine in group.machines.values():
+            machine.fail_on = b"poison"
+        box = group.propose(leader, b"poison")
+        group.run(1.0)
+        # Every replica that learns the entry is committed stops once, at its first try (the
+        # leader first; a follower may never hear of the commit from a stopped leader).
+        assert group.replicas[leader].fatal is not None
+        stopped = [r for r in group.replicas.values() if r.fatal is not None]
+        assert len(group.fatal) == len(stopped)
+        assert not box or box[0][0] is not Proposal.COMMITTED
+        assert all(b"poison" not in m.payloads() for m in group.machines.values())
+
+
+def test_a_deposed_leader_does_not_acknowledge_what_the_next_leader_committed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fix 5: the old leader's entry reached one follower, which then led and committed it;
+    the old leader, healed, applies it in the term it proposed in, but it no longer leads:
+    outcome unknown, not success (its client retries with the same request id)."""
+    with raft_group(tmp_path, monkeypatch) as group:
+        old = group.elect()
+        f1, f2 = (a for a in group.addresses if a != old)
+        box = group.propose(old, b"x")
+        group.stopped.add(f2)
+        group.replicas[old].doTick(0.0)  # appends x and sends it
+        for _ in range(20):
+            group.replicas[f1].doTick(0.0)  # f1 appends x and acknowledges it
+        group.cut.add(old)  # ... before the old leader hears of the acknowledgement
+        group.stopped.clear()
+        group.run(3.0)
+        assert group.leaders() == [f1]
+        group.cut.clear()
+        group.run(2.0)
+        assert all(m.payloads() == [b"x"] for m in group.machines.values())
+        assert box and box[0][0] is Proposal.UNKNOWN
+
+
+def test_a_leader_on_an_island_acknowledges_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader cut off from its followers acknowledges nothing it proposed there, and once
+    healed it holds the new leader's log, not its own."""
+    with raft_group(tmp_path, monkeypatch) as group:
+        old = group.elect()
+        assert group.commit(old, b"before") is Proposal.COMMITTED
+        group.cut.add(old)
+        stale = group.propose(old, b"on the island")
+        group.run(3.0)
+        new = group.leaders()[0]
+        assert new != old
+        assert group.commit(new, b"after") is Proposal.COMMITTED
+        group.cut.clear()
+        group.run(2.0)
+        assert stale and stale[0][0] is not Proposal.COMMITTED
+        for machine in group.machines.values():
+            assert machine.payloads() == [b"before", b"after"]
+
+
+def test_a_wiped_replica_learns_before_it_votes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fix 6: a replica whose directory is new, not bootstrapping, answers no vote request
+    until it has caught up; then it records a vote for the current term and is a member."""
+    with raft_group(tmp_path, monkeypatch) as group:
+        leader = group.elect()
+        for i in range(5):
+            assert group.commit(leader, b"m%d" % i) is Proposal.COMMITTED
+        wiped = next(a for a in group.addresses if a != leader)
+        group.destroy(wiped)
+        directory = tmp_path / wiped.replace(":", "_")
+        for p in sorted(directory.iterdir(), reverse=True):
+            p.unlink() if p.is_file() else None
+        replica = group.start(wiped, bootstrap=False)
+        assert replica.learner
+        votes = []
+        send = raft._Transport.send  # noqa: SLF001
+        monkeypatch.setattr(raft._Transport, "send", lambda self, node, message: (  # noqa: SLF001
+            votes.append(message) if message.get("type") == "response_vote" else None,
+            send(self, node, message))[1])
+        replica._SyncObj__transport._onMessageReceived(TCPNode(leader), {  # noqa: SLF001
+            "type": "request_vote", "term": 99, "last_log_index": 1000, "last_log_term": 99})
+        assert votes == [] and replica.raftCurrentTerm < 99
+        group.run(2.0)
+        assert not replica.learner
+        assert (directory / MEMBER_FILE).exists()
+        assert group.machines[wiped].payloads() == [b"m%d" % i for i in range(5)]
+        assert replica._SyncObj__votedForNodeId == raft.WIPED_VOTE  # noqa: SLF001
