@@ -22,6 +22,7 @@ BACKOFF = (0.1, 0.3, 0.9)
 # leader is elected within a few seconds of the old one failing.
 FAILOVER_S = 15.0
 NO_HINT_WAIT_S = 0.05  # a NotLeader without a leader's address: an election is under way
+ATTEMPT_S = 5.0  # with several nodes, one attempt waits no longer (a stopped node never answers)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,14 @@ class Route:
         i = self.targets.index(self.current) if self.current in self.targets else -1
         self.current = self.targets[(i + 1) % len(self.targets)]
 
+    def attempt_timeout(self, call: Call, timeout: float | None) -> float | None:
+        """One attempt's deadline: with several nodes a call that is safe to repeat moves on
+        from a node that does not answer (stopped, cut off) rather than wait out its whole
+        deadline there. Long polls keep theirs."""
+        if not self.several or not call.retry or call.min_timeout is not None:
+            return timeout
+        return ATTEMPT_S if timeout is None else min(timeout, ATTEMPT_S)
+
     def retry_after(self, call: Call, err: grpc.RpcError, attempt: int,
                     elapsed_s: float) -> tuple[QueueError, float | None]:
         """The error, and how long to wait before the next attempt (None: give up)."""
@@ -73,6 +82,10 @@ class Route:
             if elapsed_s < FAILOVER_S:
                 return error, 0.0 if leader else NO_HINT_WAIT_S
             return ServiceUnavailable(f"no leader found: {error.message}"), None
+        timed_out = _status(err) == grpc.StatusCode.DEADLINE_EXCEEDED
+        if self.several and call.retry and timed_out and elapsed_s < FAILOVER_S:
+            self.rotate()
+            return error, 0.0
         if not may_retry(call, err):
             return error, None
         if self.several:
@@ -120,9 +133,13 @@ CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 100),
                    ("grpc.max_reconnect_backoff_ms", 1000))
 
 
-def _unavailable(err: grpc.RpcError) -> bool:
+def _status(err: grpc.RpcError) -> grpc.StatusCode | None:
     code_fn = getattr(err, "code", None)
-    return callable(code_fn) and code_fn() == grpc.StatusCode.UNAVAILABLE
+    return code_fn() if callable(code_fn) else None
+
+
+def _unavailable(err: grpc.RpcError) -> bool:
+    return _status(err) == grpc.StatusCode.UNAVAILABLE
 
 
 def may_retry(call: Call, err: grpc.RpcError) -> bool:

@@ -63,7 +63,7 @@ class AsyncClient:
         return f"AsyncClient({self.target!r})"
 
     async def _run(self, call: _call.Call) -> Any:
-        timeout = call.timeout(self.timeout)
+        timeout = self.route.attempt_timeout(call, call.timeout(self.timeout))
         started = time.monotonic()
         attempt = 0
         while True:

@@ -61,7 +61,7 @@ class Client:
         return f"Client({self.target!r})"
 
     def _run(self, call: _call.Call) -> Any:
-        timeout = call.timeout(self.timeout)
+        timeout = self.route.attempt_timeout(call, call.timeout(self.timeout))
         started = time.monotonic()
         attempt = 0
         while True:
