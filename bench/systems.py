@@ -97,6 +97,43 @@ class SqsqServer(System):
         return f"127.0.0.1:{gport}"
 
 
+class SqsqR3(System):
+    """One shard replicated by three ``sqsq node`` processes (a Raft group, fsync on); the
+    benchmark's SDK clients are given all three nodes and follow the leader."""
+
+    durability = "Raft: entry fsynced (msync) on a majority of 3 before any reply"
+
+    def version(self) -> str:
+        return _pkg_version("sqsq")
+
+    def start(self, workdir: Path) -> dict[str, Any]:
+        import os
+
+        secret = workdir / "cluster-secret"
+        secret.write_bytes(os.urandom(32))
+        nodes = [(free_port(), free_port()) for _ in range(3)]
+        peers = ",".join(f"127.0.0.1:{g}:{r}" for g, r in nodes)
+        for i, (gport, rport) in enumerate(nodes):
+            proc = Proc(f"sqsq-node{i}", [
+                sys.executable, "-m", "sqsq.cli.main", "node", "--data-dir",
+                str(workdir / f"node{i}"), "--host", "127.0.0.1", "--grpc-port", str(gport),
+                "--raft-port", str(rport), "--peers", peers, "--bootstrap",
+                "--secret-file", str(secret)],
+                workdir / f"node{i}.log", env={"SQSQ_LOG_LEVEL": "WARNING"}, cwd=REPO)
+            self.procs.append(proc)
+        for gport, _ in nodes:
+            _wait_port(gport)
+        return {"kind": "sqsq-grpc", "endpoint": ",".join(f"127.0.0.1:{g}" for g, _ in nodes)}
+
+
+def _wait_port(port: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not port_open(port):
+        time.sleep(0.1)
+    if not port_open(port):
+        raise Skip(f"a sqsq node did not listen on {port} within {timeout_s}s")
+
+
 def _wait_http(port: int, proc: Proc, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and not port_open(port):
@@ -152,6 +189,7 @@ def targets(sqsq_endpoint: str | None = None) -> dict[str, Callable[[], System]]
         "sqsq-grpc": lambda: SqsqServer("grpc", sqsq_endpoint),
         "sqsq-http": lambda: SqsqServer("http", sqsq_endpoint),
         "sqsq-gateway": lambda: SqsqServer("gateway"),
+        "sqsq-r3": SqsqR3,
         "sqsq-cluster": lambda: Placeholder(
             "not built yet: the 3-replica cluster (sqsq cluster up + gateway) does not exist; "
             "add it here when it lands"),
