@@ -13,10 +13,15 @@ setup: system-deps $(STAMP) $(GEN)
 
 # Java runs the Spark analytics (jobs and tests). Installed when missing (we are root on the
 # machines this targets); if that fails, the analytics tests fail loudly, they never skip.
+# etcd (Debian's etcd-server 3.4) holds the cluster's partition map; the control-plane tests
+# start a real one and fail (never skip) without it.
 system-deps:
 	@command -v java >/dev/null 2>&1 || { apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless; } \
 		|| echo "WARNING: could not install Java 17: the Spark analytics tests will fail"
+	@command -v etcd >/dev/null 2>&1 || { apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server; } \
+		|| echo "WARNING: could not install etcd-server: the control-plane tests will fail"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
