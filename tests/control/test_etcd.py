@@ -180,3 +180,25 @@ def test_a_watch_resumes_after_etcd_restarts_and_misses_nothing(
             await watch.close()
 
     run(scenario(), timeout_s=120)
+
+
+def test_a_watch_from_compacted_history_hands_over_the_whole_range(
+        etcd_proc: EtcdProcess) -> None:
+    async def scenario() -> None:
+        from aetcd.rpc import rpc_pb2
+
+        async with Etcd(etcd_proc.endpoint) as client:
+            first = await client.put("/t/a", b"1")
+            await client.put("/t/a", b"2")
+            last = await client.put("/t/b", b"3")
+            await client.kv.Compact(rpc_pb2.CompactionRequest(revision=last, physical=True))
+            watch = watch_prefix(client, "/t/", first)  # that history is gone
+            batch = await asyncio.wait_for(watch.__anext__(), 10)
+            assert batch.reset is not None and batch.revision >= last
+            assert {kv.key: kv.value for kv in batch.reset.kvs} == {"/t/a": b"2", "/t/b": b"3"}
+            await client.put("/t/c", b"4")  # and it goes on from there
+            batch = await asyncio.wait_for(watch.__anext__(), 10)
+            assert [ev.key for ev in batch.events] == ["/t/c"]
+            await watch.close()
+
+    run(scenario())
