@@ -11,6 +11,8 @@ engine), the shard service over it, and the doors a process opens.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
 import sys
@@ -41,6 +43,13 @@ READY_TIMEOUT_S = 60.0  # a replica replays its journal before it leads
 # woken by the other waits for the GIL up to this long (Python's default is 5 ms, which more
 # than doubled a single send's latency here).
 GIL_SWITCH_INTERVAL_S = 0.0002
+
+
+def raft_password(secret: bytes) -> str:
+    """Peers exchange pickles: unauthenticated, anyone who reaches a Raft port could run code
+    in the node. pysyncobj encrypts and authenticates its traffic with a password; every node
+    derives the same one from the cluster secret it already shares."""
+    return hmac.new(secret, b"sqsq raft transport", hashlib.sha256).hexdigest()
 
 
 def _config(secret: bytes, region: str | None, account: str | None) -> ShardConfig:
@@ -78,10 +87,11 @@ async def run_server(
     root.mkdir(parents=True, exist_ok=True)
     auth = Authenticator(load_credentials(credentials_file))
     config = _config(load_secret(root / "secret"), region, account)
-    # A one-member group: its own Raft port is never dialled, so any free one will do.
-    me = Peer(host, grpc_port, 0)
+    # A one-member group: its own Raft port is never dialled, so any free loopback one will do.
+    me = Peer("127.0.0.1", grpc_port, 0)
     engine = open_replica(0, root / "shard-0", config, me, [me],
-                          ReplicaOptions(bootstrap=True, durable=sync))
+                          ReplicaOptions(bootstrap=True, durable=sync,
+                                         password=raft_password(config.secret)))
     await engine.start()
     if not await engine.wait_leading(READY_TIMEOUT_S):
         raise OSError("the shard did not become ready")
@@ -115,7 +125,8 @@ async def run_node(
     engine = open_replica(
         0, root / "shard-0", config, me, members,
         ReplicaOptions(bootstrap=bootstrap, durable=sync,
-                       compaction_min_entries=compaction_min_entries))
+                       compaction_min_entries=compaction_min_entries,
+                       password=raft_password(config.secret)))
     await engine.start()
     endpoint = endpoint_for(host, grpc_port, None, config.account)
     await _serve("sqsq node", engine, endpoint, auth, host, grpc_port, None, root,
