@@ -264,6 +264,12 @@ def _parse_extra(name: str, value: str) -> str | None | Rejection:
     return value
 
 
+def _unknown_on_standard(name: str) -> Rejection:
+    # SQS does not know the attribute at all on a standard queue, whatever its value
+    # ("FifoQueue": "false" included).
+    return reject(ErrorCode.INVALID_ATTRIBUTE_NAME, f"Unknown Attribute {name}.")
+
+
 def parse_queue_attributes(
     raw: Mapping[str, str],
     *,
@@ -293,11 +299,15 @@ def parse_queue_attributes(
         if not fifo and queue_name.endswith(FIFO_SUFFIX):
             # SQS answers a ".fifo" standard queue with the plain name message.
             return reject(ErrorCode.INVALID_PARAMETER_VALUE, _NAME_MESSAGE)
+        if fifo_raw is not None and not fifo:
+            return _unknown_on_standard("FifoQueue")
         attrs = QueueAttributes(fifo_queue=fifo)
     else:
         assert base is not None
         attrs = base
         fifo = base.fifo_queue
+        if "FifoQueue" in raw and not fifo:
+            return _unknown_on_standard("FifoQueue")
         if "FifoQueue" in raw:
             parsed = _parse_bool("FifoQueue", raw["FifoQueue"])
             if isinstance(parsed, Rejection):
@@ -313,10 +323,7 @@ def parse_queue_attributes(
                     f"You can specify the {name} only when FifoQueue is set to true.",
                 )
         if "ContentBasedDeduplication" in raw:
-            # SQS does not know the attribute at all on a standard queue.
-            return reject(
-                ErrorCode.INVALID_ATTRIBUTE_NAME, "Unknown Attribute ContentBasedDeduplication."
-            )
+            return _unknown_on_standard("ContentBasedDeduplication")
 
     changes: dict[str, Any] = {}
     for name, field, bounds in _INT_ATTRIBUTES:
