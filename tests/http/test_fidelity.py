@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -42,3 +45,42 @@ def test_fifo_queue_attribute_is_unknown_on_standard_queues(
             wire("SetQueueAttributes", QueueUrl=url, Attributes={"FifoQueue": value})
         assert (e.value.status, e.value.code, e.value.message) == (
             400, "InvalidAttributeName", "Unknown Attribute FifoQueue.")
+
+
+def _arn(wire: Wire, url: str) -> str:
+    return wire("GetQueueAttributes", QueueUrl=url, AttributeNames=["QueueArn"])[
+        "Attributes"]["QueueArn"]
+
+
+def test_message_move_task_handles_and_errors(wire: Wire,
+                                              new_queue: Callable[..., str]) -> None:
+    dlq = new_queue("dlq")
+    dlq_arn = _arn(wire, dlq)
+    new_queue("src", RedrivePolicy=json.dumps({"deadLetterTargetArn": dlq_arn,
+                                               "maxReceiveCount": 1}))
+    wire("SendMessage", QueueUrl=dlq, MessageBody="dead")  # something to move, slowly
+    handle = wire("StartMessageMoveTask", SourceArn=dlq_arn,
+                  MaxNumberOfMessagesPerSecond=1)["TaskHandle"]
+    doc = json.loads(base64.b64decode(handle))
+    assert doc["sourceArn"] == dlq_arn and len(doc["taskId"]) == 36
+
+    def fails(action: str, **params: Any) -> tuple[int, str, str]:
+        with pytest.raises(Failed) as e:
+            wire(action, **params)
+        return e.value.status, e.value.code, e.value.message
+
+    assert fails("StartMessageMoveTask", SourceArn=dlq_arn) == (
+        400, "InvalidParameterValue", "There is already a task running. Only one active task "
+        "is allowed for a source queue arn at a given time.")
+    assert fails("CancelMessageMoveTask", TaskHandle="garbage") == (
+        400, "InvalidParameterValue", "Value for parameter TaskHandle is invalid.")
+    no_queue = base64.b64encode(json.dumps(
+        {"taskId": doc["taskId"], "sourceArn": dlq_arn + "-gone"}).encode()).decode()
+    assert fails("CancelMessageMoveTask", TaskHandle=no_queue) == (
+        404, "ResourceNotFoundException",
+        "The resource that you specified for the SourceArn parameter doesn't exist.")
+    no_task = base64.b64encode(json.dumps(
+        {"taskId": "00000000-0000-4000-a000-000000000000", "sourceArn": dlq_arn}).encode())
+    assert fails("CancelMessageMoveTask", TaskHandle=no_task.decode()) == (
+        404, "ResourceNotFoundException", "Task does not exist.")
+    wire("CancelMessageMoveTask", TaskHandle=handle)

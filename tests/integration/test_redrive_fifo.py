@@ -71,7 +71,7 @@ def test_message_move_task_back_to_source(client: Client, make_queue, depth) -> 
     handle = client.start_message_move_task(dlq_arn, max_number_of_messages_per_second=100)
     with pytest.raises(QueueError) as e:  # one running task per source queue
         client.start_message_move_task(dlq_arn)
-    assert e.value.code == "UnsupportedOperation"
+    assert e.value.code == "InvalidParameterValue"
     deadline = time.monotonic() + 20
     while (task := client.list_message_move_tasks(dlq_arn)[0])["Status"] == "RUNNING":
         assert task["TaskHandle"] == handle and time.monotonic() < deadline
