@@ -84,3 +84,26 @@ def test_message_move_task_handles_and_errors(wire: Wire,
     assert fails("CancelMessageMoveTask", TaskHandle=no_task.decode()) == (
         404, "ResourceNotFoundException", "Task does not exist.")
     wire("CancelMessageMoveTask", TaskHandle=handle)
+
+
+def test_fifo_batch_checks_every_entry_first(wire: Wire, new_queue: Callable[..., str]) -> None:
+    """One entry without a group id, or without a deduplication id while content-based
+    deduplication is off, fails the whole SendMessageBatch: nothing is sent."""
+    url = new_queue(fifo=True)
+    good = {"Id": "a", "MessageBody": "a", "MessageGroupId": "g", "MessageDeduplicationId": "a"}
+    for bad, message in (
+        ({"Id": "b", "MessageBody": "b", "MessageDeduplicationId": "b"},
+         "The request must contain the parameter MessageGroupId."),
+        ({"Id": "b", "MessageBody": "b", "MessageGroupId": "g"},
+         "The queue should either have ContentBasedDeduplication enabled or "
+         "MessageDeduplicationId provided explicitly"),
+    ):
+        with pytest.raises(Failed) as e:
+            wire("SendMessageBatch", QueueUrl=url, Entries=[good, bad])
+        assert (e.value.status, e.value.code, e.value.message) == (
+            400, "InvalidParameterValue", message)
+    assert "Messages" not in wire("ReceiveMessage", QueueUrl=url, WaitTimeSeconds=0)
+    cbd = new_queue(fifo=True, ContentBasedDeduplication="true")
+    result = wire("SendMessageBatch", QueueUrl=cbd, Entries=[
+        good, {"Id": "b", "MessageBody": "b", "MessageGroupId": "g"}])
+    assert sorted(s["Id"] for s in result["Successful"]) == ["a", "b"]

@@ -10,9 +10,10 @@ import base64
 from typing import Any
 
 from sqsq.core import commands as c
+from sqsq.core.attributes import FIFO_SUFFIX
 from sqsq.core.messages import MessageAttributeValue
 from sqsq.errors import from_rejection
-from sqsq.gateway.api import QueueService
+from sqsq.gateway.api import QueueService, queue_name_of
 from sqsq.gateway.http.wire import Params, b64decode, invalid
 
 Result = dict[str, Any]
@@ -100,8 +101,23 @@ async def send_message(api: QueueService, p: Params) -> Result:
     return _sent(result.successful[0])
 
 
+async def _check_fifo_batch(api: QueueService, url: str, entries: list[c.SendEntry]) -> None:
+    """On a FIFO queue Amazon checks every entry's group and deduplication ids first: one
+    missing fails the whole request and nothing is sent."""
+    if not queue_name_of(url).endswith(FIFO_SUFFIX):  # only FIFO queues have such names
+        return
+    if any(e.message_group_id is None for e in entries):
+        raise invalid("The request must contain the parameter MessageGroupId.")
+    if any(e.message_deduplication_id is None for e in entries):
+        attrs = await api.get_queue_attributes(url, ["ContentBasedDeduplication"])
+        if attrs.get("ContentBasedDeduplication") != "true":
+            raise invalid("The queue should either have ContentBasedDeduplication enabled or "
+                          "MessageDeduplicationId provided explicitly")
+
+
 async def send_message_batch(api: QueueService, p: Params) -> Result:
     entries = [_entry(e, e.text("Id") or "") for e in p.entries()]
+    await _check_fifo_batch(api, p.queue_url(), entries)
     result = await api.send_message_batch(p.queue_url(), entries)
     return _batch(result, [{"Id": s.entry_id, **_sent(s)} for s in result.successful])
 
