@@ -102,6 +102,24 @@ def test_group_unblocks_on_timeout_and_redelivers_same_message() -> None:
     assert entry_error(k.delete(F, m.receipt_handle)).code is ErrorCode.INVALID_PARAMETER_VALUE
 
 
+def test_a_timed_out_handle_no_longer_deletes() -> None:
+    """As Amazon answers on FIFO queues: once the visibility timeout ran out, the handle has
+    expired even though nobody received the message since; the message stays."""
+    k = make(VisibilityTimeout=10)
+    put(k, "a1", "A")
+    (m,) = k.receive(F, 1)
+    k.advance(10)
+    rej = entry_error(k.delete(F, m.receipt_handle))
+    assert rej.code is ErrorCode.INVALID_PARAMETER_VALUE
+    assert rej.message == (f"Value {m.receipt_handle} for parameter ReceiptHandle is invalid. "
+                           "Reason: The receipt handle has expired.")
+    k.run(c.Sweep())
+    assert entry_error(k.delete(F, m.receipt_handle)).code is ErrorCode.INVALID_PARAMETER_VALUE
+    (again,) = k.receive(F, 1)
+    assert again.message_id == m.message_id
+    entry_ok(k.delete(F, again.receipt_handle))
+
+
 def test_one_receive_returns_consecutive_messages_of_a_group() -> None:
     k = make()
     for i in range(4):

@@ -8,7 +8,8 @@ operation's outcome must be the one the model predicts:
 1. a send with a live deduplication id / request id returns the first message id, adds none;
 2. receive returns only messages the model says are visible, each claimed by one new handle;
 3. delete / change visibility succeed only with the latest handle; a stale one fails with
-   InvalidParameterValue and changes nothing;
+   InvalidParameterValue and changes nothing; on FIFO queues a handle whose timeout ran out
+   no longer deletes; on standard queues it still changes visibility;
 4. a message re-appears only after its deadline;
 6. FIFO: a group's messages are delivered in send order and a group with a message in flight
    delivers nothing;
@@ -394,6 +395,13 @@ class CoreModel(RuleBasedStateMachine):
             assert "expired" in f.rejection.message
             event("delete with a stale handle")
             return
+        if m.status == PRESENT and self.queues[h.queue].fifo and m.kind != IN_FLIGHT:
+            # FIFO: a handle whose visibility timeout ran out has expired; the message stays.
+            (f,) = res.failed
+            assert f.rejection.code is ErrorCode.INVALID_PARAMETER_VALUE, f
+            assert "expired" in f.rejection.message
+            event("delete with a timed-out FIFO handle")
+            return
         assert res.successful == ("0",), res
         event(f"delete of a {m.status} message")
         if m.status == PRESENT:
@@ -411,8 +419,9 @@ class CoreModel(RuleBasedStateMachine):
         want: ErrorCode | None = None
         if timeout > 43_200 or m.status != PRESENT or m.rc != h.epoch:
             want = ErrorCode.INVALID_PARAMETER_VALUE
-        elif m.kind != IN_FLIGHT:
+        elif m.kind != IN_FLIGHT and self.queues[h.queue].fifo:
             want = ErrorCode.MESSAGE_NOT_INFLIGHT
+        # (standard: the latest handle of a timed-out message still applies, as in SQS)
         if want is not None:
             (f,) = res.failed
             assert f.rejection.code is want, (f, m, h)
@@ -423,9 +432,10 @@ class CoreModel(RuleBasedStateMachine):
         event(f"change to {min(timeout, 1)}+ s")
         assert res.successful == ("0",), res
         if timeout == 0:
-            m.kind, m.at = VISIBLE, self.now
+            if m.kind == IN_FLIGHT:
+                m.kind, m.at = VISIBLE, self.now
         else:
-            m.at = self.now + timeout * 1000
+            m.kind, m.at = IN_FLIGHT, self.now + timeout * 1000
 
     @precondition(lambda self: self.handles)
     @rule(i=st.integers(0, 1000), garble=st.booleans())

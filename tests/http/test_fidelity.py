@@ -107,3 +107,31 @@ def test_fifo_batch_checks_every_entry_first(wire: Wire, new_queue: Callable[...
     result = wire("SendMessageBatch", QueueUrl=cbd, Entries=[
         good, {"Id": "b", "MessageBody": "b", "MessageGroupId": "g"}])
     assert sorted(s["Id"] for s in result["Successful"]) == ["a", "b"]
+
+
+def test_timed_out_handles(wire: Wire, new_queue: Callable[..., str]) -> None:
+    """A handle whose visibility timeout ran out (here: set to 0), nobody having received the
+    message since: on a FIFO queue it no longer deletes; on a standard queue it still changes
+    the visibility."""
+    fifo = new_queue(fifo=True, ContentBasedDeduplication="true")
+    wire("SendMessage", QueueUrl=fifo, MessageBody="f", MessageGroupId="g")
+    (m,) = wire("ReceiveMessage", QueueUrl=fifo)["Messages"]
+    wire("ChangeMessageVisibility", QueueUrl=fifo, ReceiptHandle=m["ReceiptHandle"],
+         VisibilityTimeout=0)
+    with pytest.raises(Failed) as e:
+        wire("DeleteMessage", QueueUrl=fifo, ReceiptHandle=m["ReceiptHandle"])
+    assert (e.value.status, e.value.code, e.value.message) == (
+        400, "InvalidParameterValue", f"Value {m['ReceiptHandle']} for parameter ReceiptHandle "
+        "is invalid. Reason: The receipt handle has expired.")
+    (again,) = wire("ReceiveMessage", QueueUrl=fifo)["Messages"]  # the message stayed
+    assert again["MessageId"] == m["MessageId"]
+
+    std = new_queue()
+    wire("SendMessage", QueueUrl=std, MessageBody="s")
+    (m,) = wire("ReceiveMessage", QueueUrl=std)["Messages"]
+    wire("ChangeMessageVisibility", QueueUrl=std, ReceiptHandle=m["ReceiptHandle"],
+         VisibilityTimeout=0)
+    wire("ChangeMessageVisibility", QueueUrl=std, ReceiptHandle=m["ReceiptHandle"],
+         VisibilityTimeout=60)  # applies: hidden again
+    assert "Messages" not in wire("ReceiveMessage", QueueUrl=std, WaitTimeSeconds=0)
+    wire("DeleteMessage", QueueUrl=std, ReceiptHandle=m["ReceiptHandle"])

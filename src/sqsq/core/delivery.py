@@ -131,6 +131,20 @@ def make_visible(st: ShardState, q: QueueRecord, seq: int, d: Delivery, at: int)
     refresh_group(st, q.qid, d.group_id)
 
 
+def hide(st: ShardState, q: QueueRecord, seq: int, d: Delivery, deadline: int) -> None:
+    """A visible standard message is in flight again until ``deadline``, its receive count
+    unchanged (ChangeMessageVisibility with the latest handle after the timeout ran out)."""
+    assert d.state == VISIBLE and d.group_id is None
+    st.txn.delete(r.visible_key(q.qid, d.visible_at_ms, seq))
+    d.state, d.visible_at_ms = IN_FLIGHT, deadline
+    st.put_delivery(q.qid, seq, d)
+    st.txn.put(r.timer_key(q.qid, deadline, seq), TIMER_IN_FLIGHT)
+    st.lower_floor(q.qid, "w_floor", deadline)
+    counters = st.counters(q.qid)
+    counters.add(VISIBLE, -1)
+    counters.add(IN_FLIGHT, 1)
+
+
 def refresh_group(st: ShardState, qid: int, group: str) -> bool:
     """Keep a FIFO group's entry in the ready index iff it is unblocked with a visible head."""
     head_seq = None
