@@ -481,7 +481,9 @@ class CoreModel(RuleBasedStateMachine):
             assert rejection(res).code is ErrorCode.PURGE_QUEUE_IN_PROGRESS
             return
         assert res == c.Ok(), res
-        q.last_purge = self.now  # deduplication windows outlive the purge, as in SQS
+        q.last_purge = self.now
+        if q.fifo:  # a purge clears FIFO deduplication ids, as Amazon does; request ids stay
+            q.dedup.clear()
         for m in self.present(queue):
             m.status = PURGED
 

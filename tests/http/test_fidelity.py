@@ -135,3 +135,15 @@ def test_timed_out_handles(wire: Wire, new_queue: Callable[..., str]) -> None:
          VisibilityTimeout=60)  # applies: hidden again
     assert "Messages" not in wire("ReceiveMessage", QueueUrl=std, WaitTimeSeconds=0)
     wire("DeleteMessage", QueueUrl=std, ReceiptHandle=m["ReceiptHandle"])
+
+
+def test_purge_clears_fifo_deduplication(wire: Wire, new_queue: Callable[..., str]) -> None:
+    url = new_queue(fifo=True)
+    first = wire("SendMessage", QueueUrl=url, MessageBody="x", MessageGroupId="g",
+                 MessageDeduplicationId="d")
+    wire("PurgeQueue", QueueUrl=url)
+    again = wire("SendMessage", QueueUrl=url, MessageBody="x", MessageGroupId="g",
+                 MessageDeduplicationId="d")
+    assert again["MessageId"] != first["MessageId"]
+    (m,) = wire("ReceiveMessage", QueueUrl=url)["Messages"]
+    assert m["MessageId"] == again["MessageId"]

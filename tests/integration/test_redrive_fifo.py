@@ -228,17 +228,15 @@ def test_fifo_rejects_per_message_delay(client: Client, make_queue) -> None:
     assert client.receive_message(url, wait_time_seconds=0) == []
 
 
-def test_fifo_purge_keeps_deduplication(client: Client, make_queue) -> None:
-    """Amazon SQS keeps the 5-minute deduplication window across PurgeQueue (emulators that
-    clear it differ from it): a resend after a purge is still a duplicate."""
+def test_fifo_purge_clears_deduplication(client: Client, make_queue) -> None:
+    """As Amazon SQS was recorded doing: after PurgeQueue a deduplication id used before the
+    purge sends a new message."""
     url = make_queue("fpurge", fifo=True)
     first = client.send_message(url, "x", message_group_id="g", message_deduplication_id="d")
     client.purge_queue(url)
     again = client.send_message(url, "x", message_group_id="g", message_deduplication_id="d")
-    assert again.message_id == first.message_id
-    assert client.receive_message(url, wait_time_seconds=0) == []
-    fresh = client.send_message(url, "y", message_group_id="g", message_deduplication_id="e")
-    assert [m.message_id for m in client.receive_message(url)] == [fresh.message_id]
+    assert again.message_id != first.message_id
+    assert [m.message_id for m in client.receive_message(url)] == [again.message_id]
 
 
 def test_fifo_group_unblocks_when_visibility_times_out(client: Client, make_queue) -> None:

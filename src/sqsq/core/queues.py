@@ -153,7 +153,9 @@ def purge(st: ShardState, cmd: PurgeQueue, now: int) -> Outcome:
             f"Only one PurgeQueue operation on {q.name} is allowed every 60 seconds.",
         ))
     # A new incarnation: messages and groups of the old one are gone for readers at once and
-    # deleted by the sweep. Deduplication ids stay, as in SQS: a purge is no resend licence.
+    # deleted by the sweep. FIFO deduplication ids go with them, as Amazon was recorded doing
+    # (they are keyed by the incarnation; the old ones leave through their expiry index).
+    # Client request ids stay under the first incarnation: a retried send stays one message.
     _retire(st, q)
     q.dedup_qid = q.dedup_scope_qid
     q.qid, q.last_purge_ms = st.next_qid(), now

@@ -218,8 +218,9 @@ class QueueRecord:
     modified_ms: int
     tags: dict[str, str] = field(default_factory=dict)
     last_purge_ms: int | None = None
-    # A purge starts a new incarnation (qid) but, as in SQS, not a new deduplication window:
-    # dedup records stay under the first incarnation's id. None: the same as qid.
+    # A purge starts a new incarnation (qid) and a new FIFO deduplication window, but client
+    # request ids (standard queues' idempotent retries) stay under the first incarnation's
+    # id. None: the same as qid.
     dedup_qid: int | None = None
 
     @property

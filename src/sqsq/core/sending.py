@@ -134,7 +134,7 @@ def send(st: ShardState, q: QueueRecord, cmd: SendMessages, now: int) -> Outcome
         ukey = None
         if fifo:
             scope, dedup_id = _dedup_scope(q, e)  # type: ignore[misc]  # checked above
-            ukey = r.dedup_key(q.dedup_scope_qid, scope, dedup_id)
+            ukey = r.dedup_key(q.qid, scope, dedup_id)  # a purge starts a new window
         elif cmd.request_id:
             ukey = r.dedup_key(q.dedup_scope_qid, _REQUEST_SCOPE,
                                f"{cmd.request_id}/{e.entry_id}")
