@@ -129,18 +129,28 @@ class Wire:
     def __init__(self, protocol: str, endpoint: str, sqs: Any) -> None:
         self.protocol, self.endpoint, self.sqs = protocol, endpoint, sqs
 
-    def __call__(self, action: str, **params: Any) -> dict[str, Any]:
+    def __call__(self, action: str, headers: dict[str, str] | None = None,
+                 **params: Any) -> dict[str, Any]:
         if self.protocol == "json":
             method = getattr(self.sqs, botocore.xform_name(action))
+
+            def add_headers(request: Any, **_: Any) -> None:
+                for k, v in (headers or {}).items():
+                    request.headers[k] = v
+
+            event = f"before-sign.sqs.{action}"
+            self.sqs.meta.events.register(event, add_headers, unique_id="wire-headers")
             try:
                 result = method(**params)
             except botocore.exceptions.ClientError as e:
                 err = e.response["Error"]
                 raise Failed(e.response["ResponseMetadata"]["HTTPStatusCode"], err["Code"],
                              err.get("Message", ""), err.get("QueryErrorCode")) from None
+            finally:
+                self.sqs.meta.events.unregister(event, unique_id="wire-headers")
             result.pop("ResponseMetadata", None)
             return result
-        status, root = signed_query(self.endpoint, query_form(action, params))
+        status, root = signed_query(self.endpoint, query_form(action, params), headers=headers)
         if status != 200:
             raise Failed(status, xml_text(root, "sqs:Error/sqs:Code") or "",
                          xml_text(root, "sqs:Error/sqs:Message") or "")

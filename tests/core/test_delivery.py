@@ -479,9 +479,18 @@ def test_redrive_policy_added_later_applies() -> None:
     assert ids(k.receive("dlq")) == [mid]
 
 
+def test_a_queue_may_be_its_own_dead_letter_target() -> None:
+    """Amazon accepts it; nothing is ever moved, the message stays deliverable."""
+    k = Core()
+    assert k.create("src", RedrivePolicy=redrive("src", 1)) == c.QueueCreated("src")
+    assert k.run(c.SetQueueAttributes("src", (("RedrivePolicy", redrive("src", 1)),))) == c.Ok()
+    mid = sent_id(k.send("src", "x"))
+    for _ in range(3):
+        assert ids(k.receive("src", 1, timeout=0)) == [mid]
+
+
 @pytest.mark.parametrize("policy", [
     redrive("missing", 2),
-    redrive("src", 2),
     redrive("dlq.fifo", 2),
     '{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq"}',
     '{"maxReceiveCount":2}',

@@ -18,7 +18,8 @@ and conservation: every accepted message is exactly one of delayed, visible, in 
 deleted, dead-lettered, expired or purged.
 
 The model mirrors sqsq's documented delivery order: standard queues hand out the messages
-that have been visible longest first (ties in send order); FIFO queues serve ready groups in
+that have been visible longest first (ties in send order; a message back from in flight
+counts as visible since it was sent, its original place); FIFO queues serve ready groups in
 the order of their head message. Messages past their retention period stay counted until a
 sweep or a receive that reaches them removes them (the counters are approximate), and the
 model tracks exactly that.
@@ -127,7 +128,14 @@ class CoreModel(RuleBasedStateMachine):
         """Timers that are due have fired: delayed and timed-out messages are visible."""
         for m in self.msgs.values():
             if m.status == PRESENT and m.kind != VISIBLE and m.at <= self.now:
-                m.kind = VISIBLE  # visible since ``at``
+                self.make_visible(m, m.at)
+
+    def make_visible(self, m: M, at: int) -> None:
+        """Visible since ``at``; a standard message back from in flight takes its original
+        place (its send time)."""
+        if m.kind == IN_FLIGHT and not self.queues[m.queue].fifo:
+            at = m.sent_ms
+        m.kind, m.at = VISIBLE, at
 
     def present(self, queue: str) -> list[M]:
         return sorted((m for m in self.msgs.values() if m.queue == queue and m.status == PRESENT),
@@ -433,7 +441,7 @@ class CoreModel(RuleBasedStateMachine):
         assert res.successful == ("0",), res
         if timeout == 0:
             if m.kind == IN_FLIGHT:
-                m.kind, m.at = VISIBLE, self.now
+                self.make_visible(m, self.now)
         else:
             m.kind, m.at = IN_FLIGHT, self.now + timeout * 1000
 

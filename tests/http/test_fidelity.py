@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import base64
 import json
+import urllib.request
 import uuid
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
-from sqswire import Failed, Wire
+from sqswire import Failed, Wire, signed_query, xml_text
 
 
 def test_validation_errors_name_amazons_json_shapes(wire: Wire,
@@ -147,3 +149,119 @@ def test_purge_clears_fifo_deduplication(wire: Wire, new_queue: Callable[..., st
     assert again["MessageId"] != first["MessageId"]
     (m,) = wire("ReceiveMessage", QueueUrl=url)["Messages"]
     assert m["MessageId"] == again["MessageId"]
+
+
+# ---- the smaller ones ------------------------------------------------------------------------
+
+
+def test_trace_header_becomes_aws_trace_header(wire: Wire, new_queue: Callable[..., str]) -> None:
+    url = new_queue()
+    trace = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"
+    sent = wire("SendMessage", QueueUrl=url, MessageBody="t", headers={"X-Amzn-Trace-Id": trace})
+    assert sent["MD5OfMessageSystemAttributes"]
+    (m,) = wire("ReceiveMessage", QueueUrl=url, MessageSystemAttributeNames=["All"])["Messages"]
+    assert m["Attributes"]["AWSTraceHeader"] == trace
+
+
+def test_wait_time_seconds_message(wire: Wire, new_queue: Callable[..., str]) -> None:
+    url = new_queue()
+    with pytest.raises(Failed) as e:
+        wire("ReceiveMessage", QueueUrl=url, WaitTimeSeconds=21)
+    assert (e.value.status, e.value.code, e.value.message) == (
+        400, "InvalidParameterValue",
+        "Value 21 for parameter WaitTimeSeconds is invalid. Reason: Must be >= 0 and <= 20, "
+        "if provided.")
+
+
+def test_message_attribute_selection_and_unicode_names(
+        wire: Wire, new_queue: Callable[..., str]) -> None:
+    url = new_queue()
+    attrs = {name: {"DataType": "String", "StringValue": name}
+             for name in ("X.a", "X.b", "Y", "Zähler_名前-1")}
+    wire("SendMessage", QueueUrl=url, MessageBody="m", MessageAttributes=attrs)
+    (m,) = wire("ReceiveMessage", QueueUrl=url, VisibilityTimeout=0,
+                MessageAttributeNames=["*"])["Messages"]
+    assert sorted(m["MessageAttributes"]) == sorted(attrs)
+    (m,) = wire("ReceiveMessage", QueueUrl=url, VisibilityTimeout=0,
+                MessageAttributeNames=["X.*"])["Messages"]
+    assert sorted(m["MessageAttributes"]) == ["X.a", "X.b"]
+
+
+def test_queue_attribute_answers(wire: Wire, new_queue: Callable[..., str]) -> None:
+    url = new_queue()
+    arn = _arn(wire, url)
+    policy = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 2})
+    wire("SetQueueAttributes", QueueUrl=url, Attributes={"RedrivePolicy": policy})  # itself
+    wire("SetQueueAttributes", QueueUrl=url, Attributes={"KmsDataKeyReusePeriodSeconds": "300"})
+    got = wire("GetQueueAttributes", QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert json.loads(got["RedrivePolicy"])["deadLetterTargetArn"] == arn
+    assert "KmsDataKeyReusePeriodSeconds" not in got  # only while a KMS key is set
+    wire("SetQueueAttributes", QueueUrl=url, Attributes={"KmsMasterKeyId": "alias/aws/sqs"})
+    got = wire("GetQueueAttributes", QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert got["KmsDataKeyReusePeriodSeconds"] == "300"
+
+
+def test_deduplication_scope_works_as_created(wire: Wire, new_queue: Callable[..., str]) -> None:
+    url = new_queue(fifo=True)  # DeduplicationScope "queue"
+    wire("SetQueueAttributes", QueueUrl=url, Attributes={"DeduplicationScope": "messageGroup"})
+    assert wire("GetQueueAttributes", QueueUrl=url, AttributeNames=["DeduplicationScope"])[
+        "Attributes"]["DeduplicationScope"] == "messageGroup"
+    a = wire("SendMessage", QueueUrl=url, MessageBody="x", MessageGroupId="A",
+             MessageDeduplicationId="d")
+    b = wire("SendMessage", QueueUrl=url, MessageBody="x", MessageGroupId="B",
+             MessageDeduplicationId="d")
+    assert a["MessageId"] == b["MessageId"]  # still deduplicated across groups
+
+
+def test_json_batch_result_leaves_out_empty_failed(wire: Wire,
+                                                   new_queue: Callable[..., str]) -> None:
+    url = new_queue()
+    result = wire("SendMessageBatch", QueueUrl=url, Entries=[{"Id": "a", "MessageBody": "a"}])
+    assert [s["Id"] for s in result["Successful"]] == ["a"] and "Failed" not in result
+
+
+def test_timed_out_message_goes_back_to_its_place(wire: Wire,
+                                                  new_queue: Callable[..., str]) -> None:
+    url = new_queue()
+    for body in ("first", "second"):
+        wire("SendMessage", QueueUrl=url, MessageBody=body)
+    (m,) = wire("ReceiveMessage", QueueUrl=url)["Messages"]
+    assert m["Body"] == "first"
+    wire("ChangeMessageVisibility", QueueUrl=url, ReceiptHandle=m["ReceiptHandle"],
+         VisibilityTimeout=0)
+    (again,) = wire("ReceiveMessage", QueueUrl=url)["Messages"]
+    assert again["Body"] == "first"  # ahead of "second", which was sent after it
+
+
+def test_fifo_sequence_numbers_look_like_amazons(wire: Wire,
+                                                 new_queue: Callable[..., str]) -> None:
+    url = new_queue(fifo=True, ContentBasedDeduplication="true")
+    seqs = [wire("SendMessage", QueueUrl=url, MessageBody=b, MessageGroupId="g")[
+        "SequenceNumber"] for b in ("a", "b")]
+    assert all(len(s) == 20 and s[0] != "0" for s in seqs)
+    assert int(seqs[0]) < int(seqs[1])
+
+
+def test_query_protocol_answers(sqs_endpoint: str, new_queue: Callable[..., str]) -> None:
+    url = new_queue()
+    status, root = signed_query(sqs_endpoint, {"Action": "GetQueueUrl",
+                                               "QueueName": "no-such-queue-x"})
+    assert (status, xml_text(root, "sqs:Error/sqs:Code")) == (
+        400, "AWS.SimpleQueueService.NonExistentQueue")
+    assert xml_text(root, "sqs:Error/sqs:Message") == \
+        "The specified queue does not exist for this wsdl version."
+    status, root = signed_query(url, {})
+    assert (status, root.tag) == (404, "UnknownOperationException")
+    for action in ("CreateQueue", "ListQueues"):
+        status, root = signed_query(url, {"Action": action, "QueueName": "x"})
+        assert (status, xml_text(root, "sqs:Error/sqs:Code"),
+                xml_text(root, "sqs:Error/sqs:Message")) == (
+            400, "InvalidAction", f"The action {action} is not valid for this endpoint.")
+    body = urlencode({"Action": "GetQueueAttributes", "QueueUrl": url,
+                      "AttributeName.1": "VisibilityTimeout"}).encode()
+    req = urllib.request.Request(sqs_endpoint, data=body, method="POST", headers={
+        "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        doc = json.loads(resp.read())
+    result = doc["GetQueueAttributesResponse"]["GetQueueAttributesResult"]
+    assert result["Attributes"] == {"VisibilityTimeout": "30"}

@@ -100,6 +100,9 @@ class QueueAttributes:
     fifo_queue: bool = False
     content_based_deduplication: bool = False
     deduplication_scope: str = "queue"  # "queue" | "messageGroup"
+    # The scope deduplication works by: the one set at creation. Amazon lets a later
+    # SetQueueAttributes change the attribute, not the behaviour. None: deduplication_scope.
+    deduplication_scope_in_effect: str | None = None
     fifo_throughput_limit: str = "perQueue"  # "perQueue" | "perMessageGroupId"
     # Accepted and echoed, not acted on; sorted by name so equal settings compare equal.
     extra: tuple[tuple[str, str], ...] = ()
@@ -371,6 +374,8 @@ def parse_queue_attributes(
         changes["extra"] = tuple(sorted(extra.items()))
 
     merged = replace(attrs, **changes)
+    if creating and fifo:
+        merged = replace(merged, deduplication_scope_in_effect=merged.deduplication_scope)
     if merged.fifo_throughput_limit == "perMessageGroupId" and \
             merged.deduplication_scope != "messageGroup" and \
             ("FifoThroughputLimit" in raw or "DeduplicationScope" in raw):
@@ -398,6 +403,8 @@ def render_queue_attributes(attrs: QueueAttributes) -> dict[str, str]:
         out["DeduplicationScope"] = attrs.deduplication_scope
         out["FifoThroughputLimit"] = attrs.fifo_throughput_limit
     extra = dict(attrs.extra)
+    if "KmsMasterKeyId" not in extra:
+        extra.pop("KmsDataKeyReusePeriodSeconds", None)  # Amazon shows it only with a key
     out.update(extra)
     if "SqsManagedSseEnabled" not in extra:
         # New SQS queues get SSE-SQS by default unless a KMS key was chosen.

@@ -32,9 +32,14 @@ from sqsq.core.records import (
 )
 from sqsq.core.state import ShardState
 
+# Amazon's FIFO sequence numbers are large 20-digit numbers; ours count up from this base,
+# spaced like theirs, and stay 20 digits for 2**46 messages.
+SEQUENCE_NUMBER_BASE = 18_000_000_000_000_000_000
+SEQUENCE_NUMBER_STEP = 2**16
+
 
 def sequence_number(seq: int) -> str:
-    return f"{seq:020d}"
+    return str(SEQUENCE_NUMBER_BASE + seq * SEQUENCE_NUMBER_STEP)
 
 
 # ---- placing a message --------------------------------------------------------------------
@@ -113,8 +118,14 @@ def remove(st: ShardState, q: QueueRecord, seq: int, d: Delivery) -> None:
 
 
 def make_visible(st: ShardState, q: QueueRecord, seq: int, d: Delivery, at: int) -> None:
-    """A delayed or in-flight message becomes visible at ``at`` (its timer entry is gone)."""
+    """A delayed or in-flight message becomes visible at ``at`` (its timer entry is gone).
+
+    A standard message back from in flight takes its original place (its send time), ahead
+    of messages sent after it, as Amazon does (best effort there too).
+    """
     was = d.state
+    if was == IN_FLIGHT and d.group_id is None:
+        at = d.sent_ms
     d.state, d.visible_at_ms = VISIBLE, at
     st.put_delivery(q.qid, seq, d)
     counters = st.counters(q.qid)

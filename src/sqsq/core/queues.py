@@ -33,7 +33,8 @@ def queue_does_not_exist() -> Rejection:
 
 
 def _check_redrive(st: ShardState, name: str, a: QueueAttributes) -> Rejection | None:
-    """The dead-letter target must exist, be here, be another queue and be of the same type."""
+    """The dead-letter target must exist, be here and be of the same type (or be the queue
+    itself, which Amazon accepts)."""
     policy = a.redrive_policy
     if policy is None:
         return None
@@ -51,7 +52,8 @@ def _check_redrive(st: ShardState, name: str, a: QueueAttributes) -> Rejection |
     if (region, account) != (st.config.region, st.config.account):
         return invalid("Dead-letter target does not exist.")
     if target == name:
-        return invalid("Dead-letter target must not be the source queue.")
+        # Amazon accepts a queue as its own dead-letter target; nothing is ever moved.
+        return None
     dlq = st.queue(target)
     if dlq is None:
         return invalid("Dead-letter target does not exist.")

@@ -189,6 +189,7 @@ def _encode_attributes(a: QueueAttributes) -> list:
         a.deduplication_scope,
         a.fifo_throughput_limit,
         [list(p) for p in a.extra],
+        a.deduplication_scope_in_effect,
     ]
 
 
@@ -206,6 +207,7 @@ def _decode_attributes(v: list) -> QueueAttributes:
         deduplication_scope=v[9],
         fifo_throughput_limit=v[10],
         extra=tuple((k, s) for k, s in v[11]),
+        deduplication_scope_in_effect=v[12] if len(v) > 12 else None,
     )
 
 

@@ -49,7 +49,8 @@ def _dedup_scope(q: QueueRecord, e: SendEntry) -> tuple[str, str] | Rejection:
                 "MessageDeduplicationId provided explicitly"
             )
         dedup_id = content_deduplication_id(e.body)
-    scope = e.message_group_id if a.deduplication_scope == "messageGroup" else ""
+    in_effect = a.deduplication_scope_in_effect or a.deduplication_scope
+    scope = e.message_group_id if in_effect == "messageGroup" else ""
     return scope or "", dedup_id
 
 

@@ -68,9 +68,9 @@ def queue_name_of(queue_url: str) -> str:
 
 
 def wants_attribute(selected: Iterable[str], name: str) -> bool:
-    """Message attribute selection as SQS does it: a name, "All", ".*", or "prefix.*"."""
+    """Message attribute selection as SQS does it: a name, "All", "*", ".*", or "prefix.*"."""
     for s in selected:
-        if s in ("All", ".*") or s == name or (s.endswith(".*") and name.startswith(s[:-1])):
+        if s in ("All", "*", ".*") or s == name or (s.endswith(".*") and name.startswith(s[:-1])):
             return True
     return False
 
@@ -258,7 +258,10 @@ class QueueApi:
         _check_range("MaxNumberOfMessages", max_number_of_messages, 1, limits.RECEIVE_MAX_MESSAGES)
         max_number_of_messages = max_number_of_messages or 1
         _check_range("VisibilityTimeout", visibility_timeout, *limits.VISIBILITY_TIMEOUT_S[:2])
-        _check_range("WaitTimeSeconds", wait_time_seconds, 0, limits.RECEIVE_WAIT_MAX_S)
+        if wait_time_seconds is not None and \
+                not 0 <= wait_time_seconds <= limits.RECEIVE_WAIT_MAX_S:
+            raise _invalid(f"Value {wait_time_seconds} for parameter WaitTimeSeconds is invalid. "
+                           f"Reason: Must be >= 0 and <= {limits.RECEIVE_WAIT_MAX_S}, if provided.")
         # "ALL" as well as "All": kombu sends it so, and SQS takes it.
         attribute_names = [_all_spelled(n) for n in attribute_names]
         for n in attribute_names:

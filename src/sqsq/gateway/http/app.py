@@ -45,6 +45,26 @@ def _query_pairs(request: web.Request, body: bytes) -> list[tuple[str, str]]:
     return pairs
 
 
+# Actions of the service endpoint: sent to a queue URL they are InvalidAction, as in SQS.
+_SERVICE_ONLY = frozenset({"CreateQueue", "ListQueues"})
+
+
+def _wants_json(request: web.Request) -> bool:
+    """A query-protocol caller may ask for JSON (``Accept: application/json``), as SQS lets."""
+    return "application/json" in request.headers.get("Accept", "")
+
+
+def _trace_header_from(request: web.Request, data: dict) -> None:
+    """SQS takes SendMessage's ``X-Amzn-Trace-Id`` header as the AWSTraceHeader system
+    attribute, unless the request names one itself."""
+    trace = request.headers.get("X-Amzn-Trace-Id")
+    system = data.get("MessageSystemAttributes")
+    if trace and (system is None or isinstance(system, dict)) and \
+            "AWSTraceHeader" not in (system or {}):
+        data["MessageSystemAttributes"] = {
+            **(system or {}), "AWSTraceHeader": {"DataType": "String", "StringValue": trace}}
+
+
 def _path_queue_url(request: web.Request) -> str | None:
     # Older SDKs post to the queue URL itself (/ACCOUNT/NAME) and leave QueueUrl out.
     path = request.path.rstrip("/")
@@ -63,31 +83,39 @@ class HttpFront:
         try:
             body = await request.read()
             self.auth.verify_sigv4(_signed(request, body))
+            queue_path = _path_queue_url(request)
             if target is not None:
                 action = json_protocol.action_of(target) or target
                 data = json_protocol.decode(body)
             else:
                 action, data = query_protocol.decode(_query_pairs(request, body))
+                if queue_path and not action:
+                    return query_protocol.unknown_operation(request_id)
+                if queue_path and action in _SERVICE_ONLY:
+                    raise invalid(f"The action {action} is not valid for this endpoint.",
+                                  ErrorCode.INVALID_ACTION)
             handler = ACTIONS.get(action)
             if handler is None:
                 raise self._unknown_action(action)
-            result = await handler(self.api, Params(data, _path_queue_url(request)))
+            if action == "SendMessage":
+                _trace_header_from(request, data)
+            result = await handler(self.api, Params(data, queue_path))
         except QueueError as e:
-            return self._error(target, WireError.of(e), request_id)
+            return self._error(request, target, WireError.of(e), request_id)
         except AuthError as e:
-            return self._error(target, WireError(e.code, e.code, e.http_status, e.message),
-                               request_id)
+            return self._error(request, target,
+                               WireError(e.code, e.code, e.http_status, e.message), request_id)
         except WireError as e:
-            return self._error(target, e, request_id)
+            return self._error(request, target, e, request_id)
         except web.HTTPException:
             raise
         except Exception as e:  # noqa: BLE001 - every failure leaves as an SQS error
             log.exception("internal error in %s", action or "request")
-            return self._error(target, WireError("InternalError", "InternalError", 500,
-                                                 f"internal error: {e}", False), request_id)
+            return self._error(request, target, WireError(
+                "InternalError", "InternalError", 500, f"internal error: {e}", False), request_id)
         if target is not None:
             return json_protocol.respond(result, request_id)
-        return query_protocol.respond(action, result, request_id)
+        return query_protocol.respond(action, result, request_id, _wants_json(request))
 
     @staticmethod
     def _unknown_action(action: str) -> QueueError:
@@ -98,11 +126,12 @@ class HttpFront:
                        ErrorCode.INVALID_ACTION)
 
     @staticmethod
-    def _error(target: str | None, err: WireError, request_id: str) -> web.Response:
+    def _error(request: web.Request, target: str | None, err: WireError,
+               request_id: str) -> web.Response:
         log.debug("request %s failed: %s %s", request_id, err.code, err.message)
         if target is not None:
             return json_protocol.respond_error(err, request_id)
-        return query_protocol.respond_error(err, request_id)
+        return query_protocol.respond_error(err, request_id, _wants_json(request))
 
 
 def make_app(api: QueueService, auth: Authenticator) -> web.Application:

@@ -85,8 +85,11 @@ def _failed(failed: tuple[c.EntryFailed, ...]) -> list[Result]:
 
 
 def _batch(result: c.BatchResult, successful: list[Result]) -> Result:
-    # Both members are required in SQS's model: sent even when empty.
-    return {"Successful": successful, "Failed": _failed(result.failed)}
+    # Successful is sent even when empty; an empty Failed is left out, as Amazon answers.
+    out: Result = {"Successful": successful}
+    if result.failed:
+        out["Failed"] = _failed(result.failed)
+    return out
 
 
 def _single(result: c.BatchResult) -> None:
