@@ -159,19 +159,39 @@ def test_visibility_zero_releases_group_in_order() -> None:
     assert bodies(k.receive(F, 10)) == ["a1", "a2"]
 
 
-def test_released_head_waits_for_in_flight_follower() -> None:
+def test_released_head_is_received_again_while_follower_in_flight() -> None:
+    """Blocking is per message, as in Amazon: a receive walks a group from its head and stops
+    at the first message in flight, so an older message visible again is received again."""
     k = make()
     put(k, "a1", "A")
     put(k, "a2", "A")
     put(k, "b1", "B")
     m1, m2 = k.receive(F, 2, timeout=100)
     assert bodies([m1, m2]) == ["a1", "a2"]
+    k.advance(1)
     entry_ok(k.change(F, m1.receipt_handle, 0))
-    # a1 is visible again but a2 is still in flight: group A stays blocked.
-    assert bodies(k.receive(F, 10)) == ["b1"]
+    # A is receivable again, behind B (receivable since b1 was sent): A goes to the back.
+    again = k.receive(F, 10)
+    assert bodies(again) == ["b1", "a1"]  # a1 only: a2 is still in flight
+    assert attr(again[1], "ApproximateReceiveCount") == "2"
     assert k.receive(F, 10) == []
     entry_ok(k.delete(F, m2.receipt_handle))
-    assert bodies(k.receive(F, 10)) == ["a1"]
+    entry_ok(k.delete(F, again[1].receipt_handle))
+    assert k.receive(F, 10) == []
+
+
+def test_groups_are_served_in_the_order_they_became_receivable() -> None:
+    k = make()
+    put(k, "a1", "A")
+    put(k, "a2", "A")
+    put(k, "b1", "B")
+    (m,) = k.receive(F, 1, timeout=100)
+    assert m.body == "a1"
+    k.advance(1)
+    put(k, "c1", "C")
+    k.advance(1)
+    entry_ok(k.delete(F, m.receipt_handle))  # A is receivable again, after B and C
+    assert bodies(k.receive(F, 10)) == ["b1", "c1", "a2"]
 
 
 def test_delete_behind_in_flight_head_keeps_group_blocked() -> None:

@@ -265,3 +265,19 @@ def test_query_protocol_answers(sqs_endpoint: str, new_queue: Callable[..., str]
         doc = json.loads(resp.read())
     result = doc["GetQueueAttributesResponse"]["GetQueueAttributesResult"]
     assert result["Attributes"] == {"VisibilityTimeout": "30"}
+
+
+def test_fifo_blocking_is_per_message(wire: Wire, new_queue: Callable[..., str]) -> None:
+    """An older message of a group visible again (here: visibility set to 0) is received again
+    while later ones of the group are in flight."""
+    url = new_queue(fifo=True, ContentBasedDeduplication="true")
+    for body in ("a1", "a2"):
+        wire("SendMessage", QueueUrl=url, MessageBody=body, MessageGroupId="A")
+    m1, m2 = wire("ReceiveMessage", QueueUrl=url, MaxNumberOfMessages=10,
+                  VisibilityTimeout=60)["Messages"]
+    assert (m1["Body"], m2["Body"]) == ("a1", "a2")
+    wire("ChangeMessageVisibility", QueueUrl=url, ReceiptHandle=m1["ReceiptHandle"],
+         VisibilityTimeout=0)
+    (again,) = wire("ReceiveMessage", QueueUrl=url, MaxNumberOfMessages=10,
+                    AttributeNames=["ApproximateReceiveCount"])["Messages"]
+    assert again["Body"] == "a1" and again["Attributes"]["ApproximateReceiveCount"] == "2"

@@ -65,7 +65,7 @@ def delete(st: ShardState, q: QueueRecord, cmd: DeleteMessages, now: int) -> Out
             failed.append(EntryFailed(entry_id, _expired(text)))  # its timeout ran out
             continue
         if d is not None:  # already gone (deleted, purged, expired): deleting again succeeds
-            remove(st, q, h.seq, d)
+            remove(st, q, h.seq, d, now)
             if d.group_id is not None:
                 effects.append(WakeReceivers(q.name))
         ok.append(entry_id)

@@ -217,7 +217,7 @@ def advance(st: ShardState, task: MoveTask, now: int, budget: int) -> tuple[int,
         if target is None:
             return done + _finish(st, task, now, FAILED,
                                   "The destination queue of a message does not exist."), woken
-        remove(st, src, seq, d)
+        remove(st, src, seq, d, now)
         moved = dataclasses.replace(m, dead_letter_source_arn=None, dead_lettered_ms=None)
         enqueue(st, target, moved, visible_at=now, now=now)
         woken.add(target.name)
@@ -238,10 +238,10 @@ def _finish(st: ShardState, task: MoveTask, now: int, status: str, reason: str |
 
 
 def _next_visible(st: ShardState, q: QueueRecord) -> tuple[int, r.Delivery] | None:
-    """The oldest visible message (for FIFO queues: the head of any unblocked group)."""
+    """The oldest visible message (for FIFO queues: the head of any receivable group)."""
     for key, _ in st.scan_index("k" if q.attributes.fifo_queue else "v", q.qid):
-        # FIFO: the ready index holds (head seq, group); standard: (visible_at, seq).
-        seq = r.read_u64(key, 9) if q.attributes.fifo_queue else r.seq_of(key)
+        # FIFO: the ready index holds (since, head seq, group); standard: (visible_at, seq).
+        seq = r.ready_group_of(key)[0] if q.attributes.fifo_queue else r.seq_of(key)
         d = st.delivery(q.qid, seq)
         if d is not None and d.state == VISIBLE:
             return seq, d
