@@ -155,6 +155,7 @@ class Wire:
             raise Failed(status, xml_text(root, "sqs:Error/sqs:Code") or "",
                          xml_text(root, "sqs:Error/sqs:Message") or "")
         node = root.find(f"sqs:{action}Result", NS)
-        return {} if node is None else query_result(action, node)
+        result = None if node is None else query_result(action, node)
+        return result if isinstance(result, dict) else {}  # <XResult/>: nothing to say
 
 

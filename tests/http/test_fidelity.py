@@ -281,3 +281,42 @@ def test_fifo_blocking_is_per_message(wire: Wire, new_queue: Callable[..., str])
     (again,) = wire("ReceiveMessage", QueueUrl=url, MaxNumberOfMessages=10,
                     AttributeNames=["ApproximateReceiveCount"])["Messages"]
     assert again["Body"] == "a1" and again["Attributes"]["ApproximateReceiveCount"] == "2"
+
+
+def test_add_and_remove_permission(wire: Wire, new_queue: Callable[..., str]) -> None:
+    url = new_queue()
+    arn = _arn(wire, url)
+
+    def policy() -> dict[str, Any] | None:
+        got = wire("GetQueueAttributes", QueueUrl=url, AttributeNames=["Policy"])
+        raw = got.get("Attributes", {}).get("Policy")
+        return json.loads(raw) if raw else None
+
+    wire("AddPermission", QueueUrl=url, Label="one", AWSAccountIds=["111122223333"],
+         Actions=["SendMessage"])
+    wire("AddPermission", QueueUrl=url, Label="two",
+         AWSAccountIds=["111122223333", "444455556666"], Actions=["ReceiveMessage", "*"])
+    assert policy() == {
+        "Version": "2008-10-17", "Id": f"{arn}/SQSDefaultPolicy", "Statement": [
+            {"Sid": "one", "Effect": "Allow",
+             "Principal": {"AWS": "arn:aws:iam::111122223333:root"},
+             "Action": "SQS:SendMessage", "Resource": arn},
+            {"Sid": "two", "Effect": "Allow",
+             "Principal": {"AWS": ["arn:aws:iam::111122223333:root",
+                                   "arn:aws:iam::444455556666:root"]},
+             "Action": ["SQS:ReceiveMessage", "SQS:*"], "Resource": arn}]}
+    with pytest.raises(Failed) as e:
+        wire("AddPermission", QueueUrl=url, Label="one", AWSAccountIds=["111122223333"],
+             Actions=["SendMessage"])
+    assert (e.value.status, e.value.code, e.value.message) == (
+        400, "InvalidParameterValue",
+        "Value one for parameter Label is invalid. Reason: Already exists.")
+    wire("RemovePermission", QueueUrl=url, Label="one")
+    assert [s["Sid"] for s in policy()["Statement"]] == ["two"]
+    with pytest.raises(Failed) as e:
+        wire("RemovePermission", QueueUrl=url, Label="one")
+    assert (e.value.status, e.value.code, e.value.message) == (
+        400, "InvalidParameterValue",
+        "Value one for parameter Label is invalid. Reason: can't find label.")
+    wire("RemovePermission", QueueUrl=url, Label="two")
+    assert policy() is None  # the Policy attribute is gone when its last statement is

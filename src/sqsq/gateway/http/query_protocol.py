@@ -27,6 +27,8 @@ _LISTS = {
     "TagKey": "TagKeys",
     "StringListValue": "StringListValues",
     "BinaryListValue": "BinaryListValues",
+    "AWSAccountId": "AWSAccountIds",
+    "ActionName": "Actions",
 }
 # form map name -> (JSON member name, key field, value field)
 _MAPS = {
@@ -147,7 +149,7 @@ def respond(action: str, result: dict[str, Any], request_id: str,
 # Actions whose query response has no <Result> element at all.
 _RESULTLESS = frozenset({
     "DeleteQueue", "PurgeQueue", "SetQueueAttributes", "TagQueue", "UntagQueue",
-    "DeleteMessage", "ChangeMessageVisibility",
+    "DeleteMessage", "ChangeMessageVisibility", "AddPermission", "RemovePermission",
 })
 
 
