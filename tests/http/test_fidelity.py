@@ -320,3 +320,32 @@ def test_add_and_remove_permission(wire: Wire, new_queue: Callable[..., str]) ->
         "Value one for parameter Label is invalid. Reason: can't find label.")
     wire("RemovePermission", QueueUrl=url, Label="two")
     assert policy() is None  # the Policy attribute is gone when its last statement is
+
+
+def test_over_size_requests_are_sqs_errors(sqs_endpoint: str) -> None:
+    """A body declared over the limit is refused at once with an SQS error, in the caller's
+    protocol, not aiohttp's plain-text 413 (and nothing waits for the body)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    host = urlsplit(sqs_endpoint)
+    for headers, parse in (
+        ({"X-Amz-Target": "AmazonSQS.ListQueues",
+          "Content-Type": "application/x-amz-json-1.0"}, "json"),
+        ({"Content-Type": "application/x-www-form-urlencoded"}, "query"),
+    ):
+        conn = http.client.HTTPConnection(host.hostname, host.port, timeout=10)
+        conn.putrequest("POST", "/")
+        for k, v in {**headers, "Content-Length": str(5 * 1024 * 1024)}.items():
+            conn.putheader(k, v)
+        conn.endheaders()
+        resp = conn.getresponse()
+        body = resp.read().decode()
+        conn.close()
+        assert resp.status == 400, body
+        if parse == "json":
+            assert json.loads(body)["__type"].endswith("#InvalidParameterValueException")
+            assert resp.getheader("x-amzn-query-error") == "InvalidParameterValue;Sender"
+        else:
+            assert "<Code>InvalidParameterValue</Code>" in body
+        assert "shorter than 1048576 bytes" in body

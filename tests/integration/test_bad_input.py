@@ -468,3 +468,12 @@ def test_batch_request_too_long(loaded: Loaded, client: Client, make_queue,
     entries = [{"Id": f"e{i}", "MessageBody": "x" * 400_000} for i in range(3)]
     expect("BatchRequestTooLong", lambda: client.send_message_batch(url, entries))
     assert_untouched(client, url, sent)
+
+
+def test_over_size_request_is_an_sqs_error(client: Client, make_queue) -> None:
+    """5 MiB through the SDK: past gRPC's message limit, reported as SQS reports a too-long
+    message (InvalidParameterValue), not a bare RESOURCE_EXHAUSTED."""
+    url = make_queue("huge")
+    e = expect("InvalidParameterValue", lambda: client.send_message(url, "x" * (5 * 1024 * 1024)))
+    assert "shorter than 1048576 bytes" in e.message
+    assert client.receive_message(url, wait_time_seconds=0) == []

@@ -7,6 +7,7 @@ handler over ``QueueService``, and the result or error is encoded back by the sa
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from urllib.parse import parse_qsl
@@ -17,7 +18,7 @@ from sqsq.core.errors import ErrorCode
 from sqsq.errors import QueueError
 from sqsq.gateway.api import QueueService
 from sqsq.gateway.auth import Authenticator, AuthError, SignedRequest
-from sqsq.gateway.http import json_protocol, query_protocol
+from sqsq.gateway.http import json_protocol, query_protocol, quietlog
 from sqsq.gateway.http.actions import ACTIONS, UNSUPPORTED
 from sqsq.gateway.http.wire import Params, WireError, invalid
 
@@ -25,6 +26,25 @@ log = logging.getLogger("sqsq.http")
 
 # A batch of 10 messages at SQS's 1 MiB total, base64 and form-encoding overhead included.
 MAX_BODY = 4 * 1024 * 1024
+# A client that declares a body must send it within this long.
+BODY_READ_TIMEOUT_S = 30.0
+_TOO_LARGE = (f"The request is larger than {MAX_BODY} bytes. Reason: Message must be shorter "
+              "than 1048576 bytes.")
+
+
+async def _read_body(request: web.Request) -> bytes:
+    """The body, bounded in size and in time: over-size is an SQS error, not aiohttp's
+    plain-text 413; a body that never comes is a 408, not a connection held forever."""
+    if (request.content_length or 0) > MAX_BODY:
+        raise invalid(_TOO_LARGE)
+    try:
+        return await asyncio.wait_for(request.read(), BODY_READ_TIMEOUT_S)
+    except web.HTTPRequestEntityTooLarge:
+        raise invalid(_TOO_LARGE) from None
+    except TimeoutError:
+        raise WireError("RequestTimeout", "RequestTimeout", 408,
+                        f"The request body did not arrive within {BODY_READ_TIMEOUT_S:g} s.",
+                        ) from None
 
 
 def _signed(request: web.Request, body: bytes) -> SignedRequest:
@@ -81,7 +101,7 @@ class HttpFront:
         target = request.headers.get("X-Amz-Target")
         action = ""
         try:
-            body = await request.read()
+            body = await _read_body(request)
             self.auth.verify_sigv4(_signed(request, body))
             queue_path = _path_queue_url(request)
             if target is not None:
@@ -109,6 +129,10 @@ class HttpFront:
             return self._error(request, target, e, request_id)
         except web.HTTPException:
             raise
+        except ConnectionError as e:  # the client hung up: one line, not a traceback
+            log.info("client %s went away during %s: %s", request.remote, action or "request",
+                     type(e).__name__, extra={"mishap": True})
+            return web.Response(status=400)
         except Exception as e:  # noqa: BLE001 - every failure leaves as an SQS error
             log.exception("internal error in %s", action or "request")
             return self._error(request, target, WireError(
@@ -135,6 +159,7 @@ class HttpFront:
 
 
 def make_app(api: QueueService, auth: Authenticator) -> web.Application:
+    quietlog.install("aiohttp.server", "sqsq.http")
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_route("*", "/{tail:.*}", HttpFront(api, auth).handle)
     return app
