@@ -8,7 +8,7 @@ import subprocess
 import sys
 import uuid
 
-from serverproc import REPO, ServerProcess
+from serverproc import REPO, ServerProcess, free_port
 from sqsq.client import Client
 
 
@@ -142,3 +142,35 @@ def test_unreachable_server_exits_1(tmp_path) -> None:
     proc = sqsq(dead, "queue", "list", check=False)
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: ServiceUnavailable")
+
+
+def test_server_start_errors_are_one_line(tmp_path) -> None:
+    """A data dir another server holds (a second `make run`) and an out-of-range port: one
+    clear line and exit status 1 or 2, no traceback."""
+    import os
+
+    env = dict(os.environ, SQSQ_ENDPOINT="")
+    base = [sys.executable, "-m", "sqsq.cli.main", "server"]
+    for args, status, text in (
+        (["--grpc-port", "70000"], 2, "port 70000 is out of range"),
+        (["--http-port", "http"], 2, "not a port number"),
+    ):
+        proc = subprocess.run([*base, "--data-dir", str(tmp_path / "d"), *args],
+                              capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+        assert proc.returncode == status and text in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_data_dir_in_use_is_one_line(tmp_path) -> None:
+    first = ServerProcess(tmp_path / "data").start()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "sqsq.cli.main", "server", "--data-dir",
+             str(tmp_path / "data"), "--grpc-port", str(free_port()),
+             "--http-port", str(free_port())],
+            capture_output=True, text=True, timeout=60, cwd=REPO)
+    finally:
+        first.stop()
+    assert proc.returncode == 1, proc.stderr
+    assert "is in use by another sqsq server" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -67,6 +67,17 @@ def _body(args: argparse.Namespace) -> str:
     return sys.stdin.read() if args.body == "-" else args.body
 
 
+def _port(text: str) -> int:
+    """A TCP port for argparse: 0 (any free one) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is out of range (0-65535)")
+    return port
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "backslashreplace")
@@ -79,11 +90,19 @@ def _json_default(value: Any) -> Any:
 def cmd_server(args: argparse.Namespace) -> int:
     from sqsq.shard.server import serve  # lazy: the CLI's client commands need no server code
 
-    result = serve(
-        data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port,
-        http_port=args.http_port, sync=not args.no_fsync, credentials_file=args.credentials,
-        region=args.region, account=args.account, public_url=args.public_url,
-    )
+    try:
+        result = serve(
+            data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port,
+            http_port=args.http_port, sync=not args.no_fsync, credentials_file=args.credentials,
+            region=args.region, account=args.account, public_url=args.public_url,
+        )
+    except Exception as e:  # one line for what a user can fix, a traceback for the rest
+        if "LOCK" in str(e) and "temporarily unavailable" in str(e):
+            print(f"sqsq server: error: data dir {args.data_dir} is in use by another sqsq "
+                  "server (its lock is held); stop that one or pass another --data-dir",
+                  file=sys.stderr)
+            return 1
+        raise
     return int(result or 0)
 
 
@@ -232,8 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("server", help="run a single-node server")
     p.add_argument("--data-dir", default="./data", help="where the queues are stored")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--grpc-port", type=int, default=7400, help="gRPC port (default 7400)")
-    p.add_argument("--http-port", type=int, default=9324, help="SQS HTTP port (default 9324)")
+    p.add_argument("--grpc-port", type=_port, default=7400, help="gRPC port (default 7400)")
+    p.add_argument("--http-port", type=_port, default=9324, help="SQS HTTP port (default 9324)")
     p.add_argument("--credentials", default=None,
                    help="access keys file (or env SQSQ_CREDENTIALS_FILE); none: runs open")
     p.add_argument("--region", default=None, help="region in ARNs (env SQSQ_REGION, us-east-1)")
@@ -249,8 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", required=True,
                    help="the node's gRPC address host:port (e.g. a `sqsq server`)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--grpc-port", type=int, default=7400, help="gRPC port (default 7400)")
-    p.add_argument("--http-port", type=int, default=9324, help="SQS HTTP port (default 9324)")
+    p.add_argument("--grpc-port", type=_port, default=7400, help="gRPC port (default 7400)")
+    p.add_argument("--http-port", type=_port, default=9324, help="SQS HTTP port (default 9324)")
     p.add_argument("--credentials", default=None,
                    help="access keys file (or env SQSQ_CREDENTIALS_FILE); none: runs open")
     p.add_argument("--account", default=None,
