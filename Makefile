@@ -1,15 +1,20 @@
-# `make run` and `make test` set everything up themselves; `make setup` is the shared,
-# idempotent part: .venv, the package and its dependencies, the generated gRPC code.
+# `make run`, `make test` and `make report` set everything up themselves, idempotently.
+# `make run` installs only what the server needs (`make server-setup`: .venv, the package, the
+# generated gRPC code); `make setup` adds the test, benchmark and analytics tools (pytest,
+# boto3, the aws CLI, Celery, Spark, Java) that `make test`, `make report` and `make bench` use.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+BASE := $(VENV)/.installed-server
 STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/sqsq/v1/*.proto)
 GEN := src/sqsq/v1/.generated
 
-.PHONY: setup system-deps run test lint clean bench report
+.PHONY: setup server-setup system-deps run test lint clean bench report
 
 setup: system-deps $(STAMP) $(GEN)
+
+server-setup: $(BASE) $(GEN)
 
 # Java runs the Spark analytics (jobs and tests). Installed when missing (we are root on the
 # machines this targets); if that fails, the analytics tests fail loudly, they never skip.
@@ -23,17 +28,21 @@ system-deps:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server; } \
 		|| echo "WARNING: could not install etcd-server: the control-plane tests will fail"
 
-$(STAMP): pyproject.toml
+$(BASE): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $(BASE)
+
+$(STAMP): $(BASE)
 	$(PY) -m pip install -q -e '.[dev,analytics]'
 	touch $(STAMP)
 
-$(GEN): $(PROTOS) $(STAMP)
+$(GEN): $(PROTOS) $(BASE)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=src --grpc_python_out=src --pyi_out=src $(PROTOS)
 	touch $(GEN)
 
-run: setup
+run: server-setup
 	$(VENV)/bin/sqsq server --data-dir ./data
 
 test: setup

@@ -93,7 +93,9 @@ def growth_tables(queue_attrs: DataFrame, rows: DataFrame) -> tuple[DataFrame, D
     departures = first_ids.join(last_ids, ["queue_name", "message_id"], "left_anti").groupBy(
         "queue_name").agg(F.count("*").alias("departures"))
     window_s = (last_ms - first_ms) / 1000.0
-    per_s = (lambda c: F.col(c) / F.lit(window_s)) if window_s > 0 else (lambda c: F.lit(None))
+    # One snapshot: no window, no rates (a typed null: an untyped one has no Parquet type).
+    per_s = ((lambda c: F.col(c) / F.lit(window_s)) if window_s > 0
+             else (lambda c: F.lit(None).cast("double")))
     slope = F.col("growth_per_s")
     growth = (
         trend.groupBy("queue_name").agg(
@@ -185,6 +187,9 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
 # ---- charts and summary ---------------------------------------------------------------------
 
 
+ONE_SNAPSHOT = "one snapshot: no trend yet"
+
+
 def charts(out: common.Outputs, t: dict[str, list[Any]]) -> None:
     plt = common.pyplot()
     aged = [r for r in t["queue_backlog"] if r["total"]][:15]
@@ -204,6 +209,11 @@ def charts(out: common.Outputs, t: dict[str, list[Any]]) -> None:
         common.empty_chart(out.chart_path("backlog_age"), "Backlog age by queue", "no messages")
     receive_count_chart(plt, out, t["receive_counts"])
     shards = t["shard_load"]
+    trend_chart(plt, out, t["backlog_trend"])
+    if len(shards) < 2:
+        common.empty_chart(out.chart_path("shard_balance"), "Shard balance",
+                           "one shard: nothing to balance")
+        return
     fig, ax = plt.subplots(figsize=(max(4, 0.8 * len(shards) + 2), 3.5))
     ax.bar([str(r["shard"]) for r in shards], [r["messages"] for r in shards],
            color=["tab:red" if r["hot"] else "tab:green" for r in shards])
@@ -213,10 +223,10 @@ def charts(out: common.Outputs, t: dict[str, list[Any]]) -> None:
         ax.legend()
     ax.set_xlabel("shard")
     ax.set_ylabel("messages")
+    common.integer_ticks(ax.yaxis)
     ax.set_title("Shard balance (red: hot)")
     fig.savefig(out.chart_path("shard_balance"), dpi=100, bbox_inches="tight")
     plt.close(fig)
-    trend_chart(plt, out, t["backlog_trend"])
 
 
 def receive_count_chart(plt: Any, out: common.Outputs, hist: list[Any]) -> None:
@@ -235,8 +245,9 @@ def receive_count_chart(plt: Any, out: common.Outputs, hist: list[Any]) -> None:
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     ax.set_xlabel("receive count")
     ax.set_ylabel("messages")
+    common.integer_ticks(ax.yaxis)
     ax.set_title("Receive counts (top queues)")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))  # off the bars
     fig.savefig(out.chart_path("receive_counts"), dpi=100, bbox_inches="tight")
     plt.close(fig)
 
@@ -245,8 +256,9 @@ def trend_chart(plt: Any, out: common.Outputs, trend: list[Any]) -> None:
     series: dict[str, list[tuple[int, int]]] = {}
     for r in trend:
         series.setdefault(r["queue_name"], []).append((r["snapshot_ms"], r["total"]))
-    if not series:
-        common.empty_chart(out.chart_path("backlog_trend"), "Backlog over time", "no snapshots")
+    if len({r["snapshot_ms"] for r in trend}) < 2:
+        common.empty_chart(out.chart_path("backlog_trend"), "Backlog over time",
+                           ONE_SNAPSHOT if series else "no snapshots")
         return
     t0 = min(ms for points in series.values() for ms, _ in points)
     fig, ax = plt.subplots(figsize=(8, 3.5))
@@ -256,6 +268,7 @@ def trend_chart(plt: Any, out: common.Outputs, trend: list[Any]) -> None:
                 label=name)
     ax.set_xlabel("seconds since first snapshot")
     ax.set_ylabel("messages")
+    common.integer_ticks(ax.yaxis)
     ax.set_title("Backlog over time")
     ax.legend(fontsize="small")
     fig.savefig(out.chart_path("backlog_trend"), dpi=100, bbox_inches="tight")
@@ -272,7 +285,8 @@ def render_summary(args: argparse.Namespace, newest: int, t: dict[str, list[Any]
         f"Input `{args.input}`: {len(snapshots)} snapshot(s), newest "
         f"{common.ms_to_iso(newest)} (`snapshot_ms={newest}`).",
         "",
-        f"**{o['queues']} queues, {o['total']} messages**: {o['visible']} visible, "
+        f"**{common.plural(o['queues'], 'queue')}, {common.plural(o['total'], 'message')}**: "
+        f"{o['visible']} visible, "
         f"{o['in_flight']} in flight, {o['delayed']} delayed; oldest "
         f"{common.fmt(o['oldest_age_s'])} s, p90 age {common.fmt(o['age_p90_s'])} s; "
         f"{o['near_retention']} near their retention limit. "
@@ -289,6 +303,8 @@ def render_summary(args: argparse.Namespace, newest: int, t: dict[str, list[Any]
         "",
         "## Growth across snapshots",
         "",
+        *([f"_{ONE_SNAPSHOT.capitalize()}: export again later (`make report`) to see growth._",
+           ""] if len(snapshots) < 2 else []),
         common.md_table(t["growth"], [
             ("queue_name", "queue"), ("snapshots", "snapshots"), ("last_total", "messages"),
             ("growth_per_s", "growth /s"), ("arrivals", "arrived"), ("departures", "left"),
@@ -297,7 +313,9 @@ def render_summary(args: argparse.Namespace, newest: int, t: dict[str, list[Any]
         "",
         "## Receive counts and shard balance",
         "",
-        "![receive counts](charts/receive_counts.png) ![shard balance](charts/shard_balance.png)",
+        "![receive counts](charts/receive_counts.png)"
+        + (" ![shard balance](charts/shard_balance.png)" if len(t["shard_load"]) > 1
+           else "\n\n_One shard: nothing to balance._"),
         "",
         common.md_table(t["shard_load"], [
             ("shard", "shard"), ("messages", "messages"), ("share", "share"),

@@ -188,10 +188,23 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-def md_table(rows: Sequence[Any], columns: Sequence[tuple[str, str]], limit: int = 20) -> str:
+def plural(n: int, noun: str) -> str:
+    """``1 message``, ``2 messages``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def integer_ticks(axis: Any) -> None:
+    """Counts have no fractions: whole-number ticks only."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def md_table(rows: Sequence[Any], columns: Sequence[tuple[str, str]], limit: int = 20,
+             empty: str = "_none_") -> str:
     """A Markdown table of ``rows`` (Spark Rows) with (field, heading) columns."""
     if not rows:
-        return "_none_\n"
+        return f"{empty}\n"
     head = "| " + " | ".join(h for _, h in columns) + " |"
     rule = "|" + "|".join("---" for _ in columns) + "|"
     body = ["| " + " | ".join(fmt(r[f]) for f, _ in columns) + " |" for r in rows[:limit]]

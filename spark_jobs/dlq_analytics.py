@@ -45,7 +45,8 @@ def load(spark: SparkSession, input_dir: str) -> tuple[int, DataFrame, DataFrame
     queues = queues.groupBy("queue_name").agg(
         F.first("queue_arn").alias("queue_arn"),
         F.max("is_dead_letter_queue").alias("is_dead_letter_queue"),
-        F.first("message_retention_period_s").alias("message_retention_period_s"))
+        F.first("message_retention_period_s").alias("message_retention_period_s"),
+        F.first("dead_letter_target_arn").alias("dead_letter_target_arn"))
     messages = common.read_dataset(spark, input_dir, "messages").where(
         F.col("snapshot_ms") == newest)
     delivery = common.read_dataset(spark, input_dir, "delivery").where(
@@ -68,7 +69,14 @@ def load(spark: SparkSession, input_dir: str) -> tuple[int, DataFrame, DataFrame
             # SQS keeps a dead-lettered message until its original send time plus retention
             .withColumn("retention_left_s",
                         F.col("message_retention_period_s") - F.col("age_s")))
-    return newest, queues.join(dlq_names, "queue_name"), dead
+    # Source queues as configured (their redrive policy names the DLQ), messages or not.
+    configured = (queues.where(F.col("dead_letter_target_arn").isNotNull())
+                  .withColumn("dlq", common.queue_name_of_arn("dead_letter_target_arn"))
+                  .groupBy(F.col("dlq").alias("queue_name"))
+                  .agg(F.collect_set("queue_name").alias("configured_sources")))
+    dlqs = (queues.drop("dead_letter_target_arn").join(dlq_names, "queue_name")
+            .join(configured, "queue_name", "left"))
+    return newest, dlqs, dead
 
 
 def _top(df: DataFrame, key: list[str], n: int) -> DataFrame:
@@ -87,16 +95,20 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
     dead = dead.cache()
     t: dict[str, list[Any]] = {}
     pct = F.percentile_approx("send_to_dlq_s", [0.5, 0.9], 10000)
-    overview = dlqs.select("queue_name").withColumnRenamed("queue_name", "dlq_name").join(
+    overview = dlqs.select(F.col("queue_name").alias("dlq_name"), "configured_sources").join(
         dead.groupBy("dlq_name").agg(
             F.count("*").alias("messages"),
             F.sum(F.when(F.col("state") == "VISIBLE", 1).otherwise(0)).alias("visible"),
             F.sum(F.when(F.col("state") == "IN_FLIGHT", 1).otherwise(0)).alias("in_flight"),
             F.countDistinct("source_queue").alias("source_queues"),
-            F.concat_ws(",", F.array_sort(F.collect_set("source_queue"))).alias("sources"),
+            F.collect_set("source_queue").alias("seen_sources"),
             F.max("age_s").alias("oldest_age_s"),
             F.max("dead_lettered_ms").alias("last_dead_lettered_ms")),
         "dlq_name", "left").fillna(0, ["messages", "visible", "in_flight", "source_queues"])
+    empty = F.array().cast("array<string>")
+    overview = overview.withColumn("sources", F.concat_ws(",", F.array_sort(F.array_distinct(
+        F.concat(F.coalesce("configured_sources", empty), F.coalesce("seen_sources", empty))))))
+    overview = overview.drop("configured_sources", "seen_sources")
     t["dlq_overview"] = out.table("dlq_overview", overview.orderBy(F.desc("messages"),
                                                                    "dlq_name"))
     t["dlq_by_source"] = out.table("dlq_by_source", dead.groupBy("dlq_name", "source_queue").agg(
@@ -173,14 +185,29 @@ def charts(out: common.Outputs, t: dict[str, list[Any]]) -> None:
                            "no dead-lettered messages")
 
 
+def _dominates(t: dict[str, list[Any]]) -> list[str]:
+    """The "What dominates" tables, or one line saying why there is nothing to show."""
+    if not t["dlq_top_groups"]:
+        return ["_No dead-lettered messages._", ""]
+    out = [common.md_table(t["dlq_top_groups"], [
+        ("dlq_name", "DLQ"), ("rank", "#"), ("group_id", "message group"),
+        ("messages", "messages"), ("share", "share")])]
+    out.append(common.md_table(t["dlq_top_attributes"], [
+        ("dlq_name", "DLQ"), ("rank", "#"), ("attribute", "attribute"), ("value", "value"),
+        ("messages", "messages"), ("share", "share")],
+        empty="_No message attributes on the dead-lettered messages._"))
+    return out
+
+
 def render_summary(args: argparse.Namespace, newest: int, t: dict[str, list[Any]]) -> str:
     total = sum(r["messages"] for r in t["dlq_overview"])
     return "\n".join([
         "# sqsq dead-letter report",
         "",
         f"Input `{args.input}`, snapshot {common.ms_to_iso(newest)} (`snapshot_ms={newest}`): "
-        f"**{len(t['dlq_overview'])} dead-letter queues, {total} messages**, "
-        f"{len(t['redrive_candidates'])} redrive candidates.",
+        f"**{common.plural(len(t['dlq_overview']), 'dead-letter queue')}, "
+        f"{common.plural(total, 'message')}**, "
+        f"{common.plural(len(t['redrive_candidates']), 'redrive candidate')}.",
         "",
         common.md_table(t["dlq_overview"], [
             ("dlq_name", "DLQ"), ("messages", "messages"), ("visible", "visible"),
@@ -196,12 +223,7 @@ def render_summary(args: argparse.Namespace, newest: int, t: dict[str, list[Any]
         "",
         "## What dominates",
         "",
-        common.md_table(t["dlq_top_groups"], [
-            ("dlq_name", "DLQ"), ("rank", "#"), ("group_id", "message group"),
-            ("messages", "messages"), ("share", "share")]),
-        common.md_table(t["dlq_top_attributes"], [
-            ("dlq_name", "DLQ"), ("rank", "#"), ("attribute", "attribute"), ("value", "value"),
-            ("messages", "messages"), ("share", "share")]),
+        *_dominates(t),
         "## Redrive candidates",
         "",
         common.md_table(t["redrive_candidates"], [

@@ -41,9 +41,9 @@ def queue_name_of(queue_url: str) -> str:
 
 
 def wants_attribute(selected: Iterable[str], name: str) -> bool:
-    """Message attribute selection as SQS does it: a name, "All", ".*", or "prefix.*"."""
+    """Message attribute selection as SQS does it: a name, "All", "*", ".*", or "prefix.*"."""
     for s in selected:
-        if s in ("All", ".*") or s == name or (s.endswith(".*") and name.startswith(s[:-1])):
+        if s in ("All", "*", ".*") or s == name or (s.endswith(".*") and name.startswith(s[:-1])):
             return True
     return False
 

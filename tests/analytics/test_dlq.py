@@ -60,4 +60,4 @@ def test_charts_and_summary(report: Path) -> None:
     for chart in ("dlq_sources", "dlq_receive_counts"):
         assert is_png(report / "charts" / f"{chart}.png")
         assert f"(charts/{chart}.png)" in summary
-    assert "**1 dead-letter queues, 4 messages**, 3 redrive candidates" in summary
+    assert "**1 dead-letter queue, 4 messages**, 3 redrive candidates" in summary

@@ -143,7 +143,7 @@ def test_fifo_name_and_flag_must_agree() -> None:
     assert code(create({}, "q.fifo")) is ErrorCode.INVALID_PARAMETER_VALUE
     assert code(create({"FifoQueue": "false"}, "q.fifo")) is ErrorCode.INVALID_PARAMETER_VALUE
     assert code(create({"FifoQueue": "true"}, "q")) is ErrorCode.INVALID_PARAMETER_VALUE
-    assert ok(create({"FifoQueue": "false"}, "q")).fifo_queue is False
+    assert code(create({"FifoQueue": "yes"}, "q")) is ErrorCode.INVALID_ATTRIBUTE_VALUE
     assert code(create({"FifoQueue": "yes"}, "q.fifo")) is ErrorCode.INVALID_ATTRIBUTE_VALUE
 
 
@@ -173,13 +173,24 @@ def test_fifo_attribute_values(name: str, bad: str) -> None:
     assert code(rej) is ErrorCode.INVALID_ATTRIBUTE_VALUE
 
 
+def test_fifo_queue_is_unknown_on_standard_queues() -> None:
+    """As Amazon answers: the attribute does not exist on a standard queue, "false" included."""
+    for value in ("false", "true"):
+        rej = parse_queue_attributes({"FifoQueue": value}, queue_name="q", base=ok(create({})))
+        assert code(rej) is ErrorCode.INVALID_ATTRIBUTE_NAME
+        assert rej.message == "Unknown Attribute FifoQueue."
+    rej = create({"FifoQueue": "false"}, "q")
+    assert code(rej) is ErrorCode.INVALID_ATTRIBUTE_NAME
+    assert rej.message == "Unknown Attribute FifoQueue."
+
+
 def test_queue_type_cannot_change_on_set() -> None:
     fifo = ok(create({"FifoQueue": "true"}, "q.fifo"))
     std = ok(create({}))
     rej = parse_queue_attributes({"FifoQueue": "false"}, queue_name="q.fifo", base=fifo)
     assert code(rej) is ErrorCode.INVALID_ATTRIBUTE_VALUE
     rej = parse_queue_attributes({"FifoQueue": "true"}, queue_name="q", base=std)
-    assert code(rej) is ErrorCode.INVALID_ATTRIBUTE_VALUE
+    assert code(rej) is ErrorCode.INVALID_ATTRIBUTE_NAME  # unknown on a standard queue
     # Restating the current type is harmless.
     assert ok(parse_queue_attributes({"FifoQueue": "true"}, queue_name="q.fifo", base=fifo)) == fifo
     updated = parse_queue_attributes(

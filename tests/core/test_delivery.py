@@ -254,16 +254,25 @@ def test_change_visibility_zero_makes_visible_at_once(core: Core) -> None:
     entry_ok(core.delete(Q, again.receipt_handle))
 
 
-def test_change_visibility_after_expiry_is_not_inflight(core: Core) -> None:
+def test_change_visibility_after_expiry_applies_with_the_latest_handle(core: Core) -> None:
+    """As Amazon answers on a standard queue: the latest handle of a message whose timeout ran
+    out (nobody received it since) still changes its visibility: it is hidden again."""
     sent_id(core.send(Q, "x"))
     (m,) = core.receive(Q, timeout=10)
     core.advance(10)
-    rej = entry_error(core.change(Q, m.receipt_handle, 30))
-    assert rej.code is ErrorCode.MESSAGE_NOT_INFLIGHT
+    entry_ok(core.change(Q, m.receipt_handle, 30))  # before the sweep saw the timeout
+    assert core.depth(Q) == (0, 1, 0)
+    core.advance(30)
+    core.run(c.Sweep())  # and after the timer has been materialised
     assert core.depth(Q) == (1, 0, 0)
-    core.run(c.Sweep())  # also after the timer has been materialised
-    assert entry_error(core.change(Q, m.receipt_handle, 30)).code is ErrorCode.MESSAGE_NOT_INFLIGHT
-    assert len(core.receive(Q)) == 1
+    entry_ok(core.change(Q, m.receipt_handle, 20))
+    assert core.depth(Q) == (0, 1, 0) and core.receive(Q) == []
+    entry_ok(core.change(Q, m.receipt_handle, 0))
+    (again,) = core.receive(Q)
+    assert again.message_id == m.message_id
+    # Superseded by that receive, the first handle is refused (sqsq's fencing).
+    assert entry_error(core.change(Q, m.receipt_handle, 30)).code is \
+        ErrorCode.INVALID_PARAMETER_VALUE
 
 
 def test_change_visibility_out_of_range(core: Core) -> None:
@@ -470,9 +479,18 @@ def test_redrive_policy_added_later_applies() -> None:
     assert ids(k.receive("dlq")) == [mid]
 
 
+def test_a_queue_may_be_its_own_dead_letter_target() -> None:
+    """Amazon accepts it; nothing is ever moved, the message stays deliverable."""
+    k = Core()
+    assert k.create("src", RedrivePolicy=redrive("src", 1)) == c.QueueCreated("src")
+    assert k.run(c.SetQueueAttributes("src", (("RedrivePolicy", redrive("src", 1)),))) == c.Ok()
+    mid = sent_id(k.send("src", "x"))
+    for _ in range(3):
+        assert ids(k.receive("src", 1, timeout=0)) == [mid]
+
+
 @pytest.mark.parametrize("policy", [
     redrive("missing", 2),
-    redrive("src", 2),
     redrive("dlq.fifo", 2),
     '{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq"}',
     '{"maxReceiveCount":2}',
@@ -641,7 +659,7 @@ def _bad_inputs(core: Core) -> list[tuple[c.Command, ErrorCode]]:
         (c.CreateQueue("bad name"), ErrorCode.INVALID_PARAMETER_VALUE),
         (c.SetQueueAttributes(Q, (("VisibilityTimeout", "-1"),)),
          ErrorCode.INVALID_ATTRIBUTE_VALUE),
-        (c.SetQueueAttributes(Q, (("FifoQueue", "true"),)), ErrorCode.INVALID_ATTRIBUTE_VALUE),
+        (c.SetQueueAttributes(Q, (("FifoQueue", "true"),)), ErrorCode.INVALID_ATTRIBUTE_NAME),
         (c.SetQueueAttributes(Q, (("RedrivePolicy", redrive("nope", 1)),)),
          ErrorCode.INVALID_PARAMETER_VALUE),
         (c.SetQueueAttributes("nope", (("VisibilityTimeout", "1"),)),

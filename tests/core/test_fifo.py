@@ -102,6 +102,24 @@ def test_group_unblocks_on_timeout_and_redelivers_same_message() -> None:
     assert entry_error(k.delete(F, m.receipt_handle)).code is ErrorCode.INVALID_PARAMETER_VALUE
 
 
+def test_a_timed_out_handle_no_longer_deletes() -> None:
+    """As Amazon answers on FIFO queues: once the visibility timeout ran out, the handle has
+    expired even though nobody received the message since; the message stays."""
+    k = make(VisibilityTimeout=10)
+    put(k, "a1", "A")
+    (m,) = k.receive(F, 1)
+    k.advance(10)
+    rej = entry_error(k.delete(F, m.receipt_handle))
+    assert rej.code is ErrorCode.INVALID_PARAMETER_VALUE
+    assert rej.message == (f"Value {m.receipt_handle} for parameter ReceiptHandle is invalid. "
+                           "Reason: The receipt handle has expired.")
+    k.run(c.Sweep())
+    assert entry_error(k.delete(F, m.receipt_handle)).code is ErrorCode.INVALID_PARAMETER_VALUE
+    (again,) = k.receive(F, 1)
+    assert again.message_id == m.message_id
+    entry_ok(k.delete(F, again.receipt_handle))
+
+
 def test_one_receive_returns_consecutive_messages_of_a_group() -> None:
     k = make()
     for i in range(4):
@@ -141,19 +159,39 @@ def test_visibility_zero_releases_group_in_order() -> None:
     assert bodies(k.receive(F, 10)) == ["a1", "a2"]
 
 
-def test_released_head_waits_for_in_flight_follower() -> None:
+def test_released_head_is_received_again_while_follower_in_flight() -> None:
+    """Blocking is per message, as in Amazon: a receive walks a group from its head and stops
+    at the first message in flight, so an older message visible again is received again."""
     k = make()
     put(k, "a1", "A")
     put(k, "a2", "A")
     put(k, "b1", "B")
     m1, m2 = k.receive(F, 2, timeout=100)
     assert bodies([m1, m2]) == ["a1", "a2"]
+    k.advance(1)
     entry_ok(k.change(F, m1.receipt_handle, 0))
-    # a1 is visible again but a2 is still in flight: group A stays blocked.
-    assert bodies(k.receive(F, 10)) == ["b1"]
+    # A is receivable again, behind B (receivable since b1 was sent): A goes to the back.
+    again = k.receive(F, 10)
+    assert bodies(again) == ["b1", "a1"]  # a1 only: a2 is still in flight
+    assert attr(again[1], "ApproximateReceiveCount") == "2"
     assert k.receive(F, 10) == []
     entry_ok(k.delete(F, m2.receipt_handle))
-    assert bodies(k.receive(F, 10)) == ["a1"]
+    entry_ok(k.delete(F, again[1].receipt_handle))
+    assert k.receive(F, 10) == []
+
+
+def test_groups_are_served_in_the_order_they_became_receivable() -> None:
+    k = make()
+    put(k, "a1", "A")
+    put(k, "a2", "A")
+    put(k, "b1", "B")
+    (m,) = k.receive(F, 1, timeout=100)
+    assert m.body == "a1"
+    k.advance(1)
+    put(k, "c1", "C")
+    k.advance(1)
+    entry_ok(k.delete(F, m.receipt_handle))  # A is receivable again, after B and C
+    assert bodies(k.receive(F, 10)) == ["b1", "c1", "a2"]
 
 
 def test_delete_behind_in_flight_head_keeps_group_blocked() -> None:
@@ -262,17 +300,19 @@ def test_dedup_expires_after_five_minutes(sweep: bool) -> None:
     assert put(k, "same", "A").message_id == second.message_id
 
 
-def test_purge_keeps_dedup() -> None:
+def test_purge_clears_dedup() -> None:
+    """As Amazon was recorded doing: after a purge, a deduplication id used before it sends
+    a new message."""
     k = make()
     first = put(k, "same", "A")
     assert k.run(c.PurgeQueue(F)) == c.Ok()
-    assert put(k, "same", "A").message_id == first.message_id  # still a duplicate
-    assert bodies(k.receive(F, 10)) == []
-    k.advance(300)
-    k.run(c.Sweep())  # the purged incarnation is collected; the window ends on its own
     second = put(k, "same", "A")
     assert second.message_id != first.message_id
+    assert put(k, "same", "A").message_id == second.message_id  # a new window, deduplicating
     assert bodies(k.receive(F, 10)) == ["same"]
+    k.advance(300)
+    k.run(c.Sweep())  # the purged incarnation's records leave through their expiry index
+    assert k.depth(F) == (1, 0, 0)  # the new message, back from its visibility timeout
 
 
 def test_dedup_is_per_queue() -> None:

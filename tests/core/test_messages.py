@@ -75,7 +75,7 @@ def test_attribute_count_limit() -> None:
         "x" * 257,
         "a b",
         "a/b",
-        "é",
+        "a€b",  # a symbol, not a letter or digit
         "AWS.x",
         "aws.x",
         "Amazon.x",
@@ -88,6 +88,12 @@ def test_attribute_count_limit() -> None:
 def test_bad_attribute_names(name: str) -> None:
     rej = validate_message_attributes({name: S("String", "v")})
     assert code(rej) is ErrorCode.INVALID_PARAMETER_VALUE
+
+
+def test_attribute_names_may_use_any_unicode_letter_or_digit() -> None:
+    """As Amazon accepts: letters and digits of any script, besides _ - ."""
+    for name in ("é", "名前", "Zähler_2", "٣-x.y"):
+        assert validate_message_attributes({name: S("String", "v")}) is None, name
 
 
 def test_names_merely_containing_reserved_words_are_fine() -> None:

@@ -8,19 +8,22 @@ operation's outcome must be the one the model predicts:
 1. a send with a live deduplication id / request id returns the first message id, adds none;
 2. receive returns only messages the model says are visible, each claimed by one new handle;
 3. delete / change visibility succeed only with the latest handle; a stale one fails with
-   InvalidParameterValue and changes nothing;
+   InvalidParameterValue and changes nothing; on FIFO queues a handle whose timeout ran out
+   no longer deletes; on standard queues it still changes visibility;
 4. a message re-appears only after its deadline;
-6. FIFO: a group's messages are delivered in send order and a group with a message in flight
-   delivers nothing;
+6. FIFO: a group's messages are delivered in send order, from its head, never past a message
+   in flight (blocking is per message, as in Amazon: an older message visible again is
+   received again while later ones are in flight);
 
 and conservation: every accepted message is exactly one of delayed, visible, in flight,
 deleted, dead-lettered, expired or purged.
 
 The model mirrors sqsq's documented delivery order: standard queues hand out the messages
-that have been visible longest first (ties in send order); FIFO queues serve ready groups in
-the order of their head message. Messages past their retention period stay counted until a
-sweep or a receive that reaches them removes them (the counters are approximate), and the
-model tracks exactly that.
+that have been visible longest first (ties in send order; a message back from in flight
+counts as visible since it was sent, its original place); FIFO queues serve ready groups in
+the order they became receivable (see ``_predict_receive``). Messages past their retention
+period stay counted until a sweep or a receive that reaches them removes them (the counters
+are approximate), and the model tracks exactly that.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ class M:
     at: int = 0  # DELAYED: due; IN_FLIGHT: deadline; VISIBLE: visible since
     rc: int = 0
     kept_from: int | None = None  # retention counts from here when not from sent_ms
+    head_since: int = 0  # FIFO: when it became its group's head (its predecessor left)
 
     def expired(self, q: QModel, now: int) -> bool:
         start = self.sent_ms if self.kept_from is None else self.kept_from
@@ -126,11 +130,26 @@ class CoreModel(RuleBasedStateMachine):
         """Timers that are due have fired: delayed and timed-out messages are visible."""
         for m in self.msgs.values():
             if m.status == PRESENT and m.kind != VISIBLE and m.at <= self.now:
-                m.kind = VISIBLE  # visible since ``at``
+                self.make_visible(m, m.at)
+
+    def make_visible(self, m: M, at: int) -> None:
+        """Visible since ``at``; a standard message back from in flight takes its original
+        place (its send time)."""
+        if m.kind == IN_FLIGHT and not self.queues[m.queue].fifo:
+            at = m.sent_ms
+        m.kind, m.at = VISIBLE, at
 
     def present(self, queue: str) -> list[M]:
         return sorted((m for m in self.msgs.values() if m.queue == queue and m.status == PRESENT),
                       key=lambda m: m.order)
+
+    def leave(self, m: M, status: str) -> None:
+        """``m`` is no longer present; in a FIFO queue, if it headed its group, the next
+        message heads it from now on."""
+        group = [x for x in self.present(m.queue) if x.group == m.group]
+        m.status = status
+        if self.queues[m.queue].fifo and len(group) > 1 and group[0] is m:
+            group[1].head_since = self.now
 
     def next_order(self) -> int:
         self.order += 1
@@ -273,10 +292,10 @@ class CoreModel(RuleBasedStateMachine):
         def offer(m: M) -> None:
             if m.expired(q, now):
                 event("receive drops an expired message")
-                m.status = EXPIRED
+                self.leave(m, EXPIRED)
             elif dlq is not None and m.rc >= q.max_rc:
                 event(f"dead-lettered from {q.name}")
-                m.status = DEAD
+                self.leave(m, DEAD)
                 moved = M(dlq.name, m.mid, self.next_order(), m.body,
                           m.group if dlq.fifo else None, m.sent_ms, None, arn(q.name),
                           kind=VISIBLE, at=now, rc=m.rc,
@@ -301,9 +320,11 @@ class CoreModel(RuleBasedStateMachine):
         groups: dict[str | None, list[M]] = {}
         for m in present:
             groups.setdefault(m.group, []).append(m)
-        ready = sorted((ms[0].order, g) for g, ms in groups.items()
-                       if ms[0].kind == VISIBLE and all(x.kind != IN_FLIGHT for x in ms))
-        for _, g in ready:
+        # Per-message blocking: a group is receivable while its head is visible, and groups are
+        # served in the order they became receivable (ties: by head message).
+        ready = sorted((max(ms[0].at, ms[0].head_since), ms[0].order, g)
+                       for g, ms in groups.items() if ms[0].kind == VISIBLE)
+        for _, _, g in ready:
             for m in groups[g]:
                 if len(out) >= n or m.kind != VISIBLE:
                     break
@@ -321,7 +342,6 @@ class CoreModel(RuleBasedStateMachine):
         assert isinstance(res, c.Received), res
         q = self.queues[queue]
         before = {m.mid: (m.kind, m.rc, m.at) for m in self.present(queue)}
-        blocked = {m.group for m in self.present(queue) if m.kind == IN_FLIGHT}
         got = list(res.messages)
         # Invariants 2 and 4, stated on their own: only messages visible now come back, and
         # none of them is held by a live handle.
@@ -330,11 +350,10 @@ class CoreModel(RuleBasedStateMachine):
             kind, _, at = before[r.message_id]
             assert kind == VISIBLE, f"{r.message_id} returned while {kind} until {at}"
         assert len({r.message_id for r in got}) == len(got), "one message returned twice"
-        # Invariant 6: FIFO groups are delivered in order and blocked while in flight.
+        # Invariant 6: FIFO groups are delivered in order, never past a message in flight.
         if q.fifo:
             for i, r in enumerate(got):
                 m = self.msgs[(queue, r.message_id)]
-                assert m.group not in blocked, f"group {m.group} served while blocked"
                 earlier = [x.mid for x in self.present(queue)
                            if x.group == m.group and x.order < m.order]
                 returned_before = {x.message_id for x in got[:i]}
@@ -394,10 +413,17 @@ class CoreModel(RuleBasedStateMachine):
             assert "expired" in f.rejection.message
             event("delete with a stale handle")
             return
+        if m.status == PRESENT and self.queues[h.queue].fifo and m.kind != IN_FLIGHT:
+            # FIFO: a handle whose visibility timeout ran out has expired; the message stays.
+            (f,) = res.failed
+            assert f.rejection.code is ErrorCode.INVALID_PARAMETER_VALUE, f
+            assert "expired" in f.rejection.message
+            event("delete with a timed-out FIFO handle")
+            return
         assert res.successful == ("0",), res
         event(f"delete of a {m.status} message")
         if m.status == PRESENT:
-            m.status = DELETED
+            self.leave(m, DELETED)
 
     @precondition(lambda self: self.handles)
     @rule(i=st.integers(0, 1000), recent=st.booleans(),
@@ -411,8 +437,9 @@ class CoreModel(RuleBasedStateMachine):
         want: ErrorCode | None = None
         if timeout > 43_200 or m.status != PRESENT or m.rc != h.epoch:
             want = ErrorCode.INVALID_PARAMETER_VALUE
-        elif m.kind != IN_FLIGHT:
+        elif m.kind != IN_FLIGHT and self.queues[h.queue].fifo:
             want = ErrorCode.MESSAGE_NOT_INFLIGHT
+        # (standard: the latest handle of a timed-out message still applies, as in SQS)
         if want is not None:
             (f,) = res.failed
             assert f.rejection.code is want, (f, m, h)
@@ -423,9 +450,10 @@ class CoreModel(RuleBasedStateMachine):
         event(f"change to {min(timeout, 1)}+ s")
         assert res.successful == ("0",), res
         if timeout == 0:
-            m.kind, m.at = VISIBLE, self.now
+            if m.kind == IN_FLIGHT:
+                self.make_visible(m, self.now)
         else:
-            m.at = self.now + timeout * 1000
+            m.kind, m.at = IN_FLIGHT, self.now + timeout * 1000
 
     @precondition(lambda self: self.handles)
     @rule(i=st.integers(0, 1000), garble=st.booleans())
@@ -457,7 +485,7 @@ class CoreModel(RuleBasedStateMachine):
                 q = self.queues[m.queue]
                 if m.expired(q, self.now):
                     event("sweep drops an expired message")
-                    m.status = EXPIRED
+                    self.leave(m, EXPIRED)
 
     @rule(queue=st.sampled_from(ALL_QUEUES))
     def purge(self, queue: str) -> None:
@@ -471,7 +499,9 @@ class CoreModel(RuleBasedStateMachine):
             assert rejection(res).code is ErrorCode.PURGE_QUEUE_IN_PROGRESS
             return
         assert res == c.Ok(), res
-        q.last_purge = self.now  # deduplication windows outlive the purge, as in SQS
+        q.last_purge = self.now
+        if q.fifo:  # a purge clears FIFO deduplication ids, as Amazon does; request ids stay
+            q.dedup.clear()
         for m in self.present(queue):
             m.status = PURGED
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 from coresupport import Core
@@ -77,3 +78,32 @@ def test_cancel_stops_the_move() -> None:
     assert task(k).status == redrive.CANCELLED
     assert k.depth("src") == (1, 0, 0) and k.depth("dlq") == (3, 0, 0)
     assert isinstance(k.run(redrive.CancelMoveTask(handle)), Rejection)
+
+
+def test_task_handles_are_amazons_shape_and_cancel_says_what_is_wrong() -> None:
+    k = dead_lettered(2)
+    handle = start(k, max_number_of_messages_per_second=1)
+    doc = json.loads(base64.b64decode(handle))
+    assert doc["sourceArn"] == arn("dlq") and len(doc["taskId"]) == 36
+    # A second task for the same source is refused while the first runs.
+    again = k.run(redrive.StartMoveTask(arn("dlq"), task_handle="task-2"))
+    assert isinstance(again, Rejection) and again.sqs_code == "InvalidParameterValue"
+    assert again.message == ("There is already a task running. Only one active task is "
+                             "allowed for a source queue arn at a given time.")
+
+    def cancel(h: str) -> Rejection:
+        res = k.run(redrive.CancelMoveTask(h))
+        assert isinstance(res, Rejection)
+        return res
+
+    bad = cancel("not-a-handle")
+    assert (bad.sqs_code, bad.message) == ("InvalidParameterValue",
+                                           "Value for parameter TaskHandle is invalid.")
+    gone = cancel(redrive.make_task_handle("x", arn("no-such-queue")))
+    assert (gone.sqs_code, gone.message) == (
+        "ResourceNotFoundException",
+        "The resource that you specified for the SourceArn parameter doesn't exist.")
+    unknown = cancel(redrive.make_task_handle("other", arn("dlq")))
+    assert (unknown.sqs_code, unknown.message) == ("ResourceNotFoundException",
+                                                   "Task does not exist.")
+    assert k.run(redrive.CancelMoveTask(handle)) == redrive.MoveTaskCancelled(0)

@@ -8,20 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import urllib.error
-import urllib.request
 import uuid
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import urlencode
 
 import boto3
 import pytest
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
 from botocore.config import Config
-from botocore.credentials import Credentials
+
+from sqswire import NS, Wire, signed_query, xml_text
 
 ACCESS_KEY = "AKIDSQSQTEST"
 SECRET_KEY = "s3cr3t-for-tests"
@@ -95,33 +90,12 @@ def client_for() -> Callable[..., Any]:
     return make_client
 
 
-# ---- the query protocol, sent raw with botocore's SigV4 signer ----
-NS = {"sqs": "http://queue.amazonaws.com/doc/2012-11-05/"}
-
-
-def signed_query(url: str, params: dict[str, str], key: str = "x", secret: str = "y",
-          ) -> tuple[int, ET.Element]:
-    body = urlencode({"Version": "2012-11-05", **params}).encode()
-    req = AWSRequest(method="POST", url=url, data=body, headers={
-        "Content-Type": "application/x-www-form-urlencoded; charset=utf-8"})
-    SigV4Auth(Credentials(key, secret), "sqs", "us-east-1").add_auth(req)
-    prepared = req.prepare()
-    raw = urllib.request.Request(prepared.url, data=prepared.body, method="POST",
-                                 headers=dict(prepared.headers.items()))
-    try:
-        with urllib.request.urlopen(raw, timeout=30) as resp:
-            return resp.status, ET.fromstring(resp.read())
-    except urllib.error.HTTPError as e:
-        return e.code, ET.fromstring(e.read())
-
-
-def xml_text(root: ET.Element, path: str) -> str | None:
-    node = root.find(path, NS)
-    return None if node is None else node.text
-
-
-
 @pytest.fixture(scope="session")
 def query_client() -> Any:
     """(signed_query, xml_text, namespaces) for raw query-protocol requests."""
     return signed_query, xml_text, NS
+
+
+@pytest.fixture(params=["json", "query"])
+def wire(request: pytest.FixtureRequest, sqs_endpoint: str, sqs: Any) -> Wire:
+    return Wire(request.param, sqs_endpoint, sqs)

@@ -170,3 +170,20 @@ def test_presigned_url(locked: ServerProcess, client_for: Any,
     assert status == 403 and b"<Code>AccessDenied</Code>" in body
     got = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)["Messages"]
     assert [m["Body"] for m in got] == ["from a link"]  # only the valid link sent
+
+
+def test_gateway_without_keys_passes_on_the_nodes_403(
+        locked: ServerProcess, tmp_path: Path, client_for: Any) -> None:
+    """A gateway run without credentials in front of a locked node: every call fails, with
+    the node's own error and status (403), not an HTTP 500."""
+    from serverproc import GatewayProcess
+
+    gw = GatewayProcess(tmp_path / "gw", backend=locked.endpoint).start()
+    try:
+        sqs = client_for(gw.http_url)
+        with pytest.raises(sqs.exceptions.ClientError) as e:
+            sqs.list_queues()
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+        assert e.value.response["Error"]["Code"] == "MissingAuthenticationToken"
+    finally:
+        gw.stop()

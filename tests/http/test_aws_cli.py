@@ -45,3 +45,16 @@ def test_aws_cli_create_send_receive_delete(sqs_endpoint: str) -> None:
                 "--attribute-names", "ApproximateNumberOfMessages")
     assert attrs["Attributes"]["ApproximateNumberOfMessages"] == "0"
     aws(sqs_endpoint, "delete-queue", "--queue-url", url)
+
+
+def test_readme_aws_command_works_as_written(sqs_endpoint: str, tmp_path: Path) -> None:
+    """The README's `aws` example, run as a new user would: no AWS config of their own."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("sqs list-queues")[0].rsplit("```sh\n", 1)[1] + "sqs list-queues"
+    command = block.replace("http://127.0.0.1:9324", sqs_endpoint).replace("\\\n", " ")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(HOME=str(tmp_path), AWS_CONFIG_FILE=os.devnull,
+               AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_PAGER="")
+    out = subprocess.run(["bash", "-c", command], cwd=Path(__file__).resolve().parents[2],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr

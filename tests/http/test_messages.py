@@ -100,7 +100,7 @@ def test_delete_and_change_visibility_batches(sqs: Any, new_queue: Any) -> None:
     deleted = sqs.delete_message_batch(QueueUrl=url, Entries=[
         {"Id": f"d{i}", "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)])
     assert sorted(e["Id"] for e in deleted["Successful"]) == ["d0", "d1", "d2"]
-    assert deleted["Failed"] == []
+    assert "Failed" not in deleted  # left out when empty, as Amazon answers
 
 
 def test_change_visibility_makes_message_visible_again(sqs: Any, new_queue: Any) -> None:

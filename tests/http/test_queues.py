@@ -121,9 +121,6 @@ def test_modeled_queue_errors(sqs: Any, new_queue: Any) -> None:
         sqs.purge_queue(QueueUrl=url)
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
 
-    with pytest.raises(sqs.exceptions.UnsupportedOperation):
-        sqs.add_permission(QueueUrl=url, Label="l", AWSAccountIds=["1"], Actions=["*"])
-
 
 def test_queue_deleted_recently(sqs: Any) -> None:
     name = f"recent-{uuid.uuid4().hex[:8]}"

@@ -71,8 +71,9 @@ def test_move_to_chosen_destination_and_cancel(sqs: Any, new_queue: Any,
     other = new_queue("other")
     handle = sqs.start_message_move_task(SourceArn=dlq_arn, DestinationArn=_arn(sqs, other),
                                          MaxNumberOfMessagesPerSecond=1)["TaskHandle"]
-    with pytest.raises(sqs.exceptions.UnsupportedOperation):  # one running task per source
+    with pytest.raises(sqs.exceptions.ClientError) as e:  # one running task per source
         sqs.start_message_move_task(SourceArn=dlq_arn)
+    assert e.value.response["Error"]["Code"] == "InvalidParameterValue"
     (running,) = sqs.list_message_move_tasks(SourceArn=dlq_arn, MaxResults=10)["Results"]
     assert running["Status"] == "RUNNING" and running["TaskHandle"] == handle
     assert running["MaxNumberOfMessagesPerSecond"] == 1
@@ -87,8 +88,9 @@ def test_move_task_errors(sqs: Any, new_queue: Any) -> None:
     plain = new_queue()
     with pytest.raises(sqs.exceptions.ResourceNotFoundException):
         sqs.start_message_move_task(SourceArn="arn:aws:sqs:us-east-1:000000000000:nope-x")
-    with pytest.raises(sqs.exceptions.ResourceNotFoundException):
+    with pytest.raises(sqs.exceptions.ClientError) as e:  # not an Amazon-shaped handle
         sqs.cancel_message_move_task(TaskHandle="no-such-task")
+    assert e.value.response["Error"]["Code"] == "InvalidParameterValue"
     with pytest.raises(sqs.exceptions.ClientError) as e:  # not a dead-letter queue
         sqs.start_message_move_task(SourceArn=_arn(sqs, plain))
     assert e.value.response["Error"]["Code"] == "InvalidParameterValue"

@@ -71,7 +71,7 @@ def test_message_move_task_back_to_source(client: Client, make_queue, depth) -> 
     handle = client.start_message_move_task(dlq_arn, max_number_of_messages_per_second=100)
     with pytest.raises(QueueError) as e:  # one running task per source queue
         client.start_message_move_task(dlq_arn)
-    assert e.value.code == "UnsupportedOperation"
+    assert e.value.code == "InvalidParameterValue"
     deadline = time.monotonic() + 20
     while (task := client.list_message_move_tasks(dlq_arn)[0])["Status"] == "RUNNING":
         assert task["TaskHandle"] == handle and time.monotonic() < deadline
@@ -228,17 +228,15 @@ def test_fifo_rejects_per_message_delay(client: Client, make_queue) -> None:
     assert client.receive_message(url, wait_time_seconds=0) == []
 
 
-def test_fifo_purge_keeps_deduplication(client: Client, make_queue) -> None:
-    """Amazon SQS keeps the 5-minute deduplication window across PurgeQueue (emulators that
-    clear it differ from it): a resend after a purge is still a duplicate."""
+def test_fifo_purge_clears_deduplication(client: Client, make_queue) -> None:
+    """As Amazon SQS was recorded doing: after PurgeQueue a deduplication id used before the
+    purge sends a new message."""
     url = make_queue("fpurge", fifo=True)
     first = client.send_message(url, "x", message_group_id="g", message_deduplication_id="d")
     client.purge_queue(url)
     again = client.send_message(url, "x", message_group_id="g", message_deduplication_id="d")
-    assert again.message_id == first.message_id
-    assert client.receive_message(url, wait_time_seconds=0) == []
-    fresh = client.send_message(url, "y", message_group_id="g", message_deduplication_id="e")
-    assert [m.message_id for m in client.receive_message(url)] == [fresh.message_id]
+    assert again.message_id != first.message_id
+    assert [m.message_id for m in client.receive_message(url)] == [again.message_id]
 
 
 def test_fifo_group_unblocks_when_visibility_times_out(client: Client, make_queue) -> None:

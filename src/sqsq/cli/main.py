@@ -5,7 +5,8 @@
     sqsq send jobs "hello"
     sqsq receive jobs -n 10 --wait 5 --delete
 
-Errors print ``error: <Code>: <message>`` to stderr and exit 1.
+Errors print ``error: <Code>: <message>`` to stderr (with --json, ``{"Error": {"Code": ...,
+"Message": ...}}``) and exit 1. JSON output uses SQS's key names (``MessageId``, ``MD5OfBody``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,41 @@ def _emit(args: argparse.Namespace, data: Any, text: str | None) -> None:
         print(text)
 
 
+def _sqs_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """A client dataclass as a dict with SQS's key names: message_id -> MessageId,
+    md5_of_body -> MD5OfBody (nested maps, attribute names, are left as they are)."""
+    def key(name: str) -> str:
+        return "".join("MD5" if w == "md5" else w.capitalize() for w in name.split("_"))
+
+    return {key(k): v for k, v in data.items()}
+
+
+def _body(args: argparse.Namespace) -> str:
+    """The message body: the argument, ``-`` for stdin, or ``--body-file``."""
+    if args.body_file is not None:
+        if args.body is not None:
+            raise argparse.ArgumentTypeError("give the body or --body-file, not both")
+        try:
+            with open(args.body_file, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise argparse.ArgumentTypeError(f"--body-file: {e}") from None
+    if args.body is None:
+        raise argparse.ArgumentTypeError("a body is required: BODY, - for stdin, or --body-file")
+    return sys.stdin.read() if args.body == "-" else args.body
+
+
+def _port(text: str) -> int:
+    """A TCP port for argparse: 0 (any free one) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is out of range (0-65535)")
+    return port
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "backslashreplace")
@@ -54,11 +90,19 @@ def _json_default(value: Any) -> Any:
 def cmd_server(args: argparse.Namespace) -> int:
     from sqsq.cli.server import serve  # lazy: the CLI's client commands need no server code
 
-    result = serve(
-        data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port,
-        http_port=args.http_port, sync=not args.no_fsync, credentials_file=args.credentials,
-        region=args.region, account=args.account, public_url=args.public_url,
-    )
+    try:
+        result = serve(
+            data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port,
+            http_port=args.http_port, sync=not args.no_fsync, credentials_file=args.credentials,
+            region=args.region, account=args.account, public_url=args.public_url,
+        )
+    except Exception as e:  # one line for what a user can fix, a traceback for the rest
+        if "LOCK" in str(e) and "temporarily unavailable" in str(e):
+            print(f"sqsq server: error: data dir {args.data_dir} is in use by another sqsq "
+                  "server (its lock is held); stop that one or pass another --data-dir",
+                  file=sys.stderr)
+            return 1
+        raise
     return int(result or 0)
 
 
@@ -130,13 +174,13 @@ def cmd_send(args: argparse.Namespace, client: Client) -> int:
     }
     result = client.send_message(
         args.queue,
-        args.body,
+        _body(args),
         delay_seconds=args.delay,
         message_attributes=attrs or None,
         message_group_id=args.group,
         message_deduplication_id=args.dedup_id,
     )
-    _emit(args, asdict(result), result.message_id)
+    _emit(args, _sqs_keys(asdict(result)), result.message_id)
     return 0
 
 
@@ -167,7 +211,7 @@ def cmd_receive(args: argparse.Namespace, client: Client) -> int:
         message_attribute_names=["All"],
     )
     if args.json:
-        _emit(args, {"Messages": [asdict(m) for m in messages]}, None)
+        _emit(args, {"Messages": [_sqs_keys(asdict(m)) for m in messages]}, None)
     elif not messages:
         print("no messages", file=sys.stderr)
     else:
@@ -215,11 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     export_cli.add_parser(sub)
 
-    p = sub.add_parser("server", help="run a single-node server", parents=[common])
+    p = sub.add_parser("server", help="run a single-node server")
     p.add_argument("--data-dir", default="./data", help="where the queues are stored")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--grpc-port", type=int, default=7400, help="gRPC port (default 7400)")
-    p.add_argument("--http-port", type=int, default=9324, help="SQS HTTP port (default 9324)")
+    p.add_argument("--grpc-port", type=_port, default=7400, help="gRPC port (default 7400)")
+    p.add_argument("--http-port", type=_port, default=9324, help="SQS HTTP port (default 9324)")
     p.add_argument("--credentials", default=None,
                    help="access keys file (or env SQSQ_CREDENTIALS_FILE); none: runs open")
     p.add_argument("--region", default=None, help="region in ARNs (env SQSQ_REGION, us-east-1)")
@@ -231,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="acknowledge before data reaches the disk (benchmarks only)")
     p.set_defaults(handler=cmd_server, needs_client=False)
 
-    p = sub.add_parser("node", parents=[common],
+    p = sub.add_parser("node",
                        help="run one replica of a shard's three-member Raft group")
     p.add_argument("--data-dir", required=True, help="this node's directory")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -257,13 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="acknowledge before data reaches the disk (benchmarks only)")
     p.set_defaults(handler=cmd_node, needs_client=False)
 
-    p = sub.add_parser("gateway", parents=[common],
-                       help="run the public HTTP and gRPC API in front of a node")
+    p = sub.add_parser("gateway", help="run the public HTTP and gRPC API in front of a node")
     p.add_argument("--backend", required=True,
                    help="the node's gRPC address host:port (e.g. a `sqsq server`)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--grpc-port", type=int, default=7400, help="gRPC port (default 7400)")
-    p.add_argument("--http-port", type=int, default=9324, help="SQS HTTP port (default 9324)")
+    p.add_argument("--grpc-port", type=_port, default=7400, help="gRPC port (default 7400)")
+    p.add_argument("--http-port", type=_port, default=9324, help="SQS HTTP port (default 9324)")
     p.add_argument("--credentials", default=None,
                    help="access keys file (or env SQSQ_CREDENTIALS_FILE); none: runs open")
     p.add_argument("--account", default=None,
@@ -296,7 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("send", help="send a message, print its id", parents=[common])
     p.add_argument("queue", help="queue name or URL")
-    p.add_argument("body")
+    p.add_argument("body", nargs="?", help="the body; - reads it from stdin")
+    p.add_argument("--body-file", metavar="PATH", help="read the body from this file")
     p.add_argument("--group", help="MessageGroupId (FIFO)")
     p.add_argument("--dedup-id", help="MessageDeduplicationId (FIFO)")
     p.add_argument("--delay", type=int, help="DelaySeconds")
@@ -318,6 +362,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(args: argparse.Namespace, e: QueueError, hint: str | None = None) -> None:
+    if getattr(args, "json", False):
+        error = {"Code": e.code, "Message": e.message, **({"Hint": hint} if hint else {})}
+        print(json.dumps({"Error": error}, sort_keys=True), file=sys.stderr)
+        return
+    print(f"error: {e}", file=sys.stderr)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``sqsq`` command; returns the exit code."""
     parser = build_parser()
@@ -330,15 +384,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except argparse.ArgumentTypeError as e:
         parser.error(str(e))
     except ServiceUnavailable as e:
-        print(f"error: {e}", file=sys.stderr)
-        print(
-            f"hint: is the server running at {args.endpoint}? "
-            "Start one with `sqsq server` or pass --endpoint / SQSQ_ENDPOINT.",
-            file=sys.stderr,
-        )
+        hint = (f"is the server running at {args.endpoint}? Start one with `sqsq server` or "
+                "pass --endpoint / SQSQ_ENDPOINT.")
+        _error(args, e, hint)
         return 1
     except QueueError as e:
-        print(f"error: {e}", file=sys.stderr)
+        _error(args, e)
         return 1
     except KeyboardInterrupt:
         return 130

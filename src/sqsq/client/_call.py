@@ -124,6 +124,11 @@ def map_rpc_error(err: grpc.RpcError) -> QueueError:
     text = f"gRPC {name}: {details}" if details else f"gRPC {name}"
     if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return ServiceUnavailable(text)
+    if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        # gRPC's own message-size limit (the SQS OverLimit carries its code in the trailer):
+        # over-size input is the caller's, as SQS answers a too-long message.
+        return error_for("InvalidParameterValue", "The request is too large. Reason: Message "
+                         f"must be shorter than 1048576 bytes. ({text})")
     return error_for("InternalError", text)
 
 

@@ -100,6 +100,9 @@ class QueueAttributes:
     fifo_queue: bool = False
     content_based_deduplication: bool = False
     deduplication_scope: str = "queue"  # "queue" | "messageGroup"
+    # The scope deduplication works by: the one set at creation. Amazon lets a later
+    # SetQueueAttributes change the attribute, not the behaviour. None: deduplication_scope.
+    deduplication_scope_in_effect: str | None = None
     fifo_throughput_limit: str = "perQueue"  # "perQueue" | "perMessageGroupId"
     # Accepted and echoed, not acted on; sorted by name so equal settings compare equal.
     extra: tuple[tuple[str, str], ...] = ()
@@ -264,6 +267,12 @@ def _parse_extra(name: str, value: str) -> str | None | Rejection:
     return value
 
 
+def _unknown_on_standard(name: str) -> Rejection:
+    # SQS does not know the attribute at all on a standard queue, whatever its value
+    # ("FifoQueue": "false" included).
+    return reject(ErrorCode.INVALID_ATTRIBUTE_NAME, f"Unknown Attribute {name}.")
+
+
 def parse_queue_attributes(
     raw: Mapping[str, str],
     *,
@@ -293,11 +302,15 @@ def parse_queue_attributes(
         if not fifo and queue_name.endswith(FIFO_SUFFIX):
             # SQS answers a ".fifo" standard queue with the plain name message.
             return reject(ErrorCode.INVALID_PARAMETER_VALUE, _NAME_MESSAGE)
+        if fifo_raw is not None and not fifo:
+            return _unknown_on_standard("FifoQueue")
         attrs = QueueAttributes(fifo_queue=fifo)
     else:
         assert base is not None
         attrs = base
         fifo = base.fifo_queue
+        if "FifoQueue" in raw and not fifo:
+            return _unknown_on_standard("FifoQueue")
         if "FifoQueue" in raw:
             parsed = _parse_bool("FifoQueue", raw["FifoQueue"])
             if isinstance(parsed, Rejection):
@@ -313,10 +326,7 @@ def parse_queue_attributes(
                     f"You can specify the {name} only when FifoQueue is set to true.",
                 )
         if "ContentBasedDeduplication" in raw:
-            # SQS does not know the attribute at all on a standard queue.
-            return reject(
-                ErrorCode.INVALID_ATTRIBUTE_NAME, "Unknown Attribute ContentBasedDeduplication."
-            )
+            return _unknown_on_standard("ContentBasedDeduplication")
 
     changes: dict[str, Any] = {}
     for name, field, bounds in _INT_ATTRIBUTES:
@@ -364,6 +374,8 @@ def parse_queue_attributes(
         changes["extra"] = tuple(sorted(extra.items()))
 
     merged = replace(attrs, **changes)
+    if creating and fifo:
+        merged = replace(merged, deduplication_scope_in_effect=merged.deduplication_scope)
     if merged.fifo_throughput_limit == "perMessageGroupId" and \
             merged.deduplication_scope != "messageGroup" and \
             ("FifoThroughputLimit" in raw or "DeduplicationScope" in raw):
@@ -391,6 +403,8 @@ def render_queue_attributes(attrs: QueueAttributes) -> dict[str, str]:
         out["DeduplicationScope"] = attrs.deduplication_scope
         out["FifoThroughputLimit"] = attrs.fifo_throughput_limit
     extra = dict(attrs.extra)
+    if "KmsMasterKeyId" not in extra:
+        extra.pop("KmsDataKeyReusePeriodSeconds", None)  # Amazon shows it only with a key
     out.update(extra)
     if "SqsManagedSseEnabled" not in extra:
         # New SQS queues get SSE-SQS by default unless a KMS key was chosen.

@@ -32,9 +32,14 @@ from sqsq.core.records import (
 )
 from sqsq.core.state import ShardState
 
+# Amazon's FIFO sequence numbers are large 20-digit numbers; ours count up from this base,
+# spaced like theirs, and stay 20 digits for 2**46 messages.
+SEQUENCE_NUMBER_BASE = 18_000_000_000_000_000_000
+SEQUENCE_NUMBER_STEP = 2**16
+
 
 def sequence_number(seq: int) -> str:
-    return f"{seq:020d}"
+    return str(SEQUENCE_NUMBER_BASE + seq * SEQUENCE_NUMBER_STEP)
 
 
 # ---- placing a message --------------------------------------------------------------------
@@ -84,14 +89,18 @@ def enqueue(
             st.put_group(q.qid, group, GroupRecord(floor=seq))
         st.txn.put(r.group_message_key(q.qid, group, seq), b"")
         if state == VISIBLE:
-            refresh_group(st, q.qid, group)
+            refresh_group(st, q.qid, group, now)
     st.counters(q.qid).add(state, 1)
     return seq
 
 
-def remove(st: ShardState, q: QueueRecord, seq: int, d: Delivery) -> None:
+def remove(st: ShardState, q: QueueRecord, seq: int, d: Delivery, now: int) -> None:
     """Forget a message entirely: record, state and every index entry that points at it."""
     qid = q.qid
+    was_head = False
+    if d.group_id is not None:
+        head = next(st.group_messages(qid, d.group_id), None)
+        was_head = head is not None and r.seq_of(head) == seq
     st.txn.delete(r.message_key(qid, seq))
     st.txn.delete(r.delivery_key(qid, seq))
     st.txn.delete(r.retention_key(qid, d.sent_ms, seq))
@@ -108,13 +117,21 @@ def remove(st: ShardState, q: QueueRecord, seq: int, d: Delivery) -> None:
         g = st.group(qid, d.group_id)
         if d.state == IN_FLIGHT:
             g.in_flight -= 1
-            st.put_group(qid, d.group_id, g)
-        refresh_group(st, qid, d.group_id)
+        if was_head:
+            g.head_since_ms = now  # the next message is the head from now on
+        st.put_group(qid, d.group_id, g)
+        refresh_group(st, qid, d.group_id, now)
 
 
 def make_visible(st: ShardState, q: QueueRecord, seq: int, d: Delivery, at: int) -> None:
-    """A delayed or in-flight message becomes visible at ``at`` (its timer entry is gone)."""
+    """A delayed or in-flight message becomes visible at ``at`` (its timer entry is gone).
+
+    A standard message back from in flight takes its original place (its send time), ahead
+    of messages sent after it, as Amazon does (best effort there too).
+    """
     was = d.state
+    if was == IN_FLIGHT and d.group_id is None:
+        at = d.sent_ms
     d.state, d.visible_at_ms = VISIBLE, at
     st.put_delivery(q.qid, seq, d)
     counters = st.counters(q.qid)
@@ -128,27 +145,52 @@ def make_visible(st: ShardState, q: QueueRecord, seq: int, d: Delivery, at: int)
         g = st.group(q.qid, d.group_id)
         g.in_flight -= 1
         st.put_group(q.qid, d.group_id, g)
-    refresh_group(st, q.qid, d.group_id)
+    refresh_group(st, q.qid, d.group_id, at)
 
 
-def refresh_group(st: ShardState, qid: int, group: str) -> bool:
-    """Keep a FIFO group's entry in the ready index iff it is unblocked with a visible head."""
+def hide(st: ShardState, q: QueueRecord, seq: int, d: Delivery, deadline: int) -> None:
+    """A visible standard message is in flight again until ``deadline``, its receive count
+    unchanged (ChangeMessageVisibility with the latest handle after the timeout ran out)."""
+    assert d.state == VISIBLE and d.group_id is None
+    st.txn.delete(r.visible_key(q.qid, d.visible_at_ms, seq))
+    d.state, d.visible_at_ms = IN_FLIGHT, deadline
+    st.put_delivery(q.qid, seq, d)
+    st.txn.put(r.timer_key(q.qid, deadline, seq), TIMER_IN_FLIGHT)
+    st.lower_floor(q.qid, "w_floor", deadline)
+    counters = st.counters(q.qid)
+    counters.add(VISIBLE, -1)
+    counters.add(IN_FLIGHT, 1)
+
+
+def refresh_group(st: ShardState, qid: int, group: str, since_ms: int) -> bool:
+    """Keep a FIFO group's entry in the ready index iff its head (oldest message) is visible.
+
+    As in Amazon, blocking is per message: a receive walks the group from its head and stops
+    at the first message that is not visible, so a group whose head is visible again is
+    receivable even while later messages are in flight. Groups are served in the order they
+    became receivable (``since_ms``: when the head became visible, or became the head); a
+    group that stays receivable keeps its place, one that was received from goes to the back.
+    """
     head_seq = None
     for key in st.group_messages(qid, group):
         head_seq = r.seq_of(key)
         break
     g = st.group(qid, group)
     want = None
-    if g.in_flight == 0 and head_seq is not None:
+    if head_seq is not None:
         head = st.delivery(qid, head_seq)
         if head is not None and head.state == VISIBLE:
-            want = r.ready_group_key(qid, head_seq, group)
+            if g.ready_key is not None and r.ready_group_of(g.ready_key)[0] == head_seq:
+                want = g.ready_key
+            else:
+                since = max(since_ms, g.head_since_ms)
+                want = r.ready_group_key(qid, since, head_seq, group)
+                st.lower_floor(qid, "k_floor", since)
     if g.ready_key != want:
         if g.ready_key is not None:
             st.txn.delete(g.ready_key)
         if want is not None:
             st.txn.put(want, b"")
-            st.lower_floor(qid, "k_floor", head_seq)
         g.ready_key = want
     if head_seq is None and g.in_flight == 0:
         st.txn.delete(r.group_key(qid, group))
@@ -214,7 +256,7 @@ def drop_expired(st: ShardState, q: QueueRecord, now: int, budget: int) -> int:
         if d is None:
             st.txn.delete(key)
         else:
-            remove(st, q, seq, d)
+            remove(st, q, seq, d, now)
         n += 1
     return n
 

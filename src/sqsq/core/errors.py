@@ -108,6 +108,9 @@ class ErrorCode(Enum):
         "ResourceNotFoundException", "ResourceNotFoundException", 404, "NOT_FOUND"
     )
     ACCESS_DENIED = ErrorSpec("AccessDenied", "AccessDenied", 403, "PERMISSION_DENIED")
+    MISSING_AUTHENTICATION_TOKEN = ErrorSpec(
+        "MissingAuthenticationToken", "MissingAuthenticationToken", 403, "UNAUTHENTICATED"
+    )
     INVALID_CLIENT_TOKEN_ID = ErrorSpec(
         "InvalidClientTokenId", "InvalidClientTokenId", 403, "UNAUTHENTICATED"
     )

@@ -4,6 +4,10 @@ A handle carries the epoch (receive count) of the receive that issued it. Only t
 epoch may delete or change visibility; a handle superseded by a later receive fails with
 "expired" and changes nothing; a handle for a message that is already gone deletes "again"
 successfully, as SQS does.
+
+Timed-out handles, as Amazon answers: on a FIFO queue the handle of a message whose
+visibility timeout ran out no longer deletes it (even if nobody received it since); on a
+standard queue the latest handle still changes its visibility (hiding it again).
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ from sqsq.core.commands import (
     Outcome,
     WakeReceivers,
 )
-from sqsq.core.delivery import make_visible, move_deadline, remove
+from sqsq.core.delivery import hide, make_visible, move_deadline, remove
 from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.receipts import ReceiptHandle, decode_receipt_handle, queue_name_hash
-from sqsq.core.records import IN_FLIGHT, QueueRecord
+from sqsq.core.records import IN_FLIGHT, VISIBLE, QueueRecord
 from sqsq.core.state import ShardState
 
 
@@ -56,8 +60,12 @@ def delete(st: ShardState, q: QueueRecord, cmd: DeleteMessages, now: int) -> Out
         if d is not None and d.receive_count != h.epoch:
             failed.append(EntryFailed(entry_id, _expired(text)))
             continue
+        if d is not None and q.attributes.fifo_queue and \
+                (d.state != IN_FLIGHT or d.visible_at_ms <= now):
+            failed.append(EntryFailed(entry_id, _expired(text)))  # its timeout ran out
+            continue
         if d is not None:  # already gone (deleted, purged, expired): deleting again succeeds
-            remove(st, q, h.seq, d)
+            remove(st, q, h.seq, d, now)
             if d.group_id is not None:
                 effects.append(WakeReceivers(q.name))
         ok.append(entry_id)
@@ -90,7 +98,9 @@ def change_visibility(st: ShardState, q: QueueRecord, cmd: ChangeVisibilities, n
         if d.receive_count != h.epoch:
             failed.append(EntryFailed(entry_id, _expired(text)))
             continue
-        if d.state != IN_FLIGHT or d.visible_at_ms <= now:
+        timed_out = not q.attributes.fifo_queue and (d.state == VISIBLE or (
+            d.state == IN_FLIGHT and d.visible_at_ms <= now))
+        if (d.state != IN_FLIGHT or d.visible_at_ms <= now) and not timed_out:
             failed.append(EntryFailed(entry_id, reject(
                 ErrorCode.MESSAGE_NOT_INFLIGHT, "The message referred to isn't in flight.")))
             continue
@@ -101,9 +111,13 @@ def change_visibility(st: ShardState, q: QueueRecord, cmd: ChangeVisibilities, n
                 f"Value {timeout_s} for parameter VisibilityTimeout is invalid. Reason: Total "
                 f"VisibilityTimeout for the message is beyond the limit [{hi} seconds]")))
             continue
-        if timeout_s == 0:
+        if d.state == VISIBLE:  # a standard message whose timeout ran out
+            if timeout_s > 0:
+                hide(st, q, h.seq, d, now + timeout_s * 1000)
+        elif timeout_s == 0:
             st.txn.delete(r.timer_key(q.qid, d.visible_at_ms, h.seq))
-            make_visible(st, q, h.seq, d, now)
+            # Timed out but not yet swept: visible since its deadline, as the sweep would say.
+            make_visible(st, q, h.seq, d, min(now, d.visible_at_ms))
             effects.append(WakeReceivers(q.name))
         else:
             move_deadline(st, q, h.seq, d, now + timeout_s * 1000)

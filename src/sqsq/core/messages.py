@@ -28,7 +28,7 @@ _INVALID_CHARS_MESSAGE = (
     "#x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF"
 )
 # re.ASCII: \w and \d would otherwise accept non-ASCII letters and digits.
-_ATTR_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+", re.ASCII)
+_ATTR_NAME_RE = re.compile(r"[\w.-]+")  # any Unicode letter or digit, _ . - (as SQS)
 _NUMBER_RE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 _BATCH_ID_RE = re.compile(f"[A-Za-z0-9_-]{{1,{limits.BATCH_ENTRY_ID_MAX_LEN}}}", re.ASCII)
 # string.punctuation is exactly SQS's punctuation set: !"#$%&'()*+,-./:;<=>?@[\]^_`{|}~

@@ -33,7 +33,8 @@ def queue_does_not_exist() -> Rejection:
 
 
 def _check_redrive(st: ShardState, name: str, a: QueueAttributes) -> Rejection | None:
-    """The dead-letter target must exist, be here, be another queue and be of the same type."""
+    """The dead-letter target must exist, be here and be of the same type (or be the queue
+    itself, which Amazon accepts)."""
     policy = a.redrive_policy
     if policy is None:
         return None
@@ -51,7 +52,8 @@ def _check_redrive(st: ShardState, name: str, a: QueueAttributes) -> Rejection |
     if (region, account) != (st.config.region, st.config.account):
         return invalid("Dead-letter target does not exist.")
     if target == name:
-        return invalid("Dead-letter target must not be the source queue.")
+        # Amazon accepts a queue as its own dead-letter target; nothing is ever moved.
+        return None
     dlq = st.queue(target)
     if dlq is None:
         return invalid("Dead-letter target does not exist.")
@@ -153,7 +155,9 @@ def purge(st: ShardState, cmd: PurgeQueue, now: int) -> Outcome:
             f"Only one PurgeQueue operation on {q.name} is allowed every 60 seconds.",
         ))
     # A new incarnation: messages and groups of the old one are gone for readers at once and
-    # deleted by the sweep. Deduplication ids stay, as in SQS: a purge is no resend licence.
+    # deleted by the sweep. FIFO deduplication ids go with them, as Amazon was recorded doing
+    # (they are keyed by the incarnation; the old ones leave through their expiry index).
+    # Client request ids stay under the first incarnation: a retried send stays one message.
     _retire(st, q)
     q.dedup_qid = q.dedup_scope_qid
     q.qid, q.last_purge_ms = st.next_qid(), now

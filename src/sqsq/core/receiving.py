@@ -54,7 +54,7 @@ def _move_to_dead_letter(
     st: ShardState, q: QueueRecord, dlq: QueueRecord, seq: int, d: Delivery, m: MessageRecord,
     now: int,
 ) -> None:
-    remove(st, q, seq, d)
+    remove(st, q, seq, d, now)
     moved = dataclasses.replace(m, dead_letter_source_arn=st.config.queue_arn(q.name),
                                 dead_lettered_ms=now)
     # Standard queues keep the original enqueue time for retention; FIFO queues restart it.
@@ -119,7 +119,7 @@ def _deliverable(
     if d is None or m is None:
         raise AssertionError(f"index points at a missing message {q.qid}/{seq}")
     if d.sent_ms + q.attributes.message_retention_period_s * 1000 <= now:
-        remove(st, q, seq, d)
+        remove(st, q, seq, d, now)
         return None
     policy = q.attributes.redrive_policy
     if dlq is not None and policy is not None and d.receive_count >= policy.max_receive_count:
@@ -167,10 +167,7 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
     for rkey, _ in st.scan_index("k", q.qid):
         if len(out) >= want or budget <= 0:
             break
-        group = rkey[17:].decode()
-        g = st.group(q.qid, group)
-        if g.in_flight:  # the ready entry is stale only if refresh was skipped: never
-            raise AssertionError(f"blocked group {group!r} in the ready index")
+        group = r.ready_group_of(rkey)[1]
         for fkey in st.group_messages(q.qid, group):
             if len(out) >= want or budget <= 0:
                 break
@@ -186,7 +183,7 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
                 g = st.group(q.qid, group)
                 g.in_flight += 1
                 st.put_group(q.qid, group, g)
-        refresh_group(st, q.qid, group)
+        refresh_group(st, q.qid, group, now)
     if attempt_id and claimed:
         key = r.attempt_key(q.qid, attempt_id)
         expires = now + limits.DEDUPLICATION_WINDOW_MS

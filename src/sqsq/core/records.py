@@ -129,8 +129,14 @@ def group_key(qid: int, group: str) -> bytes:
     return b"g" + u64(qid) + group.encode()
 
 
-def ready_group_key(qid: int, head_seq: int, group: str) -> bytes:
-    return b"k" + u64(qid) + u64(head_seq) + group.encode()
+def ready_group_key(qid: int, since_ms: int, head_seq: int, group: str) -> bytes:
+    """A receivable FIFO group, ordered by when it became receivable (then its head)."""
+    return b"k" + u64(qid) + u64(since_ms) + u64(head_seq) + group.encode()
+
+
+def ready_group_of(key: bytes) -> tuple[int, str]:
+    """(head seq, group) of a ready_group_key."""
+    return read_u64(key, 17), key[25:].decode()
 
 
 def dedup_key(qid: int, scope: str, dedup_id: str) -> bytes:
@@ -191,6 +197,7 @@ def _encode_attributes(a: QueueAttributes) -> list:
         a.deduplication_scope,
         a.fifo_throughput_limit,
         [list(p) for p in a.extra],
+        a.deduplication_scope_in_effect,
     ]
 
 
@@ -208,6 +215,7 @@ def _decode_attributes(v: list) -> QueueAttributes:
         deduplication_scope=v[9],
         fifo_throughput_limit=v[10],
         extra=tuple((k, s) for k, s in v[11]),
+        deduplication_scope_in_effect=v[12] if len(v) > 12 else None,
     )
 
 
@@ -220,8 +228,9 @@ class QueueRecord:
     modified_ms: int
     tags: dict[str, str] = field(default_factory=dict)
     last_purge_ms: int | None = None
-    # A purge starts a new incarnation (qid) but, as in SQS, not a new deduplication window:
-    # dedup records stay under the first incarnation's id. None: the same as qid.
+    # A purge starts a new incarnation (qid) and a new FIFO deduplication window, but client
+    # request ids (standard queues' idempotent retries) stay under the first incarnation's
+    # id. None: the same as qid.
     dedup_qid: int | None = None
 
     @property
@@ -273,7 +282,7 @@ class Counters:
     v_floor: int = 0  # visible index: visible_at
     w_floor: int = 0  # timer index: deadline
     r_floor: int = 0  # retention index: enqueued_ms
-    k_floor: int = 0  # FIFO ready groups: head seq
+    k_floor: int = 0  # FIFO ready groups: receivable since (ms)
     y_floor: int = 0  # FIFO delayed messages: sent_ms
 
     def encode(self) -> bytes:
@@ -372,9 +381,10 @@ class GroupRecord:
     in_flight: int = 0
     ready_key: bytes | None = None
     floor: int = 0  # no live message of the group has a lower seq (skips tombstones)
+    head_since_ms: int = 0  # when the current head became the head (its predecessor left)
 
     def encode(self) -> bytes:
-        return pack([self.in_flight, self.ready_key, self.floor])
+        return pack([self.in_flight, self.ready_key, self.floor, self.head_since_ms])
 
     @classmethod
     def decode(cls, raw: bytes | None) -> GroupRecord:

@@ -8,7 +8,11 @@ count of 0 and without DeadLetterQueueSourceArn.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass
 
 from sqsq.core import records as r
@@ -88,6 +92,32 @@ def _not_found(what: str) -> Rejection:
                   f"{what} parameter doesn't exist.")
 
 
+def make_task_handle(stamp: str, source_arn: str) -> str:
+    """Amazon's handle shape: base64 of ``{"taskId": "<uuid>", "sourceArn": "<ARN>"}``.
+
+    The task id is drawn from the leader's random ``stamp`` (a hash, so any stamp works), so
+    every replica derives the same handle.
+    """
+    h = hashlib.sha256(stamp.encode()).hexdigest()
+    task_id = f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:32]}"
+    doc = json.dumps({"taskId": task_id, "sourceArn": source_arn}, separators=(",", ":"))
+    return base64.b64encode(doc.encode()).decode()
+
+
+def parse_task_handle(handle: str) -> tuple[str, str] | None:
+    """(taskId, sourceArn) of a handle that decodes as Amazon's do, else None."""
+    try:
+        doc = json.loads(base64.b64decode(handle, validate=True))
+    except (binascii.Error, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    task_id, arn = doc.get("taskId"), doc.get("sourceArn")
+    if not isinstance(task_id, str) or not isinstance(arn, str) or not task_id:
+        return None
+    return task_id, arn
+
+
 def _queue_for_arn(st: ShardState, arn: str) -> QueueRecord | None:
     parsed = parse_queue_arn(arn)
     if parsed is None or parsed[:2] != (st.config.region, st.config.account):
@@ -127,14 +157,14 @@ def start(st: ShardState, cmd: StartMoveTask, now: int) -> Outcome:
                               f"MaxNumberOfMessagesPerSecond must be between 1 and {MAX_RATE}."))
     previous = tasks_of(st, src.name)
     if any(t.status == RUNNING for t in previous):
-        return Outcome(reject(ErrorCode.UNSUPPORTED_OPERATION,
+        return Outcome(reject(ErrorCode.INVALID_PARAMETER_VALUE,
                               "There is already a task running. Only one active task is "
-                              "allowed for each source queue at a given time."))
+                              "allowed for a source queue arn at a given time."))
     for old in previous[TASKS_KEPT_PER_SOURCE - 1:]:
         st.txn.delete(old.key())
         st.txn.delete(handle_key(old.handle))
     promote_due(st, src, now, 2_000)
-    task = MoveTask(cmd.task_handle, src.name, dest, rate, RUNNING, 0,
+    task = MoveTask(make_task_handle(cmd.task_handle, arn), src.name, dest, rate, RUNNING, 0,
                     st.counters(src.qid).visible, now, now)
     st.txn.put(task.key(), task.encode())
     st.txn.put(handle_key(task.handle), task.key())
@@ -142,11 +172,17 @@ def start(st: ShardState, cmd: StartMoveTask, now: int) -> Outcome:
 
 
 def cancel(st: ShardState, cmd: CancelMoveTask, now: int) -> Outcome:
+    parsed = parse_task_handle(cmd.task_handle)
+    if parsed is None:
+        return Outcome(reject(ErrorCode.INVALID_PARAMETER_VALUE,
+                              "Value for parameter TaskHandle is invalid."))
+    if _queue_for_arn(st, parsed[1]) is None:
+        return Outcome(_not_found("SourceArn"))
     key = st.txn.get(handle_key(cmd.task_handle))
     raw = st.txn.get(key) if key else None
     task = MoveTask.decode(raw) if raw else None
     if task is None or task.status != RUNNING:
-        return Outcome(_not_found("TaskHandle"))
+        return Outcome(reject(ErrorCode.RESOURCE_NOT_FOUND, "Task does not exist."))
     task.status, task.last_ms = CANCELLED, now
     st.txn.put(task.key(), task.encode())
     return Outcome(MoveTaskCancelled(task.moved))
@@ -181,7 +217,7 @@ def advance(st: ShardState, task: MoveTask, now: int, budget: int) -> tuple[int,
         if target is None:
             return done + _finish(st, task, now, FAILED,
                                   "The destination queue of a message does not exist."), woken
-        remove(st, src, seq, d)
+        remove(st, src, seq, d, now)
         moved = dataclasses.replace(m, dead_letter_source_arn=None, dead_lettered_ms=None)
         enqueue(st, target, moved, visible_at=now, now=now)
         woken.add(target.name)
@@ -202,10 +238,10 @@ def _finish(st: ShardState, task: MoveTask, now: int, status: str, reason: str |
 
 
 def _next_visible(st: ShardState, q: QueueRecord) -> tuple[int, r.Delivery] | None:
-    """The oldest visible message (for FIFO queues: the head of any unblocked group)."""
+    """The oldest visible message (for FIFO queues: the head of any receivable group)."""
     for key, _ in st.scan_index("k" if q.attributes.fifo_queue else "v", q.qid):
-        # FIFO: the ready index holds (head seq, group); standard: (visible_at, seq).
-        seq = r.read_u64(key, 9) if q.attributes.fifo_queue else r.seq_of(key)
+        # FIFO: the ready index holds (since, head seq, group); standard: (visible_at, seq).
+        seq = r.ready_group_of(key)[0] if q.attributes.fifo_queue else r.seq_of(key)
         d = st.delivery(q.qid, seq)
         if d is not None and d.state == VISIBLE:
             return seq, d

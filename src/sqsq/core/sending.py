@@ -49,7 +49,8 @@ def _dedup_scope(q: QueueRecord, e: SendEntry) -> tuple[str, str] | Rejection:
                 "MessageDeduplicationId provided explicitly"
             )
         dedup_id = content_deduplication_id(e.body)
-    scope = e.message_group_id if a.deduplication_scope == "messageGroup" else ""
+    in_effect = a.deduplication_scope_in_effect or a.deduplication_scope
+    scope = e.message_group_id if in_effect == "messageGroup" else ""
     return scope or "", dedup_id
 
 
@@ -134,7 +135,7 @@ def send(st: ShardState, q: QueueRecord, cmd: SendMessages, now: int) -> Outcome
         ukey = None
         if fifo:
             scope, dedup_id = _dedup_scope(q, e)  # type: ignore[misc]  # checked above
-            ukey = r.dedup_key(q.dedup_scope_qid, scope, dedup_id)
+            ukey = r.dedup_key(q.qid, scope, dedup_id)  # a purge starts a new window
         elif cmd.request_id:
             ukey = r.dedup_key(q.dedup_scope_qid, _REQUEST_SCOPE,
                                f"{cmd.request_id}/{e.entry_id}")

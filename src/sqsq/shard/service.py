@@ -171,7 +171,10 @@ class ShardService:
         _check_range("MaxNumberOfMessages", max_number_of_messages, 1, limits.RECEIVE_MAX_MESSAGES)
         max_number_of_messages = max_number_of_messages or 1
         _check_range("VisibilityTimeout", visibility_timeout, *limits.VISIBILITY_TIMEOUT_S[:2])
-        _check_range("WaitTimeSeconds", wait_time_seconds, 0, limits.RECEIVE_WAIT_MAX_S)
+        if wait_time_seconds is not None and \
+                not 0 <= wait_time_seconds <= limits.RECEIVE_WAIT_MAX_S:
+            raise _invalid(f"Value {wait_time_seconds} for parameter WaitTimeSeconds is invalid. "
+                           f"Reason: Must be >= 0 and <= {limits.RECEIVE_WAIT_MAX_S}, if provided.")
         # "ALL" as well as "All": kombu sends it so, and SQS takes it.
         attribute_names = [_all_spelled(n) for n in attribute_names]
         for n in attribute_names:

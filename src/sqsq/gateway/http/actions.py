@@ -27,6 +27,8 @@ ACTIONS: dict[str, Handler] = {
     "StartMessageMoveTask": q.start_message_move_task,
     "ListMessageMoveTasks": q.list_message_move_tasks,
     "CancelMessageMoveTask": q.cancel_message_move_task,
+    "AddPermission": q.add_permission,
+    "RemovePermission": q.remove_permission,
     "SendMessage": m.send_message,
     "SendMessageBatch": m.send_message_batch,
     "ReceiveMessage": m.receive_message,
@@ -37,4 +39,4 @@ ACTIONS: dict[str, Handler] = {
 }
 
 # Real SQS actions sqsq does not implement: UnsupportedOperation, not InvalidAction.
-UNSUPPORTED = frozenset({"AddPermission", "RemovePermission"})
+UNSUPPORTED: frozenset[str] = frozenset()

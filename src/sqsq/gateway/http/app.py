@@ -7,6 +7,7 @@ handler over ``QueueService``, and the result or error is encoded back by the sa
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from urllib.parse import parse_qsl
@@ -17,7 +18,7 @@ from sqsq.api import QueueService
 from sqsq.core.errors import ErrorCode
 from sqsq.errors import QueueError
 from sqsq.gateway.auth import Authenticator, AuthError, SignedRequest
-from sqsq.gateway.http import json_protocol, query_protocol
+from sqsq.gateway.http import json_protocol, query_protocol, quietlog
 from sqsq.gateway.http.actions import ACTIONS, UNSUPPORTED
 from sqsq.gateway.http.wire import Params, WireError, invalid
 
@@ -25,6 +26,25 @@ log = logging.getLogger("sqsq.http")
 
 # A batch of 10 messages at SQS's 1 MiB total, base64 and form-encoding overhead included.
 MAX_BODY = 4 * 1024 * 1024
+# A client that declares a body must send it within this long.
+BODY_READ_TIMEOUT_S = 30.0
+_TOO_LARGE = (f"The request is larger than {MAX_BODY} bytes. Reason: Message must be shorter "
+              "than 1048576 bytes.")
+
+
+async def _read_body(request: web.Request) -> bytes:
+    """The body, bounded in size and in time: over-size is an SQS error, not aiohttp's
+    plain-text 413; a body that never comes is a 408, not a connection held forever."""
+    if (request.content_length or 0) > MAX_BODY:
+        raise invalid(_TOO_LARGE)
+    try:
+        return await asyncio.wait_for(request.read(), BODY_READ_TIMEOUT_S)
+    except web.HTTPRequestEntityTooLarge:
+        raise invalid(_TOO_LARGE) from None
+    except TimeoutError:
+        raise WireError("RequestTimeout", "RequestTimeout", 408,
+                        f"The request body did not arrive within {BODY_READ_TIMEOUT_S:g} s.",
+                        ) from None
 
 
 def _signed(request: web.Request, body: bytes) -> SignedRequest:
@@ -45,6 +65,26 @@ def _query_pairs(request: web.Request, body: bytes) -> list[tuple[str, str]]:
     return pairs
 
 
+# Actions of the service endpoint: sent to a queue URL they are InvalidAction, as in SQS.
+_SERVICE_ONLY = frozenset({"CreateQueue", "ListQueues"})
+
+
+def _wants_json(request: web.Request) -> bool:
+    """A query-protocol caller may ask for JSON (``Accept: application/json``), as SQS lets."""
+    return "application/json" in request.headers.get("Accept", "")
+
+
+def _trace_header_from(request: web.Request, data: dict) -> None:
+    """SQS takes SendMessage's ``X-Amzn-Trace-Id`` header as the AWSTraceHeader system
+    attribute, unless the request names one itself."""
+    trace = request.headers.get("X-Amzn-Trace-Id")
+    system = data.get("MessageSystemAttributes")
+    if trace and (system is None or isinstance(system, dict)) and \
+            "AWSTraceHeader" not in (system or {}):
+        data["MessageSystemAttributes"] = {
+            **(system or {}), "AWSTraceHeader": {"DataType": "String", "StringValue": trace}}
+
+
 def _path_queue_url(request: web.Request) -> str | None:
     # Older SDKs post to the queue URL itself (/ACCOUNT/NAME) and leave QueueUrl out.
     path = request.path.rstrip("/")
@@ -61,33 +101,45 @@ class HttpFront:
         target = request.headers.get("X-Amz-Target")
         action = ""
         try:
-            body = await request.read()
+            body = await _read_body(request)
             self.auth.verify_sigv4(_signed(request, body))
+            queue_path = _path_queue_url(request)
             if target is not None:
                 action = json_protocol.action_of(target) or target
                 data = json_protocol.decode(body)
             else:
                 action, data = query_protocol.decode(_query_pairs(request, body))
+                if queue_path and not action:
+                    return query_protocol.unknown_operation(request_id)
+                if queue_path and action in _SERVICE_ONLY:
+                    raise invalid(f"The action {action} is not valid for this endpoint.",
+                                  ErrorCode.INVALID_ACTION)
             handler = ACTIONS.get(action)
             if handler is None:
                 raise self._unknown_action(action)
-            result = await handler(self.api, Params(data, _path_queue_url(request)))
+            if action == "SendMessage":
+                _trace_header_from(request, data)
+            result = await handler(self.api, Params(data, queue_path))
         except QueueError as e:
-            return self._error(target, WireError.of(e), request_id)
+            return self._error(request, target, WireError.of(e), request_id)
         except AuthError as e:
-            return self._error(target, WireError(e.code, e.code, e.http_status, e.message),
-                               request_id)
+            return self._error(request, target,
+                               WireError(e.code, e.code, e.http_status, e.message), request_id)
         except WireError as e:
-            return self._error(target, e, request_id)
+            return self._error(request, target, e, request_id)
         except web.HTTPException:
             raise
+        except ConnectionError as e:  # the client hung up: one line, not a traceback
+            log.info("client %s went away during %s: %s", request.remote, action or "request",
+                     type(e).__name__, extra={"mishap": True})
+            return web.Response(status=400)
         except Exception as e:  # noqa: BLE001 - every failure leaves as an SQS error
             log.exception("internal error in %s", action or "request")
-            return self._error(target, WireError("InternalError", "InternalError", 500,
-                                                 f"internal error: {e}", False), request_id)
+            return self._error(request, target, WireError(
+                "InternalError", "InternalError", 500, f"internal error: {e}", False), request_id)
         if target is not None:
             return json_protocol.respond(result, request_id)
-        return query_protocol.respond(action, result, request_id)
+        return query_protocol.respond(action, result, request_id, _wants_json(request))
 
     @staticmethod
     def _unknown_action(action: str) -> QueueError:
@@ -98,14 +150,16 @@ class HttpFront:
                        ErrorCode.INVALID_ACTION)
 
     @staticmethod
-    def _error(target: str | None, err: WireError, request_id: str) -> web.Response:
+    def _error(request: web.Request, target: str | None, err: WireError,
+               request_id: str) -> web.Response:
         log.debug("request %s failed: %s %s", request_id, err.code, err.message)
         if target is not None:
             return json_protocol.respond_error(err, request_id)
-        return query_protocol.respond_error(err, request_id)
+        return query_protocol.respond_error(err, request_id, _wants_json(request))
 
 
 def make_app(api: QueueService, auth: Authenticator) -> web.Application:
+    quietlog.install("aiohttp.server", "sqsq.http")
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_route("*", "/{tail:.*}", HttpFront(api, auth).handle)
     return app

@@ -9,8 +9,9 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from sqsq.api import QueueService
+from sqsq.api import QueueService, queue_name_of
 from sqsq.core import commands as c
+from sqsq.core.attributes import FIFO_SUFFIX
 from sqsq.core.messages import MessageAttributeValue
 from sqsq.errors import from_rejection
 from sqsq.gateway.http.wire import Params, b64decode, invalid
@@ -84,8 +85,11 @@ def _failed(failed: tuple[c.EntryFailed, ...]) -> list[Result]:
 
 
 def _batch(result: c.BatchResult, successful: list[Result]) -> Result:
-    # Both members are required in SQS's model: sent even when empty.
-    return {"Successful": successful, "Failed": _failed(result.failed)}
+    # Successful is sent even when empty; an empty Failed is left out, as Amazon answers.
+    out: Result = {"Successful": successful}
+    if result.failed:
+        out["Failed"] = _failed(result.failed)
+    return out
 
 
 def _single(result: c.BatchResult) -> None:
@@ -100,8 +104,23 @@ async def send_message(api: QueueService, p: Params) -> Result:
     return _sent(result.successful[0])
 
 
+async def _check_fifo_batch(api: QueueService, url: str, entries: list[c.SendEntry]) -> None:
+    """On a FIFO queue Amazon checks every entry's group and deduplication ids first: one
+    missing fails the whole request and nothing is sent."""
+    if not queue_name_of(url).endswith(FIFO_SUFFIX):  # only FIFO queues have such names
+        return
+    if any(e.message_group_id is None for e in entries):
+        raise invalid("The request must contain the parameter MessageGroupId.")
+    if any(e.message_deduplication_id is None for e in entries):
+        attrs = await api.get_queue_attributes(url, ["ContentBasedDeduplication"])
+        if attrs.get("ContentBasedDeduplication") != "true":
+            raise invalid("The queue should either have ContentBasedDeduplication enabled or "
+                          "MessageDeduplicationId provided explicitly")
+
+
 async def send_message_batch(api: QueueService, p: Params) -> Result:
     entries = [_entry(e, e.text("Id") or "") for e in p.entries()]
+    await _check_fifo_batch(api, p.queue_url(), entries)
     result = await api.send_message_batch(p.queue_url(), entries)
     return _batch(result, [{"Id": s.entry_id, **_sent(s)} for s in result.successful])
 

@@ -27,6 +27,8 @@ _LISTS = {
     "TagKey": "TagKeys",
     "StringListValue": "StringListValues",
     "BinaryListValue": "BinaryListValues",
+    "AWSAccountId": "AWSAccountIds",
+    "ActionName": "Actions",
 }
 # form map name -> (JSON member name, key field, value field)
 _MAPS = {
@@ -125,7 +127,12 @@ def _xml(name: str, value: Any, action: str, out: list[str]) -> None:
         out.append(f"<{name}>{_scalar(value)}</{name}>")
 
 
-def respond(action: str, result: dict[str, Any], request_id: str) -> web.Response:
+def respond(action: str, result: dict[str, Any], request_id: str,
+            as_json: bool = False) -> web.Response:
+    if as_json:  # ``Accept: application/json``: the same document, as JSON
+        body = {f"{action}Response": {f"{action}Result": result or None,
+                                      "ResponseMetadata": {"RequestId": request_id}}}
+        return web.json_response(body, headers={"x-amzn-RequestId": request_id})
     parts = [f'<?xml version="1.0"?><{action}Response xmlns="{NAMESPACE}">']
     if result:
         _xml(f"{action}Result", result, action, parts)
@@ -142,14 +149,33 @@ def respond(action: str, result: dict[str, Any], request_id: str) -> web.Respons
 # Actions whose query response has no <Result> element at all.
 _RESULTLESS = frozenset({
     "DeleteQueue", "PurgeQueue", "SetQueueAttributes", "TagQueue", "UntagQueue",
-    "DeleteMessage", "ChangeMessageVisibility",
+    "DeleteMessage", "ChangeMessageVisibility", "AddPermission", "RemovePermission",
 })
 
 
-def respond_error(err: WireError, request_id: str) -> web.Response:
+# The query protocol's wording for a missing queue (the JSON protocol's is shorter).
+_QUERY_MESSAGES = {
+    "AWS.SimpleQueueService.NonExistentQueue":
+        "The specified queue does not exist for this wsdl version.",
+}
+
+
+def unknown_operation(request_id: str) -> web.Response:
+    """A request to a queue URL that names no action, as SQS answers it."""
+    return web.Response(status=404, text="<UnknownOperationException/>", content_type="text/xml",
+                        headers={"x-amzn-RequestId": request_id})
+
+
+def respond_error(err: WireError, request_id: str, as_json: bool = False) -> web.Response:
+    message = _QUERY_MESSAGES.get(err.query_code, err.message)
+    if as_json:
+        body = {"Error": {"Type": err.fault, "Code": err.query_code, "Message": message},
+                "RequestId": request_id}
+        return web.json_response(body, status=err.status,
+                                 headers={"x-amzn-RequestId": request_id})
     body = (f'<?xml version="1.0"?><ErrorResponse xmlns="{NAMESPACE}"><Error>'
             f"<Type>{err.fault}</Type><Code>{escape(err.query_code)}</Code>"
-            f"<Message>{escape(err.message)}</Message><Detail/></Error>"
+            f"<Message>{escape(message)}</Message><Detail/></Error>"
             f"<RequestId>{request_id}</RequestId></ErrorResponse>")
     return web.Response(status=err.status, text=body, content_type="text/xml",
                         headers={"x-amzn-RequestId": request_id})

@@ -14,9 +14,13 @@ from typing import Any
 from sqsq.core.errors import ErrorCode
 from sqsq.errors import QueueError, error_for
 
-# The JSON protocol's __type names the botocore error shape; SQS named one shape apart from
-# its code.
-_SHAPE_NAMES = {"QueueAlreadyExists": "QueueNameExists"}
+# The JSON protocol's __type names the error shape, which for a few codes is not the code
+# itself (as Amazon SQS answers, recorded).
+_SHAPE_NAMES = {
+    "QueueAlreadyExists": "QueueNameExists",
+    "InvalidParameterValue": "InvalidParameterValueException",
+    "MissingParameter": "MissingRequiredParameterException",
+}
 
 
 @dataclass
