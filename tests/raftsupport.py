@@ -24,10 +24,17 @@ from sqsq.shard.raft import Proposal, RaftSettings, ShardReplica
 
 
 class FakeClock:
+    """Moved by the test; every read also moves it by a hair (``TICK_S``), as a real clock
+    would, so loops that pysyncobj bounds by elapsed time (sending appends for at most one
+    heartbeat period) end."""
+
+    TICK_S = 0.0002
+
     def __init__(self) -> None:
         self.t = 1000.0
 
     def __call__(self) -> float:
+        self.t += self.TICK_S
         return self.t
 
 
