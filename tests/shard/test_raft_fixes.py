@@ -93,6 +93,9 @@ def test_a_full_restart_after_compaction_keeps_the_state(
         for address in group.addresses:  # fresh machines: only the dump can restore them
             group.start(address, bootstrap=False)
         leader = group.elect()
+        for address, replica in group.replicas.items():  # the dump's members, less itself
+            assert sorted(n.id for n in replica.otherNodes) == sorted(
+                a for a in group.addresses if a != address)
         assert group.commit(leader, b"after") is Proposal.COMMITTED
         group.run(0.5)
         want = [b"m%d" % i for i in range(12)] + [b"after"]

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgpack
 import pysyncobj.syncobj as _syncobj
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import FAIL_REASON
@@ -322,19 +323,19 @@ class ShardReplica(SyncObj):
         self.machine.write_snapshot(path, _pack_raft_data(last, prev, cluster))
 
     def _deserialize(self, path: str) -> tuple:
-        return _unpack_raft_data(self.machine.read_snapshot(path))
+        last, prev, members = _unpack_raft_data(self.machine.read_snapshot(path))
+        # pysyncobj drops this replica from the dump's members by comparing each with its own
+        # Node object, which never equals an address string: leave it out here, or the
+        # replica would count itself among its peers after every snapshot it loads.
+        return last, prev, [m for m in members if m != self.settings.self_address]
 
 
 def _pack_raft_data(last: tuple, prev: tuple, cluster: Any) -> bytes:
-    import msgpack
-
     members = sorted(getattr(n, "id", str(n)) for n in cluster)
     return msgpack.packb([list(last), list(prev), members], use_bin_type=True)
 
 
 def _unpack_raft_data(raw: bytes) -> tuple:
-    import msgpack
-
     last, prev, members = msgpack.unpackb(raw, raw=False)
     return tuple(last), tuple(prev), list(members)
 
