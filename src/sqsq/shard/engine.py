@@ -244,7 +244,7 @@ class ShardEngine:
             await self._in_flight.acquire()
             while len(batch) < MAX_GROUP and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
-            now = max(self.clock_ms(), self._last_now, self.machine.meta().last_now_ms)
+            now = max(self.clock_ms(), self._last_now, self.machine.last_now_ms)
             self._last_now = now
             data, batch = _encode(now, batch)
             done: asyncio.Future = loop.create_future()

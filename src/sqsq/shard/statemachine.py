@@ -20,7 +20,7 @@ import shutil
 import struct
 import tarfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import msgpack
@@ -38,9 +38,6 @@ log = logging.getLogger("sqsq.shard")
 
 SNAPSHOT_MAGIC = b"SQSQSNP1"
 _HEADER_LEN = struct.Struct(">I")
-
-Applied = Callable[[int, list[c.Outcome]], None]
-
 
 def open_store(path: Path, memory: bool = False) -> Store:
     """The store at ``path``: a RocksDB directory, or a MemoryStore (loaded from its
@@ -90,8 +87,7 @@ class ShardMachine:
         directory.mkdir(parents=True, exist_ok=True)
         self.store = CurrentStore(open_store(self._db_path, memory))
         self.check_configuration()
-        self.applied_index = self.meta().applied_index
-        self.on_applied: Applied | None = None  # the leader's engine answers through this
+        self._read_progress()
         self._lock = threading.Lock()  # snapshots against a concurrent admin checkpoint
 
     @property
@@ -100,6 +96,11 @@ class ShardMachine:
 
     def meta(self) -> records.Meta:
         return records.Meta.decode(self.store.get(records.META_KEY))
+
+    def _read_progress(self) -> None:
+        """The applied index and time, kept here so the leader stamps entries without a read."""
+        meta = self.meta()
+        self.applied_index, self.last_now_ms = meta.applied_index, meta.last_now_ms
 
     def recorded_fingerprint(self) -> str | None:
         raw = self.store.get(records.CONFIG_KEY)
@@ -127,11 +128,9 @@ class ShardMachine:
         meta.last_now_ms = max(meta.last_now_ms, entry.now_ms)
         txn.put(records.META_KEY, meta.encode())
         self.store.write(txn.writes(), sync=False)
-        self.applied_index = index
+        self.applied_index, self.last_now_ms = index, meta.last_now_ms
         if any(isinstance(command, c.Configure) for command in entry.commands):
             self.check_configuration()  # a mismatch stops this replica, never diverges it
-        if self.on_applied is not None:
-            self.on_applied(index, outcomes)
         return outcomes
 
     # ---- snapshots ----
@@ -175,7 +174,7 @@ class ShardMachine:
             fsync_path(self.directory, directory=True)
             _remove(fresh)
             self.store.inner = open_store(self._db_path, self.memory)
-            self.applied_index = self.meta().applied_index
+            self._read_progress()
             log.info("installed a snapshot at index %d (%s)", index, self.directory)
 
     def checkpoint(self, path: str) -> None:
