@@ -110,8 +110,7 @@ def normalize_target(endpoint: str | None) -> str:
 
 def map_rpc_error(err: grpc.RpcError) -> QueueError:
     """The ``QueueError`` for a failed RPC (SQS code from trailing metadata when present)."""
-    code_fn = getattr(err, "code", None)
-    status = code_fn() if callable(code_fn) else None
+    status = _status(err)
     details_fn = getattr(err, "details", None)
     details = (details_fn() if callable(details_fn) else None) or ""
     trailing_fn = getattr(err, "trailing_metadata", None)
