@@ -209,26 +209,25 @@ _ATTRIBUTE_VALUE = _Record(
 )
 
 
-def _enc_attributes(v: Any) -> list:
+def _attribute_pairs(v: Any, convert: Callable[[Any], Any]) -> list:
+    """Message attributes as (name, value) pairs, each value through ``convert``: the one
+    check both directions share."""
     if type(v) is not tuple:
         raise _bad("a tuple of (name, MessageAttributeValue)", v)
     out = []
     for p in v:
         if type(p) is not tuple or len(p) != 2:
             raise _bad("a (name, MessageAttributeValue)", p)
-        out.append((_str(p[0]), _ATTRIBUTE_VALUE.enc(p[1])))
+        out.append((_str(p[0]), convert(p[1])))
     return out
 
 
+def _enc_attributes(v: Any) -> list:
+    return _attribute_pairs(v, _ATTRIBUTE_VALUE.enc)
+
+
 def _dec_attributes(v: Any) -> tuple:
-    if type(v) is not tuple:
-        raise _bad("a tuple of (name, MessageAttributeValue)", v)
-    out = []
-    for p in v:
-        if type(p) is not tuple or len(p) != 2:
-            raise _bad("a (name, MessageAttributeValue)", p)
-        out.append((_str(p[0]), _ATTRIBUTE_VALUE.dec(p[1])))
-    return tuple(out)
+    return tuple(_attribute_pairs(v, _ATTRIBUTE_VALUE.dec))
 
 
 _ATTRIBUTES = _Kind(_enc_attributes, _dec_attributes)
