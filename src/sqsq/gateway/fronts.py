@@ -4,9 +4,11 @@ plumbing both ``sqsq server`` and ``sqsq gateway`` need: signals, the start-up b
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -53,13 +55,47 @@ async def start_fronts(
         await web.TCPSite(runner, host, http_port).start()
     # An open server's interceptor would pass every call through unchanged, at the cost of an
     # extra coroutine per call: install it only when there is something to check.
-    server = grpc.aio.server(interceptors=[] if auth.open else [GrpcAuthInterceptor(auth)])
+    # so_reuseport 0: gRPC's default lets a second server bind the same port, and clients
+    # then alternate between two data sets; here the second one fails to start instead.
+    server = grpc.aio.server(interceptors=[] if auth.open else [GrpcAuthInterceptor(auth)],
+                             options=[("grpc.so_reuseport", 0)])
     pb_grpc.add_QueuesServicer_to_server(QueuesService(api), server)
     if add_services is not None:
         add_services(server)
-    bound = server.add_insecure_port(f"{host}:{grpc_port}")
+    try:
+        bound = _bind_grpc(server, host, grpc_port)
+    except OSError:
+        if runner is not None:
+            await runner.cleanup()
+        raise
     await server.start()
     return Fronts(runner, server, bound)
+
+
+def _bind_grpc(server: grpc.aio.Server, host: str, port: int) -> int:
+    """The port bound, or an OSError that says so in one line. gRPC reports a failed bind only
+    as a log line of its own and a bare RuntimeError, so a port in use is found first by trying
+    it (a later bind by another process is still caught, without the reason)."""
+    where = f"cannot listen for gRPC on {host}:{port}"
+    if port:
+        try:
+            addresses = socket.getaddrinfo(host.strip("[]") or None, port,
+                                           type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except OSError as e:
+            raise OSError(f"{where}: {e.strerror}") from None
+        for family, kind, proto, _, address in addresses:
+            try:
+                with socket.socket(family, kind, proto) as probe:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
+                    probe.bind(address)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    raise OSError(f"{where}: address already in use") from None
+                # anything else (no IPv6 here, ...): gRPC decides
+    try:
+        return server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:
+        raise OSError(f"{where}: the port is in use or the address is not available") from None
 
 
 def announce_auth(name: str, auth: Authenticator) -> None:
