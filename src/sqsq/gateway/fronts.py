@@ -20,7 +20,7 @@ from aiohttp import web
 from sqsq.api import Endpoint, QueueService
 from sqsq.gateway.auth import Authenticator, GrpcAuthInterceptor
 from sqsq.gateway.grpc_service import QueuesService
-from sqsq.gateway.http import make_app
+from sqsq.gateway.http import AppRunner, make_app
 from sqsq.v1 import queues_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sqsq.server")
@@ -50,7 +50,7 @@ async def start_fronts(
     """HTTP first: tests and scripts take the gRPC port listening as "ready"."""
     runner = None
     if http_port is not None:
-        runner = web.AppRunner(make_app(api, auth), access_log=None, shutdown_timeout=2.0)
+        runner = AppRunner(make_app(api, auth), access_log=None, shutdown_timeout=2.0)
         await runner.setup()
         await web.TCPSite(runner, host, http_port).start()
     # An open server's interceptor would pass every call through unchanged, at the cost of an
