@@ -16,6 +16,10 @@ from urllib.parse import urlparse
 
 from sqsq.core import commands as c
 
+# gRPC metadata: which of a node's shards a call is for (absent: shard 0, as a node of a
+# single group is called by the SDK directly).
+SHARD_METADATA_KEY = "sqsq-shard"
+
 SYSTEM_ATTRIBUTE_NAMES = frozenset({
     "All",
     "SenderId",

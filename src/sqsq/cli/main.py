@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from sqsq.cli import cluster as cluster_cli
 from sqsq.cli import export as export_cli
 from sqsq.client import Client, Message
 from sqsq.errors import QueueError, ServiceUnavailable
@@ -109,9 +110,18 @@ def cmd_server(args: argparse.Namespace) -> int:
 def cmd_node(args: argparse.Namespace) -> int:
     from sqsq.cli.server import serve_node  # lazy, like the server
 
+    if (args.peers is None) == (args.etcd is None):
+        print("sqsq node: error: give either --etcd (a cluster's node) or --peers (one "
+              "group of static members)", file=sys.stderr)
+        return 2
+    if args.etcd is not None and not args.node_id:
+        print("sqsq node: error: --etcd needs --node-id", file=sys.stderr)
+        return 2
     return serve_node(
         data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port,
         raft_port=args.raft_port, peers=args.peers, bootstrap=args.bootstrap,
+        etcd=args.etcd, node_id=args.node_id, shards=args.shards, advertise=args.advertise,
+        replace_after_s=args.replace_after, initial_nodes=args.initial_nodes,
         sync=not args.no_fsync, secret_file=args.secret_file,
         credentials_file=args.credentials, region=args.region, account=args.account,
         compaction_min_entries=args.compaction_entries)
@@ -120,8 +130,13 @@ def cmd_node(args: argparse.Namespace) -> int:
 def cmd_gateway(args: argparse.Namespace) -> int:
     from sqsq.gateway.server import serve_gateway  # lazy, like the server
 
+    if (args.backend is None) == (args.etcd is None):
+        print("sqsq gateway: error: give either --etcd (route over a cluster) or --backend "
+              "(one node)", file=sys.stderr)
+        return 2
     return serve_gateway(
-        backend=args.backend, host=args.host, grpc_port=args.grpc_port,
+        backend=args.backend, etcd=args.etcd, partitions=args.partitions, host=args.host,
+        grpc_port=args.grpc_port,
         http_port=args.http_port, credentials_file=args.credentials, account=args.account,
         public_url=args.public_url)
 
@@ -258,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     export_cli.add_parser(sub)
+    cluster_cli.add_parser(sub)
 
     p = sub.add_parser("server", help="run a single-node server")
     p.add_argument("--data-dir", default="./data", help="where the queues are stored")
@@ -282,8 +298,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-port", type=int, required=True, help="shard service gRPC port")
     p.add_argument("--raft-port", type=int, required=True,
                    help="Raft port of shard 0 (shard s: this + s)")
-    p.add_argument("--peers", required=True,
-                   help="every member, this one too: host:grpc_port:raft_port,...")
+    p.add_argument("--etcd", default=None,
+                   help="etcd host:port: join the cluster it coordinates (with --node-id)")
+    p.add_argument("--node-id", default=None, help="this node's id in the cluster (with --etcd)")
+    p.add_argument("--shards", type=int, default=1,
+                   help="how many shards the cluster has (with --etcd; the controller creates "
+                        "them once three nodes are live)")
+    p.add_argument("--initial-nodes", type=int, default=3,
+                   help="the controller places the first shards once this many nodes are live "
+                        "(with --etcd; default 3)")
+    p.add_argument("--replace-after", type=float, default=10.0, metavar="SECONDS",
+                   help="the controller moves a dead node's replicas to other nodes after "
+                        "it has been gone this long (with --etcd; default 10)")
+    p.add_argument("--advertise", default=None,
+                   help="the host other nodes and gateways reach this node by (default --host)")
+    p.add_argument("--peers", default=None,
+                   help="instead of --etcd, one static group: every member, this one too: "
+                        "host:grpc_port:raft_port,...")
     p.add_argument("--bootstrap", action="store_true",
                    help="a new data directory forms a new group (only on the group's first "
                         "start; without it a new directory rejoins as a learner)")
@@ -301,9 +332,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="acknowledge before data reaches the disk (benchmarks only)")
     p.set_defaults(handler=cmd_node, needs_client=False)
 
-    p = sub.add_parser("gateway", help="run the public HTTP and gRPC API in front of a node")
-    p.add_argument("--backend", required=True,
-                   help="the node's gRPC address host:port (e.g. a `sqsq server`)")
+    p = sub.add_parser("gateway",
+                       help="run the public HTTP and gRPC API in front of a cluster or a node")
+    p.add_argument("--etcd", default=None,
+                   help="etcd host:port of the cluster to route over (its partition map)")
+    p.add_argument("--partitions", type=int, default=1,
+                   help="partitions of a new queue, each on its own shard (with --etcd)")
+    p.add_argument("--backend", default=None,
+                   help="instead of --etcd, one node's gRPC address host:port "
+                        "(e.g. a `sqsq server`)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--grpc-port", type=_port, default=7400, help="gRPC port (default 7400)")
     p.add_argument("--http-port", type=_port, default=9324, help="SQS HTTP port (default 9324)")

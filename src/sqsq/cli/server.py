@@ -19,6 +19,10 @@ import sys
 from pathlib import Path
 
 from sqsq.api import Endpoint
+from sqsq.control.agent import NodeAgent
+from sqsq.control.controller import ControllerSettings
+from sqsq.control.etcd import Etcd, EtcdError
+from sqsq.control.keys import NodeRecord
 from sqsq.core.state import ShardConfig
 from sqsq.gateway.auth import Authenticator, load_credentials
 from sqsq.gateway.fronts import (
@@ -29,6 +33,7 @@ from sqsq.gateway.fronts import (
     until_signalled,
 )
 from sqsq.shard.admin import AdminService
+from sqsq.shard.directory import ShardDirectory
 from sqsq.shard.engine import ShardEngine
 from sqsq.shard.host import Peer, ReplicaOptions, load_secret, open_replica, parse_peers
 from sqsq.shard.service import ShardService
@@ -52,9 +57,10 @@ def raft_password(secret: bytes) -> str:
     return hmac.new(secret, b"sqsq raft transport", hashlib.sha256).hexdigest()
 
 
-def _config(secret: bytes, region: str | None, account: str | None) -> ShardConfig:
+def _config(secret: bytes, region: str | None, account: str | None,
+            shard_id: int = 0) -> ShardConfig:
     return ShardConfig(
-        shard_id=0, secret=secret,
+        shard_id=shard_id, secret=secret,
         region=region or os.environ.get("SQSQ_REGION") or ShardConfig.region,
         account=account or os.environ.get("SQSQ_ACCOUNT") or ShardConfig.account)
 
@@ -116,11 +122,7 @@ async def run_node(
               None)
     if me is None:
         raise ValueError(f"--peers must list this node ({host}:{grpc_port}:{raft_port})")
-    secret_path = Path(secret_file or os.environ.get("SQSQ_CLUSTER_SECRET_FILE") or "")
-    if not secret_path.name or not secret_path.is_file():
-        raise ValueError("a node needs the cluster's receipt-handle secret: --secret-file or "
-                         "SQSQ_CLUSTER_SECRET_FILE (the same file on every node)")
-    config = _config(secret_path.read_bytes(), region, account)
+    config = _config(_cluster_secret(secret_file), region, account)
     auth = Authenticator(load_credentials(credentials_file))
     engine = open_replica(
         0, root / "shard-0", config, me, members,
@@ -131,6 +133,82 @@ async def run_node(
     endpoint = endpoint_for(host, grpc_port, None, config.account)
     await _serve("sqsq node", engine, endpoint, auth, host, grpc_port, None, root,
                  f", Raft on {me.raft(0)}, peers {', '.join(p.grpc for p in members)}")
+
+
+def _cluster_secret(secret_file: str | None) -> bytes:
+    secret_path = Path(secret_file or os.environ.get("SQSQ_CLUSTER_SECRET_FILE") or "")
+    if not secret_path.name or not secret_path.is_file():
+        raise ValueError("a node needs the cluster's receipt-handle secret: --secret-file or "
+                         "SQSQ_CLUSTER_SECRET_FILE (the same file on every node)")
+    return secret_path.read_bytes()
+
+
+async def run_cluster_node(
+    data_dir: str, host: str, grpc_port: int, raft_port: int, etcd: str, node_id: str,
+    shards: int, *, advertise: str | None = None, sync: bool = True,
+    secret_file: str | None = None, credentials_file: str | None = None,
+    region: str | None = None, account: str | None = None,
+    compaction_min_entries: int = 5000, replace_after_s: float = 10.0,
+    initial_nodes: int = 3,
+) -> None:
+    """A node of an etcd-coordinated cluster: it hosts a replica of each shard the partition
+    map gives it (shard s's Raft group on ``raft_port + s``), serving them all on one gRPC
+    port, and takes its turn as controller. Serve until SIGTERM/SIGINT."""
+    root = Path(data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    secret = _cluster_secret(secret_file)
+    auth = Authenticator(load_credentials(credentials_file))
+    address = advertise or host
+    me = NodeRecord(node_id, f"{address}:{grpc_port}", f"{address}:{raft_port}")
+    endpoint = endpoint_for(address, grpc_port, None, _config(secret, region, account).account)
+    directory = ShardDirectory()
+    engines: dict[int, ShardEngine] = {}
+
+    async def open_shard(shard_id: int, peers: list[NodeRecord], bootstrap: bool) -> ShardEngine:
+        config = _config(secret, region, account, shard_id)
+        engine = open_replica(
+            shard_id, root / f"shard-{shard_id}", config, Peer.of(me),
+            [Peer.of(p) for p in peers],
+            ReplicaOptions(bootstrap=bootstrap, durable=sync,
+                           compaction_min_entries=compaction_min_entries,
+                           password=raft_password(secret),
+                           grpc_of=lambda raft: grpc_of(shard_id, raft)))
+        await engine.start()
+        engines[shard_id] = engine
+        directory.add(shard_id, ShardService(engine, endpoint))
+        return engine
+
+    def grpc_of(shard_id: int, raft: str | None) -> str | None:
+        """A member's gRPC address, from the partition map (members may join later)."""
+        members = agent.map.snapshot.members.values() if agent.map is not None else ()
+        return next((m.grpc_address for m in members if m.raft_for(shard_id) == raft), None)
+
+    admin = AdminService(engines, root / "snapshots")
+    fronts = await start_fronts(
+        None, auth, host, grpc_port, None,
+        lambda server: admin_pb2_grpc.add_AdminServicer_to_server(admin, server),
+        select=directory.select)
+    client = Etcd(etcd)
+    agent = NodeAgent(client, me, open_shard, ControllerSettings(
+        shards=shards, initial_nodes=initial_nodes, replace_after_s=replace_after_s))
+    try:
+        await agent.start()
+    except EtcdError as exc:
+        await fronts.stop()
+        raise OSError(f"cannot join the cluster: etcd at {etcd}: {exc}") from None
+    print(f"sqsq node {node_id}: gRPC on {host}:{fronts.grpc_port}, Raft from {me.raft_address}"
+          f", etcd at {etcd}", flush=True)
+    announce_auth("sqsq node", auth)
+    await until_signalled()
+    log.info("shutting down")
+    for engine in engines.values():
+        engine.end_long_polls()
+    await fronts.stop()
+    await agent.close()
+    await client.close()
+    for engine in engines.values():
+        await engine.stop()
+    print(f"sqsq node {node_id}: stopped", flush=True)
 
 
 def _with_fast_handoff() -> None:
@@ -151,5 +229,11 @@ def serve(
 
 def serve_node(**kwargs: object) -> int:
     _with_fast_handoff()
+    if kwargs.get("etcd"):
+        kwargs.pop("peers", None)
+        kwargs.pop("bootstrap", None)
+        return run_process("sqsq node", run_cluster_node(**kwargs))  # type: ignore[arg-type]
+    for name in ("etcd", "node_id", "shards", "advertise", "replace_after_s", "initial_nodes"):
+        kwargs.pop(name, None)
     return run_process("sqsq node", run_node(**kwargs))  # type: ignore[arg-type]
 

@@ -1,6 +1,10 @@
 """The cluster's keys in etcd and the records stored under them, as pure functions.
 
     /sqsq/nodes/<node id>      NodeRecord    under the node's lease: gone when the node is
+                                             (liveness)
+    /sqsq/members/<node id>    NodeRecord    no lease: the address book; a dead node's
+                                             peers still know where to reach it when it
+                                             comes back
     /sqsq/shards/<shard id>    ShardRecord   replica set (node ids) and an epoch that rises
                                              on every change of it
     /sqsq/queues/<queue name>  QueueRecord   queue id and the shard of each partition
@@ -8,6 +12,10 @@
                                              under that node's lease; a hint, confirmed by
                                              the shard itself (NOT_LEADER otherwise)
     /sqsq/controller           election key  the one active controller (sqsq.control.lease)
+    /sqsq/joined/<shard>/<node>  (empty)     written, create-only, before a node first opens
+                                             a replica of a shard as a founding member: a
+                                             node that finds it there but has no data lost
+                                             its disk, and rejoins as a learner instead
 
 Values are compact JSON objects. Decoding rejects a record that lacks a field or carries
 one of the wrong type, so a corrupt or foreign key fails loudly instead of routing wrongly;
@@ -22,11 +30,14 @@ from typing import Any
 
 ROOT = "/sqsq/"
 NODES = ROOT + "nodes/"
+MEMBERS = ROOT + "members/"
+JOINED = ROOT + "joined/"
 SHARDS = ROOT + "shards/"
 QUEUES = ROOT + "queues/"
 LEADERS = ROOT + "leaders/"
 CONTROLLER = ROOT + "controller"
 
+RECORD_KINDS = ("nodes", "members", "shards", "queues", "leaders")  # what the map holds
 REPLICATION_FACTOR = 3
 MAX_PARTITIONS = 64  # per queue: a bound on fan-out for one long poll
 
@@ -37,6 +48,14 @@ class RecordError(ValueError):
 
 def node_key(node_id: str) -> str:
     return NODES + _check_id(node_id)
+
+
+def member_key(node_id: str) -> str:
+    return MEMBERS + _check_id(node_id)
+
+
+def joined_key(shard_id: int, node_id: str) -> str:
+    return f"{JOINED}{_check_shard(shard_id)}/{_check_id(node_id)}"
 
 
 def shard_key(shard_id: int) -> str:
@@ -94,6 +113,7 @@ class LeaderHint:
     shard_id: int
     node_id: str
     term: int  # Raft term the leader was elected in: a newer term's hint supersedes
+    epoch: int = 0  # the replica-set epoch the leader's Raft membership has caught up with
 
 
 Record = NodeRecord | ShardRecord | QueueRecord | LeaderHint
@@ -110,7 +130,8 @@ def encode(record: Record) -> bytes:
         body = {"name": record.name, "queue_id": record.queue_id,
                 "partitions": list(record.partitions)}
     elif isinstance(record, LeaderHint):
-        body = {"shard_id": record.shard_id, "node_id": record.node_id, "term": record.term}
+        body = {"shard_id": record.shard_id, "node_id": record.node_id, "term": record.term,
+                "epoch": record.epoch}
     else:
         raise TypeError(f"not a record: {record!r}")
     return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
@@ -139,15 +160,17 @@ def decode_queue(value: bytes) -> QueueRecord:
 def decode_leader(value: bytes) -> LeaderHint:
     body = _load(value)
     return LeaderHint(_get(body, "shard_id", int), _get(body, "node_id", str),
-                      _get(body, "term", int))
+                      _get(body, "term", int),
+                      _get(body, "epoch", int) if "epoch" in body else 0)
 
 
 def parse_key(key: str) -> tuple[str, str]:
-    """('nodes' | 'shards' | 'queues' | 'leaders', the id part) of a key under /sqsq/."""
+    """('nodes' | 'members' | 'shards' | 'queues' | 'leaders', the id part) of a key under
+    /sqsq/."""
     if not key.startswith(ROOT):
         raise RecordError(f"not a sqsq key: {key!r}")
     kind, sep, ident = key[len(ROOT):].partition("/")
-    if not sep or kind not in ("nodes", "shards", "queues", "leaders") or not ident:
+    if not sep or kind not in RECORD_KINDS or not ident:
         raise RecordError(f"not a record key: {key!r}")
     return kind, ident
 
@@ -155,7 +178,7 @@ def parse_key(key: str) -> tuple[str, str]:
 def decode(key: str, value: bytes) -> Record:
     """The record stored at ``key``, checked against the key it is stored under."""
     kind, ident = parse_key(key)
-    if kind == "nodes":
+    if kind in ("nodes", "members"):
         node = decode_node(value)
         _same(key, ident, node.node_id)
         return node

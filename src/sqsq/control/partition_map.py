@@ -40,7 +40,8 @@ class Route:
 @dataclass(frozen=True)
 class MapSnapshot:
     revision: int = 0
-    nodes: Mapping[str, NodeRecord] = field(default_factory=lambda: _EMPTY)
+    nodes: Mapping[str, NodeRecord] = field(default_factory=lambda: _EMPTY)  # live ones
+    members: Mapping[str, NodeRecord] = field(default_factory=lambda: _EMPTY)  # every one
     shards: Mapping[int, ShardRecord] = field(default_factory=lambda: _EMPTY)
     queues: Mapping[str, QueueRecord] = field(default_factory=lambda: _EMPTY)
     leaders: Mapping[int, LeaderHint] = field(default_factory=lambda: _EMPTY)
@@ -87,10 +88,13 @@ class MapSnapshot:
             try:
                 kind, ident = keys.parse_key(key)
             except RecordError:
-                continue  # not ours (something else under /sqsq/)
-            table(kind).pop(int(ident) if kind in ("shards", "leaders") and ident.isdigit()
-                            else ident, None)
+                continue  # not a record (a joined marker, or something else under /sqsq/)
+            table(kind).pop(_ident(kind, ident), None)
         for kv in puts:
+            try:
+                kind, ident = keys.parse_key(kv.key)
+            except RecordError:
+                continue
             try:
                 record = keys.decode(kv.key, kv.value)
             except RecordError as exc:
@@ -98,26 +102,20 @@ class MapSnapshot:
                 # and say so.
                 log.error("partition map: ignoring %s at revision %d: %s",
                           kv.key, kv.mod_revision, exc)
-                kind, _, ident = kv.key[len(keys.ROOT):].partition("/")
-                if kind in ("nodes", "queues"):
-                    table(kind).pop(ident, None)
-                elif kind in ("shards", "leaders") and ident.isdigit():
-                    table(kind).pop(int(ident), None)
+                table(kind).pop(_ident(kind, ident), None)
                 continue
-            if isinstance(record, NodeRecord):
-                table("nodes")[record.node_id] = record
-            elif isinstance(record, ShardRecord):
-                table("shards")[record.shard_id] = record
-            elif isinstance(record, QueueRecord):
-                table("queues")[record.name] = record
-            else:
-                table("leaders")[record.shard_id] = record
+            table(kind)[_ident(kind, ident)] = record
         frozen = {kind: MappingProxyType(t) for kind, t in tables.items()}
         return replace(self, revision=revision, **frozen)
 
     @classmethod
     def from_range(cls, result: RangeResult) -> MapSnapshot:
         return cls().applied(list(result.kvs), [], result.revision)
+
+
+def _ident(kind: str, ident: str) -> str | int:
+    """How a table is keyed: shards and leaders by shard id, the rest by name."""
+    return int(ident) if kind in ("shards", "leaders") and ident.isdigit() else ident
 
 
 class PartitionMap:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sqsq.core import limits
 from sqsq.core.attributes import SETTABLE_ATTRIBUTE_NAMES, render_queue_attributes
 from sqsq.core.delivery import fifo_delay_cutoff
@@ -94,6 +96,13 @@ def list_queues(
     st: ShardState, prefix: str = "", max_results: int | None = None, next_token: str = ""
 ) -> tuple[list[str], str] | Rejection:
     """Queue names in name order, and the token for the next page ('' when done)."""
+    return names_page((q.name for q in st.queues(prefix)), max_results, next_token)
+
+
+def names_page(names: Iterable[str], max_results: int | None = None,
+               next_token: str = "") -> tuple[list[str], str] | Rejection:
+    """One ListQueues page of ``names`` (in name order): the names after ``next_token``, at
+    most ``max_results``, and the token for the next page ('' when done)."""
     if max_results is not None and not 1 <= max_results <= limits.LIST_QUEUES_MAX_RESULTS:
         return reject(
             ErrorCode.INVALID_PARAMETER_VALUE,
@@ -101,14 +110,14 @@ def list_queues(
             f"be an integer between 1 and {limits.LIST_QUEUES_MAX_RESULTS}.",
         )
     limit = max_results or limits.LIST_QUEUES_MAX_RESULTS
-    names: list[str] = []
-    for q in st.queues(prefix):
-        if next_token and q.name <= next_token:
+    page: list[str] = []
+    for name in names:
+        if next_token and name <= next_token:
             continue
-        if len(names) == limit:
-            return names, names[-1] if max_results else ""
-        names.append(q.name)
-    return names, ""
+        if len(page) == limit:
+            return page, page[-1] if max_results else ""
+        page.append(name)
+    return page, ""
 
 
 def dead_letter_source_queues(st: ShardState, name: str) -> list[str] | Rejection:

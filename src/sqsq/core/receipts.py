@@ -63,15 +63,27 @@ def encode_receipt_handle(secret: bytes, handle: ReceiptHandle) -> str:
     return base64.urlsafe_b64encode(body + mac).decode().rstrip("=")
 
 
-def decode_receipt_handle(secret: bytes, text: str) -> ReceiptHandle | None:
-    """The handle, or None when it is garbled, forged or altered."""
+def _raw(text: str) -> bytes | None:
     if not text or len(text) > 256:
         return None
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError):
         return None
-    if len(raw) != _BODY.size + _MAC_LEN:
+    return raw if len(raw) == _BODY.size + _MAC_LEN else None
+
+
+def shard_of_receipt_handle(text: str) -> int | None:
+    """The shard a handle names, read without the secret: where a gateway sends it. Only a
+    routing hint; the shard itself authenticates the handle."""
+    raw = _raw(text)
+    return None if raw is None or raw[0] != _VERSION else _BODY.unpack(raw[: _BODY.size])[1]
+
+
+def decode_receipt_handle(secret: bytes, text: str) -> ReceiptHandle | None:
+    """The handle, or None when it is garbled, forged or altered."""
+    raw = _raw(text)
+    if raw is None:
         return None
     body, mac = raw[: _BODY.size], raw[_BODY.size :]
     if not hmac.compare_digest(mac, _mac(secret, body)):

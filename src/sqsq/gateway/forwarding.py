@@ -25,6 +25,40 @@ from sqsq.v1 import queues_pb2 as pb
 CALL_TIMEOUT_S = 30.0
 
 
+# -- calls in the core's own terms (the gateway's fronts speak them), shared with
+#    ``gateway.cluster``
+
+BATCH_PARSE = convert.batch_from_pb
+
+
+def send_batch_call(queue: str, entries: list[c.SendEntry], request_id: str) -> _call.Call:
+    """The entries are the core's already: converted directly, not through boto3's shape.
+    Safe to repeat: the shard deduplicates by request id."""
+    request = pb.SendMessageBatchRequest(
+        queue_url=queue, entries=[convert.entry_to_pb(e) for e in entries],
+        request_id=request_id)
+    return _call.Call("SendMessageBatch", request, lambda r: c.BatchResult(
+        tuple(convert.sent_from_pb(s) for s in r.successful),
+        convert.failed_from_pb(r.failed)), retry=True)
+
+
+def receive_call(queue: str, max_number_of_messages: int | None,
+                 visibility_timeout: int | None, wait_time_seconds: int | None,
+                 attribute_names: Iterable[str], message_attribute_names: Iterable[str],
+                 receive_request_attempt_id: str) -> _call.Call:
+    call = _ops.receive_message(queue, max_number_of_messages, visibility_timeout,
+                                wait_time_seconds, list(attribute_names),
+                                list(message_attribute_names),
+                                receive_request_attempt_id=receive_request_attempt_id)
+    return dataclasses.replace(
+        call, parse=lambda r: [convert.message_from_pb(m) for m in r.messages])
+
+
+def batch_call(call: _call.Call) -> _call.Call:
+    """A delete or visibility batch answering with the core's ``BatchResult``."""
+    return dataclasses.replace(call, parse=BATCH_PARSE)
+
+
 class ForwardingApi:
     """Every SQS action, answered by the node at ``target`` (``host:port`` of its gRPC API)."""
 
@@ -104,14 +138,8 @@ class ForwardingApi:
     # ---- messages ----
     async def send_message_batch(self, queue_url: str, entries: list[c.SendEntry],
                                  request_id: str = "") -> c.BatchResult:
-        # The entries are the core's already: converted directly, not through boto3's shape.
-        request = pb.SendMessageBatchRequest(
-            queue_url=queue_name_of(queue_url), entries=[convert.entry_to_pb(e) for e in entries],
-            request_id=request_id or str(uuid.uuid4()))
-        call = _call.Call("SendMessageBatch", request, lambda r: c.BatchResult(
-            tuple(convert.sent_from_pb(s) for s in r.successful),
-            convert.failed_from_pb(r.failed)), retry=True)  # deduplicated by request id
-        return await self._run(call)
+        return await self._run(send_batch_call(queue_name_of(queue_url), entries,
+                                               request_id or str(uuid.uuid4())))
 
     async def receive_message(
         self, queue_url: str, max_number_of_messages: int | None = None,
@@ -119,19 +147,17 @@ class ForwardingApi:
         attribute_names: Iterable[str] = (), message_attribute_names: Iterable[str] = (),
         receive_request_attempt_id: str = "",
     ) -> list[c.ReceivedMessage]:
-        return await self._run(
-            _ops.receive_message(queue_name_of(queue_url), max_number_of_messages,
-                                 visibility_timeout, wait_time_seconds, list(attribute_names),
-                                 list(message_attribute_names),
-                                 receive_request_attempt_id=receive_request_attempt_id),
-            lambda r: [convert.message_from_pb(m) for m in r.messages])
+        return await self._run(receive_call(
+            queue_name_of(queue_url), max_number_of_messages, visibility_timeout,
+            wait_time_seconds, attribute_names, message_attribute_names,
+            receive_request_attempt_id))
 
     async def delete_message_batch(self, queue_url: str,
                                    entries: list[tuple[str, str]]) -> c.BatchResult:
         return await self._run(
             _ops.delete_message_batch(queue_name_of(queue_url), [
                 {"Id": i, "ReceiptHandle": h} for i, h in entries]),
-            convert.batch_from_pb)
+            BATCH_PARSE)
 
     async def change_message_visibility_batch(
         self, queue_url: str, entries: list[tuple[str, str, int]]
@@ -139,4 +165,4 @@ class ForwardingApi:
         return await self._run(
             _ops.change_message_visibility_batch(queue_name_of(queue_url), [
                 {"Id": i, "ReceiptHandle": h, "VisibilityTimeout": t} for i, h, t in entries]),
-            convert.batch_from_pb)
+            BATCH_PARSE)

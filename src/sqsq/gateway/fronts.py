@@ -46,6 +46,7 @@ class Fronts:
 async def start_fronts(
     api: QueueService, auth: Authenticator, host: str, grpc_port: int, http_port: int | None,
     add_services: Callable[[grpc.aio.Server], None] | None = None,
+    select: Callable[[grpc.aio.ServicerContext], QueueService] | None = None,
 ) -> Fronts:
     """HTTP first: tests and scripts take the gRPC port listening as "ready"."""
     runner = None
@@ -59,7 +60,9 @@ async def start_fronts(
     # then alternate between two data sets; here the second one fails to start instead.
     server = grpc.aio.server(interceptors=[] if auth.open else [GrpcAuthInterceptor(auth)],
                              options=[("grpc.so_reuseport", 0)])
-    pb_grpc.add_QueuesServicer_to_server(QueuesService(api), server)
+    # ``select``: a node hosting several shards picks the shard's service per call.
+    queues = QueuesService(api) if select is None else QueuesService(select=select)
+    pb_grpc.add_QueuesServicer_to_server(queues, server)
     if add_services is not None:
         add_services(server)
     try:

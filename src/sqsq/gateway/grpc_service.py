@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 
 import grpc
 
@@ -52,69 +53,83 @@ def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
 
 
 class QueuesService(pb_grpc.QueuesServicer):
-    def __init__(self, api: QueueService) -> None:
+    """Over one ``QueueService``; or, on a node hosting several shards, over the one
+    ``select`` picks for each call (by the shard the caller names in its metadata)."""
+
+    def __init__(self, api: QueueService | None = None, *,
+                 select: Callable[[grpc.aio.ServicerContext], QueueService] | None = None,
+                 ) -> None:
+        if (api is None) == (select is None):
+            raise ValueError("one of api and select")
         self.api = api
+        self._select = select
+
+    def api_for(self, context: grpc.aio.ServicerContext) -> QueueService:
+        return self.api if self._select is None else self._select(context)
 
     @_rpc
     async def CreateQueue(self, request, context):  # noqa: ANN001, ANN201, N802
-        url = await self.api.create_queue(request.queue_name, dict(request.attributes),
+        url = await self.api_for(context).create_queue(request.queue_name, dict(request.attributes),
                                           dict(request.tags))
         return pb.CreateQueueResponse(queue_url=url)
 
     @_rpc
     async def GetQueueUrl(self, request, context):  # noqa: ANN001, ANN201, N802
-        return pb.GetQueueUrlResponse(queue_url=await self.api.get_queue_url(request.queue_name))
+        url = await self.api_for(context).get_queue_url(request.queue_name)
+        return pb.GetQueueUrlResponse(queue_url=url)
 
     @_rpc
     async def ListQueues(self, request, context):  # noqa: ANN001, ANN201, N802
-        urls, token = await self.api.list_queues(request.queue_name_prefix,
+        urls, token = await self.api_for(context).list_queues(request.queue_name_prefix,
                                                  opt(request, "max_results"), request.next_token)
         return pb.ListQueuesResponse(queue_urls=urls, next_token=token)
 
     @_rpc
     async def DeleteQueue(self, request, context):  # noqa: ANN001, ANN201, N802
-        await self.api.delete_queue(request.queue_url)
+        await self.api_for(context).delete_queue(request.queue_url)
         return pb.Empty()
 
     @_rpc
     async def PurgeQueue(self, request, context):  # noqa: ANN001, ANN201, N802
-        await self.api.purge_queue(request.queue_url)
+        await self.api_for(context).purge_queue(request.queue_url)
         return pb.Empty()
 
     @_rpc
     async def GetQueueAttributes(self, request, context):  # noqa: ANN001, ANN201, N802
-        attrs = await self.api.get_queue_attributes(request.queue_url,
+        attrs = await self.api_for(context).get_queue_attributes(request.queue_url,
                                                     list(request.attribute_names))
         return pb.GetQueueAttributesResponse(attributes=attrs)
 
     @_rpc
     async def SetQueueAttributes(self, request, context):  # noqa: ANN001, ANN201, N802
-        await self.api.set_queue_attributes(request.queue_url, dict(request.attributes))
+        await self.api_for(context).set_queue_attributes(request.queue_url,
+                                                         dict(request.attributes))
         return pb.Empty()
 
     @_rpc
     async def TagQueue(self, request, context):  # noqa: ANN001, ANN201, N802
-        await self.api.tag_queue(request.queue_url, dict(request.tags))
+        await self.api_for(context).tag_queue(request.queue_url, dict(request.tags))
         return pb.Empty()
 
     @_rpc
     async def UntagQueue(self, request, context):  # noqa: ANN001, ANN201, N802
-        await self.api.untag_queue(request.queue_url, list(request.tag_keys))
+        await self.api_for(context).untag_queue(request.queue_url, list(request.tag_keys))
         return pb.Empty()
 
     @_rpc
     async def ListQueueTags(self, request, context):  # noqa: ANN001, ANN201, N802
-        return pb.ListQueueTagsResponse(tags=await self.api.list_queue_tags(request.queue_url))
+        tags = await self.api_for(context).list_queue_tags(request.queue_url)
+        return pb.ListQueueTagsResponse(tags=tags)
 
     @_rpc
     async def ListDeadLetterSourceQueues(self, request, context):  # noqa: ANN001, ANN201, N802
-        urls = await self.api.list_dead_letter_source_queues(request.queue_url)
+        urls = await self.api_for(context).list_dead_letter_source_queues(request.queue_url)
         return pb.ListQueuesResponse(queue_urls=urls)
 
     @_rpc
     async def SendMessage(self, request, context):  # noqa: ANN001, ANN201, N802
-        result = await self.api.send_message_batch(request.queue_url, [entry_from_pb(request, "0")],
-                                                   request.request_id)
+        result = await self.api_for(context).send_message_batch(
+            request.queue_url, [entry_from_pb(request, "0")], request.request_id)
         if result.failed:
             raise from_rejection(result.failed[0].rejection)
         return pb.SendMessageResponse(**sent_fields(result.successful[0]))
@@ -122,7 +137,7 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def SendMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
         entries = [entry_from_pb(e, e.id) for e in request.entries]
-        result = await self.api.send_message_batch(request.queue_url, entries,
+        result = await self.api_for(context).send_message_batch(request.queue_url, entries,
                                                    request.request_id)
         return pb.SendMessageBatchResponse(
             successful=[pb.SendMessageBatchResultEntry(id=s.entry_id, **sent_fields(s))
@@ -132,7 +147,7 @@ class QueuesService(pb_grpc.QueuesServicer):
 
     @_rpc
     async def ReceiveMessage(self, request, context):  # noqa: ANN001, ANN201, N802
-        messages = await self.api.receive_message(
+        messages = await self.api_for(context).receive_message(
             request.queue_url,
             opt(request, "max_number_of_messages"),
             opt(request, "visibility_timeout"),
@@ -145,7 +160,7 @@ class QueuesService(pb_grpc.QueuesServicer):
 
     @_rpc
     async def DeleteMessage(self, request, context):  # noqa: ANN001, ANN201, N802
-        result = await self.api.delete_message_batch(request.queue_url,
+        result = await self.api_for(context).delete_message_batch(request.queue_url,
                                                      [("0", request.receipt_handle)])
         if result.failed:
             raise from_rejection(result.failed[0].rejection)
@@ -153,14 +168,14 @@ class QueuesService(pb_grpc.QueuesServicer):
 
     @_rpc
     async def DeleteMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
-        result = await self.api.delete_message_batch(
+        result = await self.api_for(context).delete_message_batch(
             request.queue_url, [(e.id, e.receipt_handle) for e in request.entries])
         return pb.BatchResponse(successful=list(result.successful),
                                 failed=failed_to_pb(result.failed))
 
     @_rpc
     async def ChangeMessageVisibility(self, request, context):  # noqa: ANN001, ANN201, N802
-        result = await self.api.change_message_visibility_batch(
+        result = await self.api_for(context).change_message_visibility_batch(
             request.queue_url, [("0", request.receipt_handle, request.visibility_timeout)])
         if result.failed:
             raise from_rejection(result.failed[0].rejection)
@@ -168,7 +183,7 @@ class QueuesService(pb_grpc.QueuesServicer):
 
     @_rpc
     async def ChangeMessageVisibilityBatch(self, request, context):  # noqa: ANN001, ANN201, N802
-        result = await self.api.change_message_visibility_batch(
+        result = await self.api_for(context).change_message_visibility_batch(
             request.queue_url,
             [(e.id, e.receipt_handle, e.visibility_timeout) for e in request.entries])
         return pb.BatchResponse(successful=list(result.successful),
@@ -178,19 +193,19 @@ class QueuesService(pb_grpc.QueuesServicer):
     # ---- dead-letter redrive ----
     @_rpc
     async def StartMessageMoveTask(self, request, context):  # noqa: ANN001, ANN201, N802
-        handle = await self.api.start_message_move_task(
+        handle = await self.api_for(context).start_message_move_task(
             request.source_arn, request.destination_arn or None,
             opt(request, "max_number_of_messages_per_second"))
         return pb.StartMessageMoveTaskResponse(task_handle=handle)
 
     @_rpc
     async def ListMessageMoveTasks(self, request, context):  # noqa: ANN001, ANN201, N802
-        tasks = await self.api.list_message_move_tasks(request.source_arn,
+        tasks = await self.api_for(context).list_message_move_tasks(request.source_arn,
                                                        opt(request, "max_results"))
         return pb.ListMessageMoveTasksResponse(results=[task_to_pb(t) for t in tasks])
 
     @_rpc
     async def CancelMessageMoveTask(self, request, context):  # noqa: ANN001, ANN201, N802
-        moved = await self.api.cancel_message_move_task(request.task_handle)
+        moved = await self.api_for(context).cancel_message_move_task(request.task_handle)
         return pb.CancelMessageMoveTaskResponse(approximate_number_of_messages_moved=moved)
 

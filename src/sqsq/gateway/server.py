@@ -1,17 +1,21 @@
-"""``sqsq gateway``: the public SQS HTTP and gRPC doors in a process of their own, in front
-of the node that holds the queues. Stateless: stop it, start another, nothing is lost.
+"""``sqsq gateway``: the public SQS HTTP and gRPC doors in a process of their own. Stateless:
+stop it, start another, nothing is lost.
 
-Today the partition map is static with one shard (``--backend``, the node's gRPC address),
-as in single-node mode; the etcd-held map, routing to shard leaders and partitioned queues
-come with the cluster.
+- ``--etcd``: in front of a cluster. It loads the partition map from etcd, follows it through
+  a watch, and routes each call to the leader of the shard that holds the queue
+  (``gateway.cluster``). While etcd is away it keeps serving from the map it has.
+- ``--backend``: in front of one node (``sqsq server`` or a node of a static group).
 """
 
 from __future__ import annotations
 
 import os
 
+from sqsq.control.etcd import Etcd, EtcdError
+from sqsq.control.partition_map import PartitionMap
 from sqsq.core.state import ShardConfig
 from sqsq.gateway.auth import Authenticator, load_credentials
+from sqsq.gateway.cluster import ClusterApi
 from sqsq.gateway.forwarding import ForwardingApi
 from sqsq.gateway.fronts import (
     announce_auth,
@@ -26,31 +30,52 @@ DEFAULT_HTTP_PORT = 9324
 
 
 async def run_gateway(
-    backend: str, host: str, grpc_port: int, http_port: int, *,
+    backend: str | None, host: str, grpc_port: int, http_port: int, *,
+    etcd: str | None = None, partitions: int = 1,
     credentials_file: str | None = None, account: str | None = None,
     public_url: str | None = None,
 ) -> None:
-    """Serve until SIGTERM/SIGINT. Calls to the node are signed with SQSQ_ACCESS_KEY_ID /
+    """Serve until SIGTERM/SIGINT. Calls to the nodes are signed with SQSQ_ACCESS_KEY_ID /
     SQSQ_SECRET_ACCESS_KEY when those are set (the node then checks them like any client)."""
     auth = Authenticator(load_credentials(credentials_file))
     account = account or os.environ.get("SQSQ_ACCOUNT") or ShardConfig.account
     endpoint = endpoint_for(host, http_port, public_url, account)
-    api = ForwardingApi(backend, endpoint)
+    if partitions < 1:
+        raise ValueError(f"--partitions must be at least 1, not {partitions}")
+    client = pmap = None
+    if etcd is not None:
+        client = Etcd(etcd)
+        try:
+            pmap = await PartitionMap.load(client)
+        except EtcdError as exc:
+            raise OSError(f"cannot load the partition map from etcd at {etcd}: {exc}") from None
+        api: ClusterApi | ForwardingApi = ClusterApi(client, pmap, endpoint,
+                                                     partitions=partitions)
+        behind = f"routing over the cluster at etcd {etcd}"
+    else:
+        assert backend is not None
+        api = ForwardingApi(backend, endpoint)
+        behind = f"forwarding to the node at {backend}"
     fronts = await start_fronts(api, auth, host, grpc_port, http_port)
     print(f"sqsq gateway: gRPC on {host}:{fronts.grpc_port}, SQS HTTP API on "
-          f"{endpoint.base_url}, forwarding to the node at {backend}", flush=True)
+          f"{endpoint.base_url}, {behind}", flush=True)
     announce_auth("sqsq gateway", auth)
     await until_signalled()
     await fronts.stop()
     await api.close()
+    if pmap is not None:
+        await pmap.close()
+    if client is not None:
+        await client.close()
     print("sqsq gateway: stopped", flush=True)
 
 
 def serve_gateway(
-    backend: str, host: str = "127.0.0.1", grpc_port: int = DEFAULT_GRPC_PORT,
+    backend: str | None = None, host: str = "127.0.0.1", grpc_port: int = DEFAULT_GRPC_PORT,
     http_port: int = DEFAULT_HTTP_PORT, credentials_file: str | None = None,
-    account: str | None = None, public_url: str | None = None,
+    account: str | None = None, public_url: str | None = None, *, etcd: str | None = None,
+    partitions: int = 1,
 ) -> int:
     return run_process("sqsq gateway", run_gateway(
-        backend, host, grpc_port, http_port, credentials_file=credentials_file,
-        account=account, public_url=public_url))
+        backend, host, grpc_port, http_port, etcd=etcd, partitions=partitions,
+        credentials_file=credentials_file, account=account, public_url=public_url))

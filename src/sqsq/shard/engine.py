@@ -146,6 +146,26 @@ class ShardEngine:
     def applied_index(self) -> int:
         return self.machine.applied_index
 
+    def leading_term(self) -> int | None:
+        """The Raft term this replica leads in, or None while it does not lead."""
+        return self.replica.raftCurrentTerm if self.replica.is_leader() else None
+
+    def members(self) -> frozenset[str]:
+        """The Raft addresses of the group's members, as this replica's log has them."""
+        return self.replica.members()
+
+    async def change_member(self, add: str | None = None, remove: str | None = None,
+                            timeout_s: float = 10.0) -> bool:
+        """Add or remove one member of the group (leader only); True once committed."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
+        self.replica.change_member(
+            add, remove, lambda ok: loop.call_soon_threadsafe(_settle, done, ok))
+        try:
+            return await asyncio.wait_for(done, timeout_s)
+        except TimeoutError:
+            return False
+
     # ---- lifecycle ----
     async def start(self) -> None:
         self._queue = asyncio.Queue()

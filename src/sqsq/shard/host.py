@@ -12,6 +12,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqsq.core.state import ShardConfig
 from sqsq.shard.engine import ShardEngine
@@ -31,6 +32,13 @@ class Peer:
 
     def raft(self, shard_id: int) -> str:
         return f"{self.host}:{self.raft_port + shard_id}"
+
+    @classmethod
+    def of(cls, node: Any) -> Peer:
+        """The peer a node record (``grpc_address``, ``raft_address``) describes."""
+        host, _, grpc_port = node.grpc_address.rpartition(":")
+        _, _, raft_port = node.raft_address.rpartition(":")
+        return cls(host, int(grpc_port), int(raft_port))
 
 
 def parse_peers(text: str) -> list[Peer]:
@@ -70,6 +78,9 @@ class ReplicaOptions:
     election_timeout_s: tuple[float, float] = (0.4, 1.2)
     on_fatal: Callable[[BaseException], None] | None = None
     password: str | None = None
+    # Raft address -> gRPC address of a member (default: from the peers given; a cluster
+    # node looks members up in the partition map, which knows members added later)
+    grpc_of: Callable[[str | None], str | None] | None = None
 
 
 def open_replica(
@@ -86,4 +97,5 @@ def open_replica(
         password=options.password)
     replica = ShardReplica(settings, machine)
     by_raft = {p.raft(shard_id): p.grpc for p in peers}
-    return ShardEngine(machine, replica, leader_hint=lambda raft: by_raft.get(raft or ""))
+    return ShardEngine(machine, replica, leader_hint=options.grpc_of or (
+        lambda raft: by_raft.get(raft or "")))

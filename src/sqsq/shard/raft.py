@@ -247,6 +247,32 @@ class ShardReplica(SyncObj):
 
         self._entry(data, callback=on_result)
 
+    # ---- membership: one member added or removed at a time, by the leader ----
+    def members(self) -> frozenset[str]:
+        """The group's members as this replica's log has them (itself included)."""
+        while True:
+            try:  # the tick thread may change the set under us: copy, retry if it did
+                others = frozenset(n.id for n in self._SyncObj__otherNodes)  # type: ignore[attr-defined]
+                return others | {self.settings.self_address}
+            except RuntimeError:
+                continue
+
+    def change_member(self, add: str | None, remove: str | None,
+                      done: Callable[[bool], None]) -> None:
+        """Add or remove one member (Raft's single-server change, applied when appended);
+        ``done(ok)`` runs in the tick thread once the change commits or fails."""
+        if self.fatal is not None or not self._isLeader():
+            done(False)
+            return
+
+        def on_result(_result: Any, error: int) -> None:
+            done(error == FAIL_REASON.SUCCESS)
+
+        if add is not None:
+            self.addNodeToCluster(add, callback=on_result)
+        elif remove is not None:
+            self.removeNodeFromCluster(remove, callback=on_result)
+
     # ---- status ----
     def is_leader(self) -> bool:
         return self.fatal is None and self._isLeader()

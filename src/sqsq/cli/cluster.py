@@ -1,0 +1,311 @@
+"""``sqsq cluster up`` and ``sqsq cluster status``: a whole cluster on this machine.
+
+    sqsq cluster up --nodes 3 --shards 4 --dir ./cluster      # etcd, 3 nodes, a gateway
+    sqsq cluster status --dir ./cluster [--json]
+
+``up`` starts etcd, the nodes and a gateway as child processes listening on 127.0.0.1, waits
+until every shard has a leader and the gateway answers, writes ``DIR/cluster.json`` (pids
+and ports), and stays in the foreground: Ctrl-C (or SIGTERM) stops them all, by pid. Each
+process logs to ``DIR/logs/``. The tests start clusters through ``LocalCluster`` too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqsq.cli.localprocs import EtcdProcess, free_port, free_port_range, wait_for_port
+
+READY_TIMEOUT_S = 90.0
+
+
+@dataclass
+class NodeProcess:
+    node_id: str
+    root: Path
+    grpc_port: int
+    raft_port: int
+    proc: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@dataclass
+class GatewayProcess:
+    grpc_port: int = field(default_factory=free_port)
+    http_port: int = field(default_factory=free_port)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+
+class LocalCluster:
+    """etcd, ``nodes`` nodes and a gateway under ``root``, all on 127.0.0.1."""
+
+    def __init__(self, root: Path, *, nodes: int = 3, shards: int = 1, partitions: int = 1,
+                 gateway_grpc_port: int | None = None, gateway_http_port: int | None = None,
+                 node_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+        self.root = root.resolve()
+        self.shards = shards
+        self.partitions = partitions
+        self.node_args = node_args
+        self.env = dict(os.environ if env is None else env)
+        (self.root / "logs").mkdir(parents=True, exist_ok=True)
+        self.secret = self.root / "secret"
+        if not self.secret.exists():
+            fd = os.open(self.secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(32))
+        self.etcd = EtcdProcess(self.root / "etcd")
+        self.nodes = [NodeProcess(f"n{i + 1}", self.root / f"n{i + 1}", free_port(),
+                                  free_port_range(shards)) for i in range(nodes)]
+        self.gateway = GatewayProcess(
+            **{k: v for k, v in (("grpc_port", gateway_grpc_port),
+                                 ("http_port", gateway_http_port)) if v is not None})
+
+    # -- processes -------------------------------------------------------------------------
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.root / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - the child's
+        try:
+            return subprocess.Popen([sys.executable, "-m", "sqsq.cli.main", *args],
+                                    stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                    start_new_session=True)  # Ctrl-C reaches us, not them
+        finally:
+            log.close()
+
+    def start_node(self, node: NodeProcess) -> None:
+        node.proc = self._spawn(node.node_id, [
+            "node", "--etcd", self.etcd.endpoint, "--node-id", node.node_id,
+            "--data-dir", str(node.root), "--host", "127.0.0.1",
+            "--grpc-port", str(node.grpc_port), "--raft-port", str(node.raft_port),
+            "--shards", str(self.shards), "--initial-nodes", str(len(self.nodes)),
+            "--secret-file", str(self.secret), *self.node_args])
+        wait_for_port(node.grpc_port, node.proc)
+
+    def start_gateway(self) -> None:
+        g = self.gateway
+        g.proc = self._spawn("gateway", [
+            "gateway", "--etcd", self.etcd.endpoint, "--host", "127.0.0.1",
+            "--grpc-port", str(g.grpc_port), "--http-port", str(g.http_port),
+            "--partitions", str(self.partitions)])
+        wait_for_port(g.grpc_port, g.proc)
+
+    def start(self, timeout_s: float = READY_TIMEOUT_S) -> LocalCluster:
+        """Everything, then wait until every shard has a leader; writes cluster.json."""
+        try:
+            self.etcd.start()
+            for node in self.nodes:
+                self.start_node(node)
+            self.wait_ready(timeout_s)
+            self.start_gateway()
+        except BaseException:
+            self.stop()
+            raise
+        self.write_json()
+        return self
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict[str, Any]:
+        """The status once every shard exists and has a live leader (``OSError`` if not
+        within ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = self.status()
+            shards = status["shards"]
+            if len(shards) == self.shards and all(s["leader"] for s in shards):
+                return status
+            if time.monotonic() > deadline:
+                raise OSError(f"the cluster was not ready within {timeout_s}s: {status}")
+            time.sleep(0.2)
+
+    def status(self) -> dict[str, Any]:
+        return read_status(self.etcd.endpoint)
+
+    def kill9(self, proc: subprocess.Popen | None) -> None:
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def terminate(self, proc: subprocess.Popen | None, timeout_s: float = 20.0) -> None:
+        if proc is None or proc.poll() is not None:
+            return
+        os.kill(proc.pid, signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill9(proc)
+
+    def stop(self) -> None:
+        """Every process this cluster started, by pid: gateway, nodes, etcd."""
+        self.terminate(self.gateway.proc)
+        for node in self.nodes:
+            self.terminate(node.proc)
+        if self.etcd.proc is not None:
+            self.etcd.stop()
+
+    def write_json(self) -> Path:
+        path = self.root / "cluster.json"
+        body = {
+            "gateway": {"pid": self.gateway.proc.pid if self.gateway.proc else None,
+                        "grpc_port": self.gateway.grpc_port,
+                        "http_port": self.gateway.http_port},
+            "etcd": {"pid": self.etcd.proc.pid if self.etcd.proc else None,
+                     "client_port": self.etcd.client_port},
+            "nodes": [{"id": n.node_id, "pid": n.proc.pid if n.proc else None,
+                       "grpc_port": n.grpc_port, "raft_port": n.raft_port,
+                       "data_dir": str(n.root)} for n in self.nodes],
+            "shards": self.shards,
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(body, indent=2) + "\n")
+        os.replace(tmp, path)
+        return path
+
+
+def read_status(etcd_endpoint: str) -> dict[str, Any]:
+    """Nodes, shards and queues as the partition map in etcd has them."""
+    from sqsq.control.etcd import Etcd
+    from sqsq.control.partition_map import MapSnapshot
+
+    async def read() -> MapSnapshot:
+        async with Etcd(etcd_endpoint, retry_for_s=3.0) as etcd:
+            from sqsq.control import keys
+
+            return MapSnapshot.from_range(await etcd.get_prefix(keys.ROOT))
+
+    snapshot = asyncio.run(read())
+
+    def hint(shard_id: int) -> dict[str, Any]:
+        # The leader's hint, if its node is live; "applied_epoch": the replica set its Raft
+        # membership has caught up with (less than "epoch" while a change is under way).
+        leader = snapshot.leader_hint(shard_id)
+        return {"leader": leader.node_id if leader else None,
+                "applied_epoch": snapshot.leaders[shard_id].epoch if leader else None}
+
+    return {
+        "nodes": [{"id": n, "alive": n in snapshot.nodes,
+                   "grpc": snapshot.members[n].grpc_address} for n in sorted(snapshot.members)],
+        "shards": [{"id": s.shard_id, "epoch": s.epoch, "replicas": list(s.replicas),
+                    **hint(s.shard_id)}
+                   for s in sorted(snapshot.shards.values(), key=lambda s: s.shard_id)],
+        "queues": [{"name": q.name, "partitions": list(q.partitions)}
+                   for q in sorted(snapshot.queues.values(), key=lambda q: q.name)],
+    }
+
+
+# -- the commands ----------------------------------------------------------------------------
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("cluster", help="run a local cluster, or show its state")
+    sub = p.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
+    up = sub.add_parser("up", help="start etcd, the nodes and a gateway in the foreground")
+    up.add_argument("--nodes", type=int, default=3, help="how many nodes (at least 3)")
+    up.add_argument("--shards", type=int, default=1, help="how many shards")
+    up.add_argument("--partitions", type=int, default=1,
+                    help="partitions of a new queue (each on its own shard)")
+    up.add_argument("--dir", type=Path, default=Path("./cluster"),
+                    help="where data, logs and cluster.json go")
+    up.add_argument("--grpc-port", type=int, default=7400, help="the gateway's gRPC port")
+    up.add_argument("--http-port", type=int, default=9324, help="the gateway's SQS HTTP port")
+    up.set_defaults(handler=cmd_up, needs_client=False)
+    st = sub.add_parser("status", help="nodes, shards with their leaders, queues")
+    st.add_argument("--dir", type=Path, default=Path("./cluster"),
+                    help="the directory `cluster up` wrote cluster.json to")
+    st.add_argument("--json", dest="as_json", action="store_true", help="print JSON")
+    st.set_defaults(handler=cmd_status, needs_client=False)
+    return p
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    if args.nodes < 3:
+        print("sqsq cluster up: error: a shard has three replicas: --nodes must be at least 3",
+              file=sys.stderr)
+        return 2
+    if not 1 <= args.shards <= 64 or args.partitions < 1:
+        print("sqsq cluster up: error: --shards is 1..64 and --partitions at least 1",
+              file=sys.stderr)
+        return 2
+    cluster = LocalCluster(args.dir, nodes=args.nodes, shards=args.shards,
+                           partitions=args.partitions, gateway_grpc_port=args.grpc_port,
+                           gateway_http_port=args.http_port)
+    stop = _stop_on_signals()
+    try:
+        cluster.start()
+    except OSError as exc:
+        print(f"sqsq cluster up: error: {exc} (logs in {cluster.root / 'logs'})",
+              file=sys.stderr)
+        return 1
+    g = cluster.gateway
+    print(f"sqsq cluster: {len(cluster.nodes)} nodes, {cluster.shards} shards; gateway gRPC "
+          f"on {g.endpoint}, SQS HTTP API on {g.http_url}; etcd on {cluster.etcd.endpoint}; "
+          f"{cluster.root / 'cluster.json'} written, logs in {cluster.root / 'logs'}. "
+          "Ctrl-C stops everything.", flush=True)
+    try:
+        while not stop.wait(1.0):
+            dead = [n.node_id for n in cluster.nodes if not n.alive]
+            if g.proc is not None and g.proc.poll() is not None:
+                dead.append("gateway")
+            if dead:
+                print(f"sqsq cluster: not running any more: {', '.join(dead)}", flush=True)
+                break
+    finally:
+        print("sqsq cluster: stopping", flush=True)
+        cluster.stop()
+        print("sqsq cluster: stopped", flush=True)
+    return 0
+
+
+def _stop_on_signals() -> Any:
+    import threading
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    path = args.dir / "cluster.json"
+    try:
+        info = json.loads(path.read_text())
+        status = read_status(f"127.0.0.1:{info['etcd']['client_port']}")
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"sqsq cluster status: error: {path}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - etcd unreachable: say so in one line
+        print(f"sqsq cluster status: error: etcd does not answer: {exc}", file=sys.stderr)
+        return 1
+    if args.as_json:
+        print(json.dumps(status, indent=2))
+        return 0
+    for n in status["nodes"]:
+        print(f"node {n['id']}: {'alive' if n['alive'] else 'DOWN'} ({n['grpc']})")
+    for s in status["shards"]:
+        print(f"shard {s['id']}: leader {s['leader'] or '-'}, replicas "
+              f"{', '.join(s['replicas'])} (epoch {s['epoch']})")
+    for q in status["queues"]:
+        print(f"queue {q['name']}: partitions on shards "
+              f"{', '.join(str(p) for p in q['partitions'])}")
+    return 0

@@ -1,0 +1,395 @@
+"""``QueueService`` over a cluster: what ``sqsq gateway --etcd`` serves its fronts from.
+
+The gateway keeps no queue state. The partition map (etcd, cached through a watch) says which
+shards hold a queue: one per partition, each partition a queue of the same name on its own
+shard, so every shard answers with the queue's own URL and ARN. What the gateway adds:
+
+- **Sends**: a standard queue's calls go to its partitions round-robin; a FIFO queue's
+  entries go to the partition their MessageGroupId hashes to, so a group's order holds.
+- **Receives** try the partitions in turn, starting after the last one served; a long poll
+  that finds nothing waits on all of them and answers with the first that has messages.
+  (The other polls are cancelled; a message one of them had just received stays in flight
+  until its visibility timeout ends: at-least-once, never lost.)
+- **Deletes and visibility changes** go to the shard the receipt handle names.
+- **Queue actions** go to every partition (partition 0 first: it validates for all).
+  Counts are summed; ListQueues and ListDeadLetterSourceQueues see the whole cluster.
+- **Dead-letter queues**: a shard moves a message to its dead-letter queue locally, so a
+  dead-letter queue has a partition on every shard its source queues have one on; the
+  gateway adds those partitions when a redrive policy names it.
+- Queue creation: the first gateway to write the queue's record in etcd (a transaction that
+  succeeds only if the name is free) decides its partitions; then each shard creates it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import json
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from sqsq.api import Endpoint, queue_name_of
+from sqsq.client import _call, _ops
+from sqsq.control import keys
+from sqsq.control.etcd import CasConflict, Etcd, EtcdError
+from sqsq.control.keys import QueueRecord
+from sqsq.control.partition_map import PartitionMap
+from sqsq.control.placement import PlacementError, assign_partitions
+from sqsq.core import commands as c
+from sqsq.core import queries
+from sqsq.core.attributes import parse_queue_arn
+from sqsq.core.errors import Rejection
+from sqsq.core.queues import queue_does_not_exist
+from sqsq.core.receipts import shard_of_receipt_handle
+from sqsq.core.redrive import parse_task_handle
+from sqsq.errors import QueueError, ServiceUnavailable, from_rejection
+from sqsq.gateway import forwarding as fw
+from sqsq.gateway.routing import ShardCaller
+
+T = TypeVar("T")
+
+# Computed per partition: the queue's figure is their sum.
+SUMMED_ATTRIBUTES = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+                     "ApproximateNumberOfMessagesDelayed")
+# What a dead-letter queue's new partition copies from its first one.
+NOT_COPIED = frozenset(queries.COMPUTED_ATTRIBUTE_NAMES) | {"FifoQueue"}
+
+
+def _raise(rejection: Rejection) -> None:
+    raise from_rejection(rejection)
+
+
+def group_partition(group_id: str, partitions: int) -> int:
+    """The partition of a FIFO message group: stable across gateways and restarts."""
+    digest = hashlib.blake2b(group_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % partitions
+
+
+class ClusterApi:
+    def __init__(self, etcd: Etcd, partition_map: PartitionMap, endpoint: Endpoint, *,
+                 partitions: int = 1, credentials: tuple[str, str] | None = None) -> None:
+        self.etcd = etcd
+        self.map = partition_map
+        self.endpoint = endpoint
+        self.partitions = partitions
+        self.caller = ShardCaller(partition_map, credentials=credentials)
+        self._turn = itertools.count()
+
+    async def close(self) -> None:
+        await self.caller.close()
+
+    def _url(self, node_url: str) -> str:
+        return self.endpoint.queue_url(queue_name_of(node_url))
+
+    # -- where a queue lives ---------------------------------------------------------------
+
+    async def _queue(self, name: str) -> QueueRecord:
+        record = self.map.snapshot.queue(name)
+        if record is None:
+            record = await self._read_queue(name)  # created through another gateway just now?
+        if record is None:
+            _raise(queue_does_not_exist())
+        return record
+
+    async def _read_queue(self, name: str) -> QueueRecord | None:
+        try:
+            kv = await self.etcd.get(keys.queue_key(name))
+        except (EtcdError, keys.RecordError):
+            return None  # etcd away: the cached map is all there is
+        return keys.decode_queue(kv.value) if kv is not None else None
+
+    async def _each(self, record: QueueRecord, call: Callable[[], _call.Call]) -> list[Any]:
+        """``call`` on every partition, the first alone (it validates for all)."""
+        first = await self.caller.call(record.partitions[0], call())
+        rest = await asyncio.gather(*(self.caller.call(s, call())
+                                      for s in record.partitions[1:]))
+        return [first, *rest]
+
+    # -- queues ----------------------------------------------------------------------------
+
+    async def create_queue(self, name: str, attributes: Mapping[str, str] | None = None,
+                           tags: Mapping[str, str] | None = None) -> str:
+        attributes = dict(attributes or {})
+        record = self.map.snapshot.queue(name) or await self._read_queue(name)
+        created = False
+        if record is None:
+            record, created = await self._place(name)
+        try:
+            await self._cover_dead_letter_queue(record, attributes)
+            urls = await self._each(record, lambda: _ops.create_queue(name, attributes, tags))
+        except QueueError:
+            if created:  # the shards refused it: free the name again
+                await self._forget(record)
+            raise
+        return self._url(urls[0])
+
+    async def _place(self, name: str) -> tuple[QueueRecord, bool]:
+        snapshot = self.map.snapshot
+        shard_ids = sorted(snapshot.shards)
+        if not shard_ids:
+            raise ServiceUnavailable("the cluster has no shards yet")
+        try:
+            partitions = assign_partitions(shard_ids, snapshot.queues.values(),
+                                           min(self.partitions, len(shard_ids)))
+        except PlacementError as exc:
+            raise ServiceUnavailable(str(exc)) from None
+        record = QueueRecord(name, str(uuid.uuid4()), partitions)
+        try:
+            await self.etcd.compare_and_put(keys.queue_key(name), keys.encode(record), 0)
+        except CasConflict as conflict:  # another gateway placed it first: theirs stands
+            assert conflict.current is not None
+            return keys.decode_queue(conflict.current.value), False
+        except EtcdError as exc:
+            raise ServiceUnavailable(f"cannot create a queue while etcd is away: {exc}") from None
+        await self.map.wait_for(lambda s: s.queue(name) is not None)
+        return record, True
+
+    async def _forget(self, record: QueueRecord) -> None:
+        kv = await self.etcd.get(keys.queue_key(record.name))
+        if kv is not None and keys.decode_queue(kv.value) == record:
+            try:
+                await self.etcd.compare_and_delete(kv.key, kv.mod_revision)
+            except CasConflict:
+                pass
+
+    async def _cover_dead_letter_queue(self, source: QueueRecord,
+                                       attributes: Mapping[str, str]) -> None:
+        """Give the dead-letter queue a redrive policy names a partition on every shard of
+        ``source`` (created like its first partition). Unknown targets are left to the
+        shard to refuse."""
+        try:
+            target = json.loads(attributes.get("RedrivePolicy") or "{}")["deadLetterTargetArn"]
+        except (ValueError, KeyError, TypeError):
+            return
+        parsed = parse_queue_arn(str(target))
+        if parsed is None or parsed[2] == source.name:
+            return
+        dlq = self.map.snapshot.queue(parsed[2]) or await self._read_queue(parsed[2])
+        if dlq is None:
+            return
+        missing = [s for s in source.partitions if s not in dlq.partitions]
+        if not missing:
+            return
+        shown = await self.caller.call(dlq.partitions[0], _ops.get_queue_attributes(
+            dlq.name, ["All"]))
+        copied = {k: v for k, v in shown.items() if k not in NOT_COPIED}
+        if dlq.name.endswith(".fifo"):
+            copied["FifoQueue"] = "true"
+        tags = await self.caller.call(dlq.partitions[0], _ops.list_queue_tags(dlq.name))
+        for shard in missing:
+            await self.caller.call(shard, _ops.create_queue(dlq.name, copied, tags))
+
+        def grow(current: Any) -> bytes | None:
+            if current is None:
+                return None
+            now = keys.decode_queue(current.value)
+            extra = tuple(s for s in missing if s not in now.partitions)
+            return keys.encode(QueueRecord(now.name, now.queue_id, now.partitions + extra)) \
+                if extra else None
+
+        revision = await self.etcd.update(keys.queue_key(dlq.name), grow)
+        await self.map.wait_revision(revision)
+
+    async def get_queue_url(self, name: str) -> str:
+        record = await self._queue(name)
+        return self._url(await self.caller.call(record.partitions[0], _ops.get_queue_url(name)))
+
+    async def list_queues(self, prefix: str = "", max_results: int | None = None,
+                          next_token: str = "") -> tuple[list[str], str]:
+        names = sorted(n for n in self.map.snapshot.queues if n.startswith(prefix))
+        page = queries.names_page(names, max_results, next_token)
+        if isinstance(page, Rejection):
+            _raise(page)
+        names, token = page  # type: ignore[misc]
+        return [self.endpoint.queue_url(n) for n in names], token
+
+    async def delete_queue(self, queue_url: str) -> None:
+        name = queue_name_of(queue_url)
+        record = await self._queue(name)
+        await self._each(record, lambda: _ops.delete_queue(name))
+        await self._forget(record)
+
+    async def purge_queue(self, queue_url: str) -> None:
+        name = queue_name_of(queue_url)
+        await self._each(await self._queue(name), lambda: _ops.purge_queue(name))
+
+    async def get_queue_attributes(self, queue_url: str, names: list[str]) -> dict[str, str]:
+        name = queue_name_of(queue_url)
+        record = await self._queue(name)
+        first, *rest = await self._each(record,
+                                        lambda: _ops.get_queue_attributes(name, names))
+        for key in SUMMED_ATTRIBUTES:
+            if key in first:
+                first[key] = str(sum(int(a.get(key, 0)) for a in (first, *rest)))
+        return first
+
+    async def set_queue_attributes(self, queue_url: str, attributes: Mapping[str, str]) -> None:
+        name = queue_name_of(queue_url)
+        record = await self._queue(name)
+        await self._cover_dead_letter_queue(record, attributes)
+        await self._each(record, lambda: _ops.set_queue_attributes(name, attributes))
+
+    async def tag_queue(self, queue_url: str, tags: Mapping[str, str]) -> None:
+        name = queue_name_of(queue_url)
+        await self._each(await self._queue(name), lambda: _ops.tag_queue(name, tags))
+
+    async def untag_queue(self, queue_url: str, keys_: Iterable[str]) -> None:
+        name = queue_name_of(queue_url)
+        tag_keys = list(keys_)
+        await self._each(await self._queue(name), lambda: _ops.untag_queue(name, tag_keys))
+
+    async def list_queue_tags(self, queue_url: str) -> dict[str, str]:
+        name = queue_name_of(queue_url)
+        record = await self._queue(name)
+        return await self.caller.call(record.partitions[0], _ops.list_queue_tags(name))
+
+    async def list_dead_letter_source_queues(self, queue_url: str) -> list[str]:
+        name = queue_name_of(queue_url)
+        found = await self._each(await self._queue(name),
+                                 lambda: _ops.list_dead_letter_source_queues(name))
+        return [self.endpoint.queue_url(n) for n in
+                sorted({queue_name_of(u) for urls in found for u in urls})]
+
+    # -- dead-letter redrive: a move task runs on the shard of the queue's first partition
+    #    (a dead-letter queue with several partitions is redriven from that one only)
+
+    async def start_message_move_task(
+        self, source_arn: str, destination_arn: str | None = None,
+        max_number_of_messages_per_second: int | None = None,
+    ) -> str:
+        return await self.caller.call(self._shard_of_arn(source_arn), _ops.start_message_move_task(
+            source_arn, destination_arn, max_number_of_messages_per_second))
+
+    async def cancel_message_move_task(self, task_handle: str) -> int:
+        parsed = parse_task_handle(task_handle)
+        shard = self._shard_of_arn(parsed[1] if parsed else "")
+        return await self.caller.call(shard, _ops.cancel_message_move_task(task_handle))
+
+    async def list_message_move_tasks(self, source_arn: str,
+                                      max_results: int | None = None) -> list[dict]:
+        return await self.caller.call(self._shard_of_arn(source_arn),
+                                      _ops.list_message_move_tasks(source_arn, max_results))
+
+    def _shard_of_arn(self, arn: str) -> int:
+        """The shard of the queue an ARN names (its first partition); for an ARN naming no
+        known queue, any shard: it answers with the SQS error for that ARN."""
+        parsed = parse_queue_arn(arn)
+        record = self.map.snapshot.queue(parsed[2]) if parsed else None
+        if record is not None:
+            return record.partitions[0]
+        shards = sorted(self.map.snapshot.shards)
+        if not shards:
+            raise ServiceUnavailable("the cluster has no shards yet")
+        return shards[0]
+
+    # -- messages --------------------------------------------------------------------------
+
+    async def send_message_batch(self, queue_url: str, entries: list[c.SendEntry],
+                                 request_id: str = "") -> c.BatchResult:
+        name = queue_name_of(queue_url)
+        record = await self._queue(name)
+        request_id = request_id or str(uuid.uuid4())
+        n = len(record.partitions)
+        if n == 1:
+            return await self.caller.call(record.partitions[0],
+                                          fw.send_batch_call(name, entries, request_id))
+        if not name.endswith(".fifo"):
+            shard = record.partitions[next(self._turn) % n]
+            return await self.caller.call(shard, fw.send_batch_call(name, entries, request_id))
+        by_partition: dict[int, list[c.SendEntry]] = {}
+        for entry in entries:
+            # An entry without a group goes to partition 0, whose shard refuses it properly.
+            p = group_partition(entry.message_group_id, n) if entry.message_group_id else 0
+            by_partition.setdefault(p, []).append(entry)
+        results = await asyncio.gather(*(
+            self.caller.call(record.partitions[p],
+                             fw.send_batch_call(name, part, f"{request_id}/{p}"))
+            for p, part in sorted(by_partition.items())))
+        return _merged(results)
+
+    async def receive_message(
+        self, queue_url: str, max_number_of_messages: int | None = None,
+        visibility_timeout: int | None = None, wait_time_seconds: int | None = None,
+        attribute_names: Iterable[str] = (), message_attribute_names: Iterable[str] = (),
+        receive_request_attempt_id: str = "",
+    ) -> list[c.ReceivedMessage]:
+        name = queue_name_of(queue_url)
+        record = await self._queue(name)
+
+        def receive(wait: int | None) -> _call.Call:
+            return fw.receive_call(name, max_number_of_messages, visibility_timeout, wait,
+                                   attribute_names, message_attribute_names,
+                                   receive_request_attempt_id)
+
+        shards = record.partitions
+        if len(shards) == 1:
+            return await self.caller.call(shards[0], receive(wait_time_seconds))
+        start = next(self._turn) % len(shards)
+        order = shards[start:] + shards[:start]
+        for shard in order:  # whatever is there now, partition by partition
+            messages = await self.caller.call(shard, receive(0))
+            if messages:
+                return messages
+        if wait_time_seconds == 0:
+            return []
+        return await _first_nonempty([self.caller.call(s, receive(wait_time_seconds))
+                                      for s in order])
+
+    async def delete_message_batch(self, queue_url: str,
+                                   entries: list[tuple[str, str]]) -> c.BatchResult:
+        name = queue_name_of(queue_url)
+        record = await self._queue(name)
+        return await self._by_handle(record, entries, lambda part: _ops.delete_message_batch(
+            name, [{"Id": i, "ReceiptHandle": h} for i, h in part]))
+
+    async def change_message_visibility_batch(
+        self, queue_url: str, entries: list[tuple[str, str, int]]
+    ) -> c.BatchResult:
+        name = queue_name_of(queue_url)
+        record = await self._queue(name)
+        return await self._by_handle(
+            record, entries, lambda part: _ops.change_message_visibility_batch(name, [
+                {"Id": i, "ReceiptHandle": h, "VisibilityTimeout": t} for i, h, t in part]))
+
+    async def _by_handle(self, record: QueueRecord, entries: list,
+                         call: Callable[[list], _call.Call]) -> c.BatchResult:
+        """Each entry to the shard its receipt handle names (a handle naming no partition of
+        this queue goes to the first, which refuses it as SQS would)."""
+        by_shard: dict[int, list] = {}
+        for entry in entries:
+            shard = shard_of_receipt_handle(entry[1])
+            if shard not in record.partitions:
+                shard = record.partitions[0]
+            by_shard.setdefault(shard, []).append(entry)
+        results = await asyncio.gather(*(
+            self.caller.call(shard, fw.batch_call(call(part)))  # noqa: B023 - awaited here
+            for shard, part in by_shard.items()))
+        return _merged(results)
+
+
+def _merged(results: Iterable[c.BatchResult]) -> c.BatchResult:
+    ok: list = []
+    failed: list = []
+    for result in results:
+        ok.extend(result.successful)
+        failed.extend(result.failed)
+    return c.BatchResult(tuple(ok), tuple(failed))
+
+
+async def _first_nonempty(polls: list[Awaitable[list[T]]]) -> list[T]:
+    """The first long poll to return messages (the rest are cancelled), or [] when every
+    one ends empty."""
+    pending = {asyncio.ensure_future(p) for p in polls}
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                result = task.result()
+                if result:
+                    return result
+        return []
+    finally:
+        for task in pending:
+            task.cancel()

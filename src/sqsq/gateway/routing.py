@@ -1,0 +1,94 @@
+"""Calling a shard's leader: where the gateway's calls to the nodes go.
+
+The partition map names a shard's replicas and, as a hint, its leader; the shard itself has
+the last word (a follower answers NotLeader, naming the leader if it knows it). A call goes
+first to the node that answered last time, else to the hinted leader, else to the replicas in
+turn; it follows NotLeader to the node named, moves on from a node it cannot reach, and gives
+up with ServiceUnavailable after the SDK's failover window. Retry rules are the SDK's
+(``client._call.Route``): an UNAVAILABLE is retried only for a call that is safe to repeat.
+
+The map is read from its in-memory snapshot only: etcd being away changes nothing here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from sqsq.api import SHARD_METADATA_KEY
+from sqsq.client import _auth, _call
+from sqsq.control.partition_map import PartitionMap
+from sqsq.errors import ServiceUnavailable
+from sqsq.v1 import queues_pb2_grpc
+
+CALL_TIMEOUT_S = 30.0
+
+
+class ShardCaller:
+    def __init__(self, partition_map: PartitionMap, *, timeout: float = CALL_TIMEOUT_S,
+                 credentials: tuple[str, str] | None = None) -> None:
+        self.map = partition_map
+        self.timeout = timeout
+        self._creds = _auth.resolve(credentials)
+        self._stubs: dict[str, tuple[grpc.aio.Channel, queues_pb2_grpc.QueuesStub]] = {}
+        self._answered: dict[int, str] = {}  # shard -> the node that answered it last
+        self.redirects = 0  # NotLeader answers followed (for metrics and tests)
+
+    async def close(self) -> None:
+        for channel, _ in self._stubs.values():
+            await channel.close()
+        self._stubs.clear()
+
+    def _stub(self, target: str) -> queues_pb2_grpc.QueuesStub:
+        if target not in self._stubs:
+            channel = grpc.aio.insecure_channel(
+                target, options=_call.CHANNEL_OPTIONS,
+                interceptors=[_auth.AioTokenInterceptor(self._creds)] if self._creds else None)
+            self._stubs[target] = (channel, queues_pb2_grpc.QueuesStub(channel))
+        return self._stubs[target][1]
+
+    def targets(self, shard_id: int) -> list[str]:
+        """The shard's replicas' gRPC addresses, the likeliest leader first."""
+        snapshot = self.map.snapshot
+        shard = snapshot.shards.get(shard_id)
+        if shard is None:
+            raise ServiceUnavailable(f"shard {shard_id} is not in the partition map")
+        addresses = [snapshot.members[n].grpc_address for n in shard.replicas
+                     if n in snapshot.members]
+        hint = snapshot.leader_hint(shard_id)
+        first = [a for a in (self._answered.get(shard_id),
+                             hint.grpc_address if hint else None) if a in addresses]
+        live = [snapshot.members[n].grpc_address for n in shard.replicas if n in snapshot.nodes]
+        ordered = list(dict.fromkeys(first + live + addresses))
+        if not ordered:
+            raise ServiceUnavailable(f"shard {shard_id} has no replica with a known address")
+        return ordered
+
+    async def call(self, shard_id: int, call: _call.Call) -> Any:
+        """``call`` answered by shard ``shard_id``'s leader."""
+        route = _call.Route(",".join(self.targets(shard_id)))
+        metadata = ((SHARD_METADATA_KEY, str(shard_id)),)
+        timeout = route.attempt_timeout(call, call.timeout(self.timeout))
+        if not route.several and call.retry and call.min_timeout is None:
+            timeout = min(timeout or _call.ATTEMPT_S, _call.ATTEMPT_S)
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            target = route.current
+            try:
+                method = getattr(self._stub(target), call.method)
+                result = await method(call.request, timeout=timeout, metadata=metadata)
+                self._answered[shard_id] = target
+                return call.parse(result)
+            except grpc.RpcError as err:
+                error, delay = route.retry_after(call, err, attempt, time.monotonic() - started)
+                if delay is None:
+                    raise error from None
+                if route.current != target:
+                    self.redirects += 1
+                attempt += 1
+                await asyncio.sleep(delay)
