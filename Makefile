@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/sqsq/v1/*.proto)
 GEN := src/sqsq/v1/.generated
 
-.PHONY: setup server-setup system-deps run test lint clean bench report
+.PHONY: setup server-setup system-deps run cluster test lint clean bench report
 
 setup: system-deps $(STAMP) $(GEN)
 
@@ -44,6 +44,10 @@ $(GEN): $(PROTOS) $(BASE)
 
 run: server-setup
 	$(VENV)/bin/sqsq server --data-dir ./data
+
+# A local cluster (etcd, three nodes, a gateway on 7400/9324) in the foreground; Ctrl-C stops it.
+cluster: server-setup system-deps
+	$(VENV)/bin/sqsq cluster up --dir ./cluster
 
 test: setup
 	$(PY) -m ruff check src tests spark_jobs bench

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from serverproc import GatewayProcess, ServerProcess
+from sqsq.cli.cluster import LocalCluster
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +33,24 @@ def gateway(server: ServerProcess,
                         backend=server.endpoint).start()
     yield gw
     gw.stop()
+
+
+class ClusterDoor:
+    """A cluster's gateway, looking to the suites like the other doors."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.endpoint = cluster.gateway.endpoint
+        self.http_url = cluster.gateway.http_url
+        self.http_port = cluster.gateway.http_port
+
+    def log_text(self) -> str:
+        return Path(self.cluster.root, "logs", "gateway.log").read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterDoor]:
+    """A real cluster started as ``sqsq cluster up`` starts one, stopped by pid at the end."""
+    c = LocalCluster(tmp_path_factory.mktemp("suite-cluster"), nodes=3, shards=2).start()
+    yield ClusterDoor(c)
+    c.stop()

@@ -11,7 +11,12 @@ from pathlib import Path
 
 from sqsq.cli.localprocs import free_port, wait_for_port
 
-__all__ = ["REPO", "ServerProcess", "free_port", "wait_for_port"]
+__all__ = ["DOORS", "REPO", "ServerProcess", "free_port", "wait_for_port"]
+
+# The doors the HTTP and SDK suites run through (fixtures of tests/conftest.py): the
+# single-node server's own, a gateway in front of it, and a cluster's gateway (etcd, three
+# nodes, two shards).
+DOORS = ["server", "gateway", "cluster"]
 
 REPO = Path(__file__).resolve().parent.parent
 

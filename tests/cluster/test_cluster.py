@@ -135,6 +135,37 @@ def test_boto3_sees_the_same_api_through_the_gateway(cluster: LocalCluster) -> N
         sqs.get_queue_url(QueueName=name("nobody"))
 
 
+def test_a_dead_letter_queue_on_another_shard_than_its_source(cluster: LocalCluster) -> None:
+    """A redrive policy set on a queue whose dead-letter queue lives on another shard: the
+    redrive, ListDeadLetterSourceQueues and a move task back all work across shards."""
+    sqs = boto3.client("sqs", endpoint_url=cluster.gateway.http_url, region_name="us-east-1",
+                       aws_access_key_id="x", aws_secret_access_key="y",
+                       config=Config(retries={"max_attempts": 1}))
+    src = sqs.create_queue(QueueName=name("src"))["QueueUrl"]
+
+    def shard_of(url: str) -> list[int]:
+        return next(q["partitions"] for q in cluster.status()["queues"]
+                    if q["name"] == url.rsplit("/", 1)[1])
+
+    dlq = next(u for u in (sqs.create_queue(QueueName=name("far"))["QueueUrl"]
+                           for _ in range(SHARDS)) if shard_of(u) != shard_of(src))
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])[
+        "Attributes"]["QueueArn"]
+    sqs.set_queue_attributes(QueueUrl=src, Attributes={"RedrivePolicy": json.dumps(
+        {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1})})
+    sqs.send_message(QueueUrl=src, MessageBody="far away")
+    sqs.receive_message(QueueUrl=src, VisibilityTimeout=0, WaitTimeSeconds=1)
+    assert not sqs.receive_message(QueueUrl=src, WaitTimeSeconds=1).get("Messages")
+    assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [src]
+    assert sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["All"])["Attributes"][
+        "ApproximateNumberOfMessages"] == "1"
+    sqs.start_message_move_task(SourceArn=dlq_arn)
+    _wait_for(lambda: sqs.get_queue_attributes(QueueUrl=src, AttributeNames=["All"])[
+        "Attributes"]["ApproximateNumberOfMessages"] == "1")
+    back = sqs.receive_message(QueueUrl=src, WaitTimeSeconds=1)["Messages"]
+    assert [m["Body"] for m in back] == ["far away"]
+
+
 def test_a_four_partition_queue_delivers_like_one_partition(
         cluster: LocalCluster, wide_gateway: GatewayProcess) -> None:
     with Client(wide_gateway.endpoint, timeout=30) as wide:

@@ -16,13 +16,14 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from serverproc import DOORS
 from sqswire import NS, Wire, signed_query, xml_text
 
 ACCESS_KEY = "AKIDSQSQTEST"
 SECRET_KEY = "s3cr3t-for-tests"
 
 
-@pytest.fixture(scope="session", params=["server", "gateway"])
+@pytest.fixture(scope="session", params=DOORS)
 def sqs_endpoint(request: pytest.FixtureRequest) -> str:
     """The HTTP endpoint under test: every test runs against the single-node server's own
     HTTP front, and again through a gateway process in front of that server."""

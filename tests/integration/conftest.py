@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from serverproc import ServerProcess
+from serverproc import DOORS, ServerProcess
 from sqsq.client import Client, Message
 
 
@@ -19,7 +19,7 @@ def unique_name(prefix: str = "it") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(params=["server", "gateway"])
+@pytest.fixture(params=DOORS)
 def door(request: pytest.FixtureRequest) -> ServerProcess:
     """Where clients connect: the shared server itself, and again a gateway in front of it."""
     return request.getfixturevalue(request.param)

@@ -14,7 +14,7 @@ CONSUMERS = 4
 TOTAL = PRODUCERS * PER_PRODUCER
 
 
-def test_concurrent_producers_and_consumers(make_queue, server, client: Client) -> None:
+def test_concurrent_producers_and_consumers(make_queue, door, client: Client) -> None:
     url = make_queue("conc", {"VisibilityTimeout": "30"})
     sent: dict[str, str] = {}
     deliveries: Counter[str] = Counter()
@@ -25,7 +25,7 @@ def test_concurrent_producers_and_consumers(make_queue, server, client: Client) 
 
     def produce(n: int) -> None:
         try:
-            with Client(server.endpoint) as c:
+            with Client(door.endpoint) as c:
                 for i in range(PER_PRODUCER):
                     body = f"p{n}-{i}"
                     result = c.send_message(url, body)
@@ -36,7 +36,7 @@ def test_concurrent_producers_and_consumers(make_queue, server, client: Client) 
 
     def consume() -> None:
         try:
-            with Client(server.endpoint) as c:
+            with Client(door.endpoint) as c:
                 deadline = time.monotonic() + 60
                 while not done.is_set() and time.monotonic() < deadline:
                     got = c.receive_message(url, max_number_of_messages=10, wait_time_seconds=1)
@@ -80,7 +80,7 @@ def test_concurrent_producers_and_consumers(make_queue, server, client: Client) 
     assert a["ApproximateNumberOfMessagesNotVisible"] == "0"
 
 
-def test_concurrent_batch_producers(make_queue, server) -> None:
+def test_concurrent_batch_producers(make_queue, door) -> None:
     """Batches from several threads: every entry gets one distinct message, all delivered."""
     url = make_queue("concbatch")
     ids: list[str] = []
@@ -89,7 +89,7 @@ def test_concurrent_batch_producers(make_queue, server) -> None:
 
     def produce(n: int) -> None:
         try:
-            with Client(server.endpoint) as c:
+            with Client(door.endpoint) as c:
                 for b in range(5):
                     r = c.send_message_batch(url, [
                         {"Id": f"e{i}", "MessageBody": f"{n}/{b}/{i}"} for i in range(10)])
@@ -106,7 +106,7 @@ def test_concurrent_batch_producers(make_queue, server) -> None:
         t.join(60)
     assert not errors, errors
     assert len(ids) == len(set(ids)) == 200
-    with Client(server.endpoint) as c:
+    with Client(door.endpoint) as c:
         assert c.get_queue_attributes(url, ["ApproximateNumberOfMessages"]) == {
             "ApproximateNumberOfMessages": "200"}
         seen: set[str] = set()

@@ -24,10 +24,10 @@ def _send_later(endpoint: str, url: str, body: str, after_s: float) -> threading
 
 
 def test_long_poll_returns_as_soon_as_a_message_is_sent(
-    client: Client, make_queue, server
+    client: Client, make_queue, door
 ) -> None:
     url = make_queue("lp-send")
-    sender = _send_later(server.endpoint, url, "wake up", 0.5)
+    sender = _send_later(door.endpoint, url, "wake up", 0.5)
     start = time.monotonic()
     got = client.receive_message(url, wait_time_seconds=5)
     elapsed = time.monotonic() - start
@@ -93,14 +93,14 @@ def test_long_poll_wakes_when_a_visibility_timeout_ends(
 
 
 def test_several_long_polls_share_the_messages(
-    client: Client, make_queue, server
+    client: Client, make_queue, door
 ) -> None:
     url = make_queue("lp-many")
     results: list[list[str]] = []
     lock = threading.Lock()
 
     def poll() -> None:
-        with Client(server.endpoint) as c:
+        with Client(door.endpoint) as c:
             got = c.receive_message(url, wait_time_seconds=4)
         with lock:
             results.append([m.body for m in got])

@@ -349,10 +349,11 @@ def change_message_visibility_batch(queue: str, entries: Iterable[Mapping[str, A
 
 def start_message_move_task(
     source_arn: str, destination_arn: str | None = None,
-    max_number_of_messages_per_second: int | None = None,
+    max_number_of_messages_per_second: int | None = None, task_stamp: str = "",
 ) -> Call:
     req = pb.StartMessageMoveTaskRequest(source_arn=source_arn,
-                                         destination_arn=destination_arn or "")
+                                         destination_arn=destination_arn or "",
+                                         task_stamp=task_stamp)
     if max_number_of_messages_per_second is not None:
         req.max_number_of_messages_per_second = int(max_number_of_messages_per_second)
     return Call("StartMessageMoveTask", req, lambda r: r.task_handle)

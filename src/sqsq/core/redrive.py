@@ -35,7 +35,8 @@ class StartMoveTask:
     source_arn: str
     destination_arn: str | None = None
     max_number_of_messages_per_second: int | None = None
-    task_handle: str = ""  # stamped by the leader
+    task_handle: str = ""  # stamped by the leader (or given by a gateway, the same for all
+    #                        partitions of a queue)
 
 
 @dataclass(frozen=True)

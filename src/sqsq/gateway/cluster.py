@@ -14,8 +14,10 @@ shard, so every shard answers with the queue's own URL and ARN. What the gateway
 - **Queue actions** go to every partition (partition 0 first: it validates for all).
   Counts are summed; ListQueues and ListDeadLetterSourceQueues see the whole cluster.
 - **Dead-letter queues**: a shard moves a message to its dead-letter queue locally, so a
-  dead-letter queue has a partition on every shard its source queues have one on; the
-  gateway adds those partitions when a redrive policy names it.
+  dead-letter queue has a partition on every shard its source queues have one on. A queue
+  created with a redrive policy is placed on its dead-letter queue's shards; a redrive
+  policy set later gives the dead-letter queue partitions on the source's shards. A move
+  task runs on every partition (one handle: the gateway draws the task's stamp).
 - Queue creation: the first gateway to write the queue's record in etcd (a transaction that
   succeeds only if the name is free) decides its partitions; then each shard creates it.
 """
@@ -26,6 +28,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import secrets
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -39,7 +42,7 @@ from sqsq.control.partition_map import PartitionMap
 from sqsq.control.placement import PlacementError, assign_partitions
 from sqsq.core import commands as c
 from sqsq.core import queries
-from sqsq.core.attributes import parse_queue_arn
+from sqsq.core.attributes import parse_queue_arn, validate_queue_name
 from sqsq.core.errors import Rejection
 from sqsq.core.queues import queue_does_not_exist
 from sqsq.core.receipts import shard_of_receipt_handle
@@ -90,7 +93,12 @@ class ClusterApi:
         if record is None:
             record = await self._read_queue(name)  # created through another gateway just now?
         if record is None:
-            _raise(queue_does_not_exist())
+            # Unknown: a shard answers, judging the request's shape first as SQS does, then
+            # saying the queue does not exist.
+            shards = sorted(self.map.snapshot.shards)
+            if not shards:
+                _raise(queue_does_not_exist())
+            return QueueRecord(name, "", (shards[0],))
         return record
 
     async def _read_queue(self, name: str) -> QueueRecord | None:
@@ -112,10 +120,13 @@ class ClusterApi:
     async def create_queue(self, name: str, attributes: Mapping[str, str] | None = None,
                            tags: Mapping[str, str] | None = None) -> str:
         attributes = dict(attributes or {})
+        invalid = validate_queue_name(name)
+        if invalid is not None:  # before the name becomes an etcd key
+            _raise(invalid)
         record = self.map.snapshot.queue(name) or await self._read_queue(name)
         created = False
         if record is None:
-            record, created = await self._place(name)
+            record, created = await self._place(name, await self._dead_letter_queue(attributes))
         try:
             await self._cover_dead_letter_queue(record, attributes)
             urls = await self._each(record, lambda: _ops.create_queue(name, attributes, tags))
@@ -125,7 +136,11 @@ class ClusterApi:
             raise
         return self._url(urls[0])
 
-    async def _place(self, name: str) -> tuple[QueueRecord, bool]:
+    async def _place(self, name: str,
+                     dead_letter_queue: QueueRecord | None) -> tuple[QueueRecord, bool]:
+        """Write the new queue's record: its partitions on the least loaded shards, or, for a
+        queue that redrives to a dead-letter queue, on that queue's shards (redrive stays
+        within a shard)."""
         snapshot = self.map.snapshot
         shard_ids = sorted(snapshot.shards)
         if not shard_ids:
@@ -135,6 +150,8 @@ class ClusterApi:
                                            min(self.partitions, len(shard_ids)))
         except PlacementError as exc:
             raise ServiceUnavailable(str(exc)) from None
+        if dead_letter_queue is not None:
+            partitions = dead_letter_queue.partitions[:len(partitions)]
         record = QueueRecord(name, str(uuid.uuid4()), partitions)
         try:
             await self.etcd.compare_and_put(keys.queue_key(name), keys.encode(record), 0)
@@ -159,15 +176,28 @@ class ClusterApi:
         """Give the dead-letter queue a redrive policy names a partition on every shard of
         ``source`` (created like its first partition). Unknown targets are left to the
         shard to refuse."""
+        dlq = await self._dead_letter_queue(attributes)
+        if dlq is not None:
+            await self._extend(dlq, source)
+
+    async def _dead_letter_queue(self, attributes: Mapping[str, str]) -> QueueRecord | None:
+        """The queue a RedrivePolicy among ``attributes`` names, if there is one."""
         try:
             target = json.loads(attributes.get("RedrivePolicy") or "{}")["deadLetterTargetArn"]
         except (ValueError, KeyError, TypeError):
-            return
-        parsed = parse_queue_arn(str(target))
-        if parsed is None or parsed[2] == source.name:
-            return
-        dlq = self.map.snapshot.queue(parsed[2]) or await self._read_queue(parsed[2])
-        if dlq is None:
+            return None
+        return await self._record_of_arn(str(target))
+
+    async def _record_of_arn(self, arn: str) -> QueueRecord | None:
+        parsed = parse_queue_arn(arn)
+        if parsed is None:
+            return None
+        return self.map.snapshot.queue(parsed[2]) or await self._read_queue(parsed[2])
+
+    async def _extend(self, dlq: QueueRecord, source: QueueRecord) -> None:
+        """Give ``dlq`` a partition on every shard of ``source`` (created like its first
+        partition), so a shard can move messages from one to the other itself."""
+        if dlq.name == source.name:
             return
         missing = [s for s in source.partitions if s not in dlq.partitions]
         if not missing:
@@ -252,37 +282,79 @@ class ClusterApi:
         return [self.endpoint.queue_url(n) for n in
                 sorted({queue_name_of(u) for urls in found for u in urls})]
 
-    # -- dead-letter redrive: a move task runs on the shard of the queue's first partition
-    #    (a dead-letter queue with several partitions is redriven from that one only)
+    # -- dead-letter redrive: a move task runs on every partition of the dead-letter queue
+    #    that has messages from a source (one handle for all: the gateway draws its stamp)
 
     async def start_message_move_task(
         self, source_arn: str, destination_arn: str | None = None,
-        max_number_of_messages_per_second: int | None = None,
+        max_number_of_messages_per_second: int | None = None, task_stamp: str = "",
     ) -> str:
-        return await self.caller.call(self._shard_of_arn(source_arn), _ops.start_message_move_task(
-            source_arn, destination_arn, max_number_of_messages_per_second))
+        if destination_arn:  # the messages move shard by shard: it needs a partition on each
+            source = await self._record_of_arn(source_arn)
+            destination = await self._record_of_arn(destination_arn)
+            if source is not None and destination is not None:
+                await self._extend(destination, source)
+        stamp = secrets.token_urlsafe(24)
+        handles = await self._on_partitions(source_arn, lambda: _ops.start_message_move_task(
+            source_arn, destination_arn, max_number_of_messages_per_second, stamp))
+        return handles[0]
 
     async def cancel_message_move_task(self, task_handle: str) -> int:
         parsed = parse_task_handle(task_handle)
-        shard = self._shard_of_arn(parsed[1] if parsed else "")
-        return await self.caller.call(shard, _ops.cancel_message_move_task(task_handle))
+        moved = await self._on_partitions(parsed[1] if parsed else "",
+                                          lambda: _ops.cancel_message_move_task(task_handle))
+        return sum(moved)
 
     async def list_message_move_tasks(self, source_arn: str,
                                       max_results: int | None = None) -> list[dict]:
-        return await self.caller.call(self._shard_of_arn(source_arn),
-                                      _ops.list_message_move_tasks(source_arn, max_results))
+        lists = await self._on_partitions(
+            source_arn, lambda: _ops.list_message_move_tasks(source_arn, max_results))
+        # A running task has its handle, the same on every partition; a finished one shows
+        # none, and is matched by its place among the partition's tasks (newest first).
+        merged: dict[Any, dict] = {}
+        for tasks in lists:
+            for i, task in enumerate(tasks):
+                key = task.get("TaskHandle") or i
+                seen = merged.get(key)
+                if seen is None:
+                    merged[key] = dict(task)
+                    continue
+                for key in ("ApproximateNumberOfMessagesMoved",
+                            "ApproximateNumberOfMessagesToMove"):
+                    if key in task:
+                        seen[key] = seen.get(key, 0) + task[key]
+                if task.get("Status") == "RUNNING":
+                    seen["Status"] = "RUNNING"
+        out = list(merged.values())  # partition 0's order: newest first
+        return out[:max_results] if max_results else out
 
-    def _shard_of_arn(self, arn: str) -> int:
-        """The shard of the queue an ARN names (its first partition); for an ARN naming no
-        known queue, any shard: it answers with the SQS error for that ARN."""
+    async def _on_partitions(self, arn: str, call: Callable[[], _call.Call]) -> list[Any]:
+        """``call`` on every partition of the queue ``arn`` names; the answers of those that
+        accepted it (a partition without a task, or without a source queue redriving to it,
+        refuses). If none accepted, the first partition's refusal, as SQS would answer."""
+        shards = self._shards_of_arn(arn)
+        answers = await asyncio.gather(*(self.caller.call(s, call()) for s in shards),
+                                       return_exceptions=True)
+        accepted = [a for a in answers if not isinstance(a, BaseException)]
+        if accepted:
+            return accepted
+        # A partition no source redrives to, or without the task, says only that: another
+        # partition's refusal (a task already running there, say) is the answer.
+        telling = [a for a in answers if not (isinstance(a, QueueError) and a.message in (
+            "Source queue must be configured as a Dead Letter Queue.", "Task does not exist."))]
+        raise (telling or answers)[0]
+
+    def _shards_of_arn(self, arn: str) -> tuple[int, ...]:
+        """The shards of the queue an ARN names; for an ARN naming no known queue, any one
+        shard: it answers with the SQS error for that ARN."""
         parsed = parse_queue_arn(arn)
         record = self.map.snapshot.queue(parsed[2]) if parsed else None
         if record is not None:
-            return record.partitions[0]
+            return record.partitions
         shards = sorted(self.map.snapshot.shards)
         if not shards:
             raise ServiceUnavailable("the cluster has no shards yet")
-        return shards[0]
+        return (shards[0],)
 
     # -- messages --------------------------------------------------------------------------
 
@@ -357,8 +429,8 @@ class ClusterApi:
                          call: Callable[[list], _call.Call]) -> c.BatchResult:
         """Each entry to the shard its receipt handle names (a handle naming no partition of
         this queue goes to the first, which refuses it as SQS would)."""
-        by_shard: dict[int, list] = {}
-        for entry in entries:
+        by_shard: dict[int, list] = {record.partitions[0]: []} if not entries else {}
+        for entry in entries:  # (an empty batch goes to the first, which refuses it)
             shard = shard_of_receipt_handle(entry[1])
             if shard not in record.partitions:
                 shard = record.partitions[0]

@@ -123,10 +123,10 @@ class ForwardingApi:
     # ---- dead-letter redrive ----
     async def start_message_move_task(
         self, source_arn: str, destination_arn: str | None = None,
-        max_number_of_messages_per_second: int | None = None,
+        max_number_of_messages_per_second: int | None = None, task_stamp: str = "",
     ) -> str:
         return await self._run(_ops.start_message_move_task(
-            source_arn, destination_arn, max_number_of_messages_per_second))
+            source_arn, destination_arn, max_number_of_messages_per_second, task_stamp))
 
     async def cancel_message_move_task(self, task_handle: str) -> int:
         return await self._run(_ops.cancel_message_move_task(task_handle))

@@ -195,7 +195,7 @@ class QueuesService(pb_grpc.QueuesServicer):
     async def StartMessageMoveTask(self, request, context):  # noqa: ANN001, ANN201, N802
         handle = await self.api_for(context).start_message_move_task(
             request.source_arn, request.destination_arn or None,
-            opt(request, "max_number_of_messages_per_second"))
+            opt(request, "max_number_of_messages_per_second"), request.task_stamp)
         return pb.StartMessageMoveTaskResponse(task_handle=handle)
 
     @_rpc

@@ -77,7 +77,7 @@ def stamp(command: c.Command) -> c.Command:
         return c.SendMessages(command.queue, command.entries, command.request_id, ids)
     if isinstance(command, c.ReceiveMessages):
         return dataclasses.replace(command, nonce=secrets.randbits(64))
-    if isinstance(command, redrive.StartMoveTask):
+    if isinstance(command, redrive.StartMoveTask) and not command.task_handle:
         return dataclasses.replace(command, task_handle=secrets.token_urlsafe(24))
     return command
 

@@ -112,10 +112,11 @@ class ShardService:
     # ---- dead-letter redrive ----
     async def start_message_move_task(
         self, source_arn: str, destination_arn: str | None = None,
-        max_number_of_messages_per_second: int | None = None,
+        max_number_of_messages_per_second: int | None = None, task_stamp: str = "",
     ) -> str:
         result = await self._run(redrive.StartMoveTask(
-            source_arn, destination_arn or None, max_number_of_messages_per_second))
+            source_arn, destination_arn or None, max_number_of_messages_per_second,
+            task_stamp))
         assert isinstance(result, redrive.MoveTaskStarted)
         return result.task_handle
 
