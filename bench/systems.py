@@ -126,6 +126,37 @@ class SqsqR3(System):
         return {"kind": "sqsq-grpc", "endpoint": ",".join(f"127.0.0.1:{g}" for g, _ in nodes)}
 
 
+class SqsqCluster(System):
+    """``sqsq cluster up`` as the tests start it: etcd, three nodes (every shard on all three),
+    one gateway; clients reach the gateway. With 4 shards, a queue gets 4 partitions."""
+
+    durability = "Raft: entry fsynced (msync) on a majority of 3 before any reply"
+
+    def __init__(self, shards: int, partitions: int = 1) -> None:
+        super().__init__()
+        self.shards = shards
+        self.partitions = partitions
+        self.cluster: Any = None
+
+    def version(self) -> str:
+        return _pkg_version("sqsq")
+
+    def start(self, workdir: Path) -> dict[str, Any]:
+        import os
+
+        from sqsq.cli.cluster import LocalCluster
+
+        env = dict(os.environ, SQSQ_LOG_LEVEL="WARNING")
+        self.cluster = LocalCluster(workdir / "cluster", nodes=3, shards=self.shards,
+                                    partitions=self.partitions, env=env).start()
+        return {"kind": "sqsq-grpc", "endpoint": self.cluster.gateway.endpoint}
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+
 def _wait_port(port: int, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and not port_open(port):
@@ -190,9 +221,8 @@ def targets(sqsq_endpoint: str | None = None) -> dict[str, Callable[[], System]]
         "sqsq-http": lambda: SqsqServer("http", sqsq_endpoint),
         "sqsq-gateway": lambda: SqsqServer("gateway"),
         "sqsq-r3": SqsqR3,
-        "sqsq-cluster": lambda: Placeholder(
-            "not built yet: the 3-replica cluster (sqsq cluster up + gateway) does not exist; "
-            "add it here when it lands"),
+        "sqsq-cluster": lambda: SqsqCluster(shards=1),
+        "sqsq-cluster-4": lambda: SqsqCluster(shards=4, partitions=4),
         "moto": MotoServer,
         "nats-r1": lambda: NatsServer(replicas=1),
         "nats-r3": lambda: NatsServer(replicas=3),
