@@ -4,6 +4,12 @@ A snapshot is the store's checkpoint (for RocksDB: hard-linked SST files plus a 
 memtable), written under ``snapshot_root`` on the server's machine. The committer keeps
 running while it is taken; RocksDB makes the checkpoint consistent at one sequence number, so
 it holds whole group commits only.
+
+Only a shard's leader snapshots it, and only after a barrier (an empty entry proposed after
+the request arrived, committed and applied here): a follower's state can lag, and a deposed
+leader's can miss what the new one acknowledged. A replica that does not lead answers
+NotLeader with the leader's address when it knows it, as the shard service does, so the
+gateway's Admin (``sqsq.gateway.admin``) finds the leader the way it routes any call.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from pathlib import Path
 import grpc
 
 from sqsq.core import records
+from sqsq.core.errors import ErrorCode, Rejection
+from sqsq.errors import not_leader_message
+from sqsq.gateway.auth import ERROR_CODE_KEY
 from sqsq.shard.engine import ShardEngine
 from sqsq.shard.store import MemoryStore, RocksStore
 from sqsq.v1 import admin_pb2 as pb
@@ -50,7 +59,8 @@ def take_snapshot(engine: ShardEngine, path: Path) -> tuple[int, records.Meta]:
 
 class AdminService(pb_grpc.AdminServicer):
     """``engines`` maps shard id to the engine this process runs (or is a callable giving it,
-    for nodes whose shards come and go)."""
+    for nodes whose shards come and go). A request naming no shard snapshots every shard this
+    process leads."""
 
     def __init__(self, engines: Engines, snapshot_root: Path | str) -> None:
         self._engines = engines
@@ -63,23 +73,37 @@ class AdminService(pb_grpc.AdminServicer):
         self, request: pb.CreateSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateSnapshotResponse:
         engines = self._current()
-        wanted = list(request.shard_ids) or sorted(engines)
+        wanted = list(request.shard_ids) or sorted(
+            s for s, e in engines.items() if e.leading_term() is not None)
         missing = [s for s in wanted if s not in engines]
         if missing:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"shards not served here: {missing}")
+            # as the shard service answers a shard it does not host: try another replica
+            await _abort(context, Rejection(
+                ErrorCode.NOT_LEADER,
+                f"shards not hosted here: {missing}. {not_leader_message(None)}"))
+        # Leaders only, each with everything acknowledged before this call applied here:
+        # all barriers first, so a refusal leaves no checkpoint behind.
+        for rejection in await asyncio.gather(*(engines[s].barrier() for s in wanted)):
+            if rejection is not None:
+                await _abort(context, rejection)
         # one directory per call, named so that listing sorts by time
         token = f"{engines[wanted[0]].clock_ms()}-{secrets.token_hex(4)}" if wanted else "none"
         out = []
-        for shard_id in wanted:
-            engine = engines[shard_id]
-            path = self.snapshot_root / token / f"shard-{shard_id}"
-            # a thread: the checkpoint flushes the memtable, which must not stall the loop
-            snapshot_ms, meta = await asyncio.to_thread(take_snapshot, engine, path)
-            out.append(pb.ShardSnapshot(
-                shard_id=shard_id, path=str(path), snapshot_ms=snapshot_ms,
-                applied_index=meta.applied_index, region=engine.config.region,
-                account=engine.config.account,
-            ))
+        try:
+            for shard_id in wanted:
+                engine = engines[shard_id]
+                path = self.snapshot_root / token / f"shard-{shard_id}"
+                # a thread: the checkpoint flushes the memtable, which must not stall the loop
+                snapshot_ms, meta = await asyncio.to_thread(take_snapshot, engine, path)
+                out.append(pb.ShardSnapshot(
+                    shard_id=shard_id, path=str(path), snapshot_ms=snapshot_ms,
+                    applied_index=meta.applied_index, region=engine.config.region,
+                    account=engine.config.account,
+                ))
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, self.snapshot_root / token,
+                                    ignore_errors=True)
+            raise
         return pb.CreateSnapshotResponse(snapshots=out)
 
     async def DeleteSnapshot(  # noqa: N802 (gRPC method name)
@@ -98,3 +122,11 @@ class AdminService(pb_grpc.AdminServicer):
         if parent != self.snapshot_root and parent.exists() and not any(parent.iterdir()):
             parent.rmdir()
         return pb.DeleteSnapshotResponse()
+
+
+async def _abort(context: grpc.aio.ServicerContext, rejection: Rejection) -> None:
+    """Fail the call as the shard service fails one: the status from the error table, the
+    SQS code in the trailing metadata (so a NotLeader is followed like any other)."""
+    await context.abort(getattr(grpc.StatusCode, rejection.code.spec.grpc_status),
+                        rejection.message,
+                        trailing_metadata=((ERROR_CODE_KEY, rejection.code.sqs_code),))
