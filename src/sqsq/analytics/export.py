@@ -2,7 +2,9 @@
 
 Two ways in, one way out:
 - a running server (``--endpoint``): its Admin.CreateSnapshot makes a checkpoint per shard
-  while writes go on; we read the checkpoints (same machine) and release them;
+  while writes go on; we read the checkpoints (same machine) and release them. A cluster's
+  gateway (``sqsq gateway --etcd``) answers it with a checkpoint of every shard, each from
+  its leader, under the cluster's shard ids;
 - the data directory of a stopped server (``--data-dir``): we open each shard store, take a
   checkpoint and read that. A running server holds the RocksDB lock; that is an error that
   points at ``--endpoint``.
@@ -23,6 +25,7 @@ import grpc
 from sqsq.analytics import extract
 from sqsq.analytics.parquet import PartWriter, record_snapshot
 from sqsq.core.state import ShardConfig
+from sqsq.gateway.auth import ERROR_CODE_KEY
 from sqsq.shard.store import MemoryStore, RocksStore
 from sqsq.v1 import admin_pb2, admin_pb2_grpc
 
@@ -168,6 +171,10 @@ def export_endpoint(
         except grpc.RpcError as err:
             raise ExportError(_rpc_message(target, err)) from None
         try:
+            if not resp.snapshots:
+                raise ExportError(
+                    f"the server at {target} leads no shard: export through the shard's "
+                    "leader, or through a cluster's gateway (sqsq gateway --etcd)")
             checkpoints = [
                 Checkpoint(s.shard_id, Path(s.path), s.snapshot_ms, s.region, s.account)
                 for s in resp.snapshots
@@ -190,7 +197,9 @@ def export_endpoint(
 
 def _rpc_message(target: str, err: grpc.RpcError) -> str:
     code = err.code() if hasattr(err, "code") else None
-    if code == grpc.StatusCode.UNAVAILABLE:
+    trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
+    answered = any(key == ERROR_CODE_KEY for key, _ in trailing or ())
+    if code == grpc.StatusCode.UNAVAILABLE and not answered:
         return f"no sqsq server answers at {target}"
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return f"the server at {target} does not serve the Admin API (sqsq.v1.Admin)"

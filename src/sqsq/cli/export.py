@@ -1,6 +1,7 @@
 """``sqsq export``: write a point-in-time snapshot of every shard as Parquet datasets.
 
     sqsq export --out ./snapshots --endpoint 127.0.0.1:7400     # a running server
+    sqsq export --out ./snapshots --endpoint GATEWAY            # a cluster (every shard)
     sqsq export --out ./snapshots --data-dir ./data             # a stopped server's data
 
 Exports into the same ``--out`` accumulate (one ``snapshot_ms=`` directory each), which is
@@ -25,7 +26,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     source.add_argument("--data-dir", type=Path, help="data directory of a stopped server")
     # its own dest: the main parser's global --endpoint has a default, this one must be given
     source.add_argument("--endpoint", dest="export_endpoint", metavar="HOST:PORT",
-                        help="gRPC address of a running server on this machine")
+                        help="gRPC address of a running server, or of a cluster's "
+                        "gateway, on this machine")
     p.add_argument("--include-bodies", action="store_true", help="also export message bodies")
     p.set_defaults(handler=run, needs_client=False)
     return p

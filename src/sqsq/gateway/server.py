@@ -3,7 +3,8 @@ stop it, start another, nothing is lost.
 
 - ``--etcd``: in front of a cluster. It loads the partition map from etcd, follows it through
   a watch, and routes each call to the leader of the shard that holds the queue
-  (``gateway.cluster``). While etcd is away it keeps serving from the map it has.
+  (``gateway.cluster``). While etcd is away it keeps serving from the map it has. It also
+  serves the Admin API (``gateway.admin``), so ``sqsq export`` can snapshot every shard.
 - ``--backend``: in front of one node (``sqsq server`` or a node of a static group).
 """
 
@@ -14,6 +15,7 @@ import os
 from sqsq.control.etcd import Etcd, EtcdError
 from sqsq.control.partition_map import PartitionMap
 from sqsq.core.state import ShardConfig
+from sqsq.gateway.admin import ClusterAdmin
 from sqsq.gateway.auth import Authenticator, load_credentials
 from sqsq.gateway.cluster import ClusterApi
 from sqsq.gateway.forwarding import ForwardingApi
@@ -43,6 +45,7 @@ async def run_gateway(
     if partitions < 1:
         raise ValueError(f"--partitions must be at least 1, not {partitions}")
     client = pmap = None
+    admin: ClusterAdmin | None = None
     if etcd is not None:
         client = Etcd(etcd)
         try:
@@ -51,18 +54,22 @@ async def run_gateway(
             raise OSError(f"cannot load the partition map from etcd at {etcd}: {exc}") from None
         api: ClusterApi | ForwardingApi = ClusterApi(client, pmap, endpoint,
                                                      partitions=partitions)
+        admin = ClusterAdmin(api.caller)
         behind = f"routing over the cluster at etcd {etcd}"
     else:
         assert backend is not None
         api = ForwardingApi(backend, endpoint)
         behind = f"forwarding to the node at {backend}"
-    fronts = await start_fronts(api, auth, host, grpc_port, http_port)
+    fronts = await start_fronts(api, auth, host, grpc_port, http_port,
+                                add_services=admin.register if admin is not None else None)
     print(f"sqsq gateway: gRPC on {host}:{fronts.grpc_port}, SQS HTTP API on "
           f"{endpoint.base_url}, {behind}", flush=True)
     announce_auth("sqsq gateway", auth)
     await until_signalled()
     await fronts.stop()
     await api.close()
+    if admin is not None:
+        await admin.close()
     if pmap is not None:
         await pmap.close()
     if client is not None:
