@@ -10,7 +10,8 @@ Tables (tables/<name>.parquet and csv/<name>.csv), all as of the newest snapshot
   overall_backlog      the same over every queue (one row)
   receive_counts       per queue and receive count: messages
   shard_load           per shard: messages, share, hot flag (share >= --hot-factor x fair share)
-  partition_load       per queue partition: messages and its share of the queue
+  partition_load       per queue partition (the queue on one shard), idle ones too: messages,
+                       bytes, its share of the queue and how many partitions the queue has
   backlog_trend        every snapshot: per queue counts (input of the growth table)
   growth               per queue across snapshots: growth rate (least squares), arrivals and
                        departures between the first and last snapshot, time to drain
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import common
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 KEYS = ["snapshot_ms", "shard", "qid", "seq"]
@@ -138,6 +139,25 @@ def shard_load(queue_attrs_shards: DataFrame, cur: DataFrame, hot_factor: float)
             .drop("all_messages").orderBy("shard"))
 
 
+def partition_load(held: DataFrame, cur: DataFrame) -> DataFrame:
+    """Per queue partition: ``held`` has a (queue_name, shard) row for each, from the queues
+    dataset (in a cluster a queue has one partition per shard it lives on, each exported by
+    its shard), so a partition with no messages is there too. ``partition`` is the index the
+    messages were exported with (null for an idle partition)."""
+    counts = cur.groupBy("queue_name", "shard").agg(
+        F.min("partition").alias("partition"), F.count("*").alias("messages"),
+        F.sum("size_bytes").cast("long").alias("bytes"))
+    queue = Window.partitionBy("queue_name")
+    return (held.join(counts, ["queue_name", "shard"], "left").fillna(0, ["messages", "bytes"])
+            .withColumn("queue_messages", F.sum("messages").over(queue))
+            .withColumn("share_of_queue", F.when(F.col("queue_messages") > 0, F.col("messages")
+                                                 / F.col("queue_messages")).otherwise(0.0))
+            .withColumn("partitions", F.count("*").over(queue))
+            .select("queue_name", "partition", "shard", "messages", "bytes", "share_of_queue",
+                    "partitions")
+            .orderBy("queue_name", "shard"))
+
+
 def snapshot_shards(files: list[str], snapshot_ms: int) -> list[int]:
     """Every shard exported in a snapshot, idle ones too: read from the file names, since an
     idle shard's files hold no rows."""
@@ -168,13 +188,9 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
                                     .orderBy("queue_name", "receive_count"))
     shards = spark.createDataFrame([(s,) for s in snapshot_shards(files, newest)], "shard int")
     t["shard_load"] = out.table("shard_load", shard_load(shards, cur, args.hot_factor))
-    by_partition = cur.groupBy("queue_name", "partition", "shard").agg(
-        F.count("*").alias("messages"))
-    queue_totals = cur.groupBy("queue_name").agg(F.count("*").alias("queue_messages"))
-    t["partition_load"] = out.table("partition_load", by_partition.join(queue_totals, "queue_name")
-                                    .withColumn("share_of_queue",
-                                                F.col("messages") / F.col("queue_messages"))
-                                    .drop("queue_messages").orderBy("queue_name", "partition"))
+    held = (common.read_dataset(spark, args.input, "queues")
+            .where(F.col("snapshot_ms") == newest).select("queue_name", "shard").distinct())
+    t["partition_load"] = out.table("partition_load", partition_load(held, cur))
     trend, growth = growth_tables(queue_attrs, rows)
     t["backlog_trend"] = out.table("backlog_trend", trend)
     t["growth"] = out.table("growth", growth)
@@ -320,10 +336,22 @@ def render_summary(args: argparse.Namespace, newest: int, t: dict[str, list[Any]
         common.md_table(t["shard_load"], [
             ("shard", "shard"), ("messages", "messages"), ("share", "share"),
             ("fair_share", "fair share"), ("hot", "hot")]),
+        *_partitions_section(t["partition_load"]),
         "Tables: `tables/<name>.parquet` and `csv/<name>.csv`: "
         + ", ".join(f"`{n}`" for n in t) + ".",
         "",
     ])
+
+
+def _partitions_section(parts: list[Any]) -> list[str]:
+    """Load per partition of the queues that have several (one shard each); nothing when
+    every queue has one partition (its load is the queue's, shown above)."""
+    spread = [r for r in parts if r["partitions"] > 1]
+    if not spread:
+        return []
+    return ["## Partitions", "", common.md_table(spread, [
+        ("queue_name", "queue"), ("shard", "shard"), ("messages", "messages"),
+        ("share_of_queue", "share of queue")], limit=40)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
