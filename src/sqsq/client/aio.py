@@ -16,6 +16,16 @@ from sqsq.client.types import BatchResult, Message, MessageAttributes, SendResul
 from sqsq.v1 import queues_pb2_grpc
 
 
+def open_stub(target: str, creds: tuple[str, str] | None,
+              ) -> tuple[grpc.aio.Channel, queues_pb2_grpc.QueuesStub]:
+    """A channel to ``target`` and the Queues stub over it; with credentials, a signed token
+    on every call (see sqsq.gateway.auth)."""
+    channel = grpc.aio.insecure_channel(
+        target, options=_call.CHANNEL_OPTIONS,
+        interceptors=[_auth.AioTokenInterceptor(creds)] if creds else None)
+    return channel, queues_pb2_grpc.QueuesStub(channel)
+
+
 class AsyncClient:
     """An asyncio sqsq client (grpc.aio); create it inside the running event loop.
 
@@ -40,11 +50,7 @@ class AsyncClient:
     def _stub(self) -> queues_pb2_grpc.QueuesStub:
         target = self.route.current
         if target not in self._stubs:
-            # A signed token on every call when credentials are given (see sqsq.gateway.auth).
-            channel = grpc.aio.insecure_channel(
-                target, options=_call.CHANNEL_OPTIONS,
-                interceptors=[_auth.AioTokenInterceptor(self._creds)] if self._creds else None)
-            self._stubs[target] = (channel, queues_pb2_grpc.QueuesStub(channel))
+            self._stubs[target] = open_stub(target, self._creds)
         return self._stubs[target][1]
 
     async def close(self) -> None:

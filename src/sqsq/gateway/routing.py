@@ -21,6 +21,7 @@ import grpc.aio
 
 from sqsq.api import SHARD_METADATA_KEY
 from sqsq.client import _auth, _call
+from sqsq.client.aio import open_stub
 from sqsq.control.partition_map import PartitionMap
 from sqsq.errors import ServiceUnavailable
 from sqsq.v1 import queues_pb2_grpc
@@ -45,10 +46,7 @@ class ShardCaller:
 
     def _stub(self, target: str) -> queues_pb2_grpc.QueuesStub:
         if target not in self._stubs:
-            channel = grpc.aio.insecure_channel(
-                target, options=_call.CHANNEL_OPTIONS,
-                interceptors=[_auth.AioTokenInterceptor(self._creds)] if self._creds else None)
-            self._stubs[target] = (channel, queues_pb2_grpc.QueuesStub(channel))
+            self._stubs[target] = open_stub(target, self._creds)
         return self._stubs[target][1]
 
     def targets(self, shard_id: int) -> list[str]:
