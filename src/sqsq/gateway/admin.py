@@ -26,6 +26,7 @@ import grpc.aio
 
 from sqsq.api import SHARD_METADATA_KEY
 from sqsq.client import _auth, _call
+from sqsq.client.aio import open_stub
 from sqsq.errors import InternalError, QueueError
 from sqsq.gateway.auth import ERROR_CODE_KEY
 from sqsq.gateway.routing import ShardCaller
@@ -55,9 +56,8 @@ class ClusterAdmin(pb_grpc.AdminServicer):
 
     def _stub(self, target: str) -> pb_grpc.AdminStub:
         if target not in self._stubs:
-            channel = grpc.aio.insecure_channel(
-                target, options=_call.CHANNEL_OPTIONS,
-                interceptors=[_auth.AioTokenInterceptor(self._creds)] if self._creds else None)
+            # the channel the gateway's shard calls use (options, signed tokens), for Admin
+            channel, _ = open_stub(target, self._creds)
             self._stubs[target] = (channel, pb_grpc.AdminStub(channel))
         return self._stubs[target][1]
 
