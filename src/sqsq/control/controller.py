@@ -25,7 +25,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from sqsq.control import keys
 from sqsq.control.etcd import CasConflict, Etcd, EtcdError
@@ -150,20 +149,13 @@ class Controller:
             return
         moved = replace_replica(shard, dead, new_node)
 
-        wrote: list[bool] = []
-
-        def change(current: Any) -> bytes | None:
-            # Only the record this decision was made from may be replaced.
-            if current is None or keys.decode_shard(current.value) != shard:
-                return None
-            wrote.append(True)
-            return keys.encode(moved)
-
-        try:
-            await self.etcd.update(keys.shard_key(shard_id), change, attempts=1)
-        except CasConflict:
+        # Only the record this decision was made from may be replaced.
+        current = await self.etcd.get(keys.shard_key(shard_id))
+        if current is None or keys.decode_shard(current.value) != shard:
             return  # changed meanwhile: decide again from the new map
-        if not wrote:
+        try:
+            await self.etcd.compare_and_put(current.key, keys.encode(moved), current.mod_revision)
+        except CasConflict:
             return
         log.info("controller: shard %d: %s replaces %s (epoch %d)", shard_id, new_node, dead,
                  moved.epoch)

@@ -89,9 +89,7 @@ class ClusterApi:
     # -- where a queue lives ---------------------------------------------------------------
 
     async def _queue(self, name: str) -> QueueRecord:
-        record = self.map.snapshot.queue(name)
-        if record is None:
-            record = await self._read_queue(name)  # created through another gateway just now?
+        record = await self._lookup(name)
         if record is None:
             # Unknown: a shard answers, judging the request's shape first as SQS does, then
             # saying the queue does not exist.
@@ -100,6 +98,11 @@ class ClusterApi:
                 _raise(queue_does_not_exist())
             return QueueRecord(name, "", (shards[0],))
         return record
+
+    async def _lookup(self, name: str) -> QueueRecord | None:
+        """The queue's record: from the cached map, else from etcd (created through another
+        gateway just now?)."""
+        return self.map.snapshot.queue(name) or await self._read_queue(name)
 
     async def _read_queue(self, name: str) -> QueueRecord | None:
         try:
@@ -123,7 +126,7 @@ class ClusterApi:
         invalid = validate_queue_name(name)
         if invalid is not None:  # before the name becomes an etcd key
             _raise(invalid)
-        record = self.map.snapshot.queue(name) or await self._read_queue(name)
+        record = await self._lookup(name)
         created = False
         if record is None:
             record, created = await self._place(name, await self._dead_letter_queue(attributes))
@@ -192,7 +195,7 @@ class ClusterApi:
         parsed = parse_queue_arn(arn)
         if parsed is None:
             return None
-        return self.map.snapshot.queue(parsed[2]) or await self._read_queue(parsed[2])
+        return await self._lookup(parsed[2])
 
     async def _extend(self, dlq: QueueRecord, source: QueueRecord) -> None:
         """Give ``dlq`` a partition on every shard of ``source`` (created like its first

@@ -37,7 +37,6 @@ class ShardCaller:
         self._creds = _auth.resolve(credentials)
         self._stubs: dict[str, tuple[grpc.aio.Channel, queues_pb2_grpc.QueuesStub]] = {}
         self._answered: dict[int, str] = {}  # shard -> the node that answered it last
-        self.redirects = 0  # NotLeader answers followed (for metrics and tests)
 
     async def close(self) -> None:
         for channel, _ in self._stubs.values():
@@ -76,17 +75,14 @@ class ShardCaller:
         started = time.monotonic()
         attempt = 0
         while True:
-            target = route.current
             try:
-                method = getattr(self._stub(target), call.method)
+                method = getattr(self._stub(route.current), call.method)
                 result = await method(call.request, timeout=timeout, metadata=metadata)
-                self._answered[shard_id] = target
+                self._answered[shard_id] = route.current
                 return call.parse(result)
             except grpc.RpcError as err:
                 error, delay = route.retry_after(call, err, attempt, time.monotonic() - started)
                 if delay is None:
                     raise error from None
-                if route.current != target:
-                    self.redirects += 1
                 attempt += 1
                 await asyncio.sleep(delay)
