@@ -1,0 +1,132 @@
+"""What each extra shard costs: CPU per process, idle and under a batched send load.
+
+    python -m bench.shardcost [--shards 1,4] [--duration 5]
+
+For each shard count, starts a cluster as ``sqsq cluster up`` does (etcd, three nodes, a
+gateway, a queue with one partition per shard) and reads every process's CPU time from
+``/proc/<pid>/stat``: first over an idle window (Raft heartbeats, tickers, leases), then
+over a ``send-10x100B`` window. It prints CPU seconds per wall second for each role
+(gateway, nodes, etcd, the load's client processes, everything on the machine) and, under
+load, CPU milliseconds and Raft log entries (all shards together) per 1,000 messages. On 2
+cores the machine is the limit, so what the extra shards cost shows up as CPU per message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from bench.runner import run_workload
+from bench.workloads import Workload
+from sqsq.cli.cluster import LocalCluster
+from sqsq.v1 import admin_pb2, admin_pb2_grpc
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process (its threads included)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _applied_indexes(endpoint: str) -> dict[int, int]:
+    """Each shard's applied Raft index, from the Admin snapshot the export uses (the
+    checkpoints are released at once)."""
+    with grpc.insecure_channel(endpoint) as channel:
+        admin = admin_pb2_grpc.AdminStub(channel)
+        resp = admin.CreateSnapshot(admin_pb2.CreateSnapshotRequest(), timeout=60)
+        for s in resp.snapshots:
+            admin.DeleteSnapshot(admin_pb2.DeleteSnapshotRequest(path=s.path), timeout=60)
+    return {s.shard_id: s.applied_index for s in resp.snapshots}
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds the whole machine spent not idle."""
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    idle = vals[3] + vals[4]
+    return (sum(vals[:8]) - idle) / TICK
+
+
+def _roles(cluster: LocalCluster) -> dict[str, list[int]]:
+    return {
+        "gateway": [cluster.gateway.proc.pid],
+        "nodes": [n.proc.pid for n in cluster.nodes],
+        "etcd": [cluster.etcd.proc.pid],
+    }
+
+
+def _sample(roles: dict[str, list[int]]) -> dict[str, float]:
+    out = {role: sum(_cpu_s(p) for p in pids) for role, pids in roles.items()}
+    out["machine"] = _machine_busy_s()
+    return out
+
+
+def _window(roles: dict[str, list[int]], run: Any) -> tuple[dict[str, float], float, Any]:
+    before, t0 = _sample(roles), time.monotonic()
+    result = run()
+    after, wall = _sample(roles), time.monotonic() - t0
+    used = {role: after[role] - before[role] for role in before}
+    used["clients"] = max(0.0, used["machine"] - sum(
+        v for k, v in used.items() if k != "machine"))
+    return used, wall, result
+
+
+def measure(shards: int, duration_s: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="sqsq-shardcost-") as tmp:
+        env = dict(os.environ, SQSQ_LOG_LEVEL="WARNING")
+        cluster = LocalCluster(Path(tmp), nodes=3, shards=shards, partitions=shards,
+                               env=env).start()
+        try:
+            roles = _roles(cluster)
+            idle, idle_wall, _ = _window(roles, lambda: time.sleep(duration_s))
+            spec = {"kind": "sqsq-grpc", "endpoint": cluster.gateway.endpoint}
+            w = Workload("send-10x100B", "send", batch=10, consumers=0)
+            index_before = _applied_indexes(cluster.gateway.endpoint)
+            busy, busy_wall, result = _window(
+                roles, lambda: run_workload(spec, w, duration_s=duration_s))
+            index_after = _applied_indexes(cluster.gateway.endpoint)
+        finally:
+            cluster.stop()
+    msgs = result["ops"]["send"]["msgs"]
+    entries = sum(index_after[s] - index_before.get(s, 0) for s in index_after)
+    return {
+        "raft_entries_per_1000_msgs": round(1000 * entries / max(msgs, 1), 1),
+        "shards": shards,
+        "idle_cpu_per_s": {k: round(v / idle_wall, 3) for k, v in idle.items()},
+        "load_cpu_per_s": {k: round(v / busy_wall, 3) for k, v in busy.items()},
+        "msgs_per_s": result["ops"]["send"]["msgs_per_s"],
+        "cpu_ms_per_1000_msgs": {k: round(1000 * v / max(msgs, 1) * 1000, 1)
+                                 for k, v in busy.items()},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shards", default="1,4")
+    ap.add_argument("--duration", type=float, default=5.0)
+    args = ap.parse_args()
+    rows = [measure(int(s), args.duration) for s in args.shards.split(",")]
+    roles = ["gateway", "nodes", "etcd", "clients", "machine"]
+    print(f"{'shards':>6}  {'what':<24}" + "".join(f"{r:>9}" for r in roles))
+    for row in rows:
+        for key, label in (("idle_cpu_per_s", "idle CPU s/s"),
+                           ("load_cpu_per_s", "send-10x100B CPU s/s"),
+                           ("cpu_ms_per_1000_msgs", "CPU ms / 1000 msgs")):
+            print(f"{row['shards']:>6}  {label:<24}"
+                  + "".join(f"{row[key][r]:>9}" for r in roles))
+        print(f"{row['shards']:>6}  {'send-10x100B msgs/s':<24}{row['msgs_per_s']:>9}")
+        print(f"{row['shards']:>6}  {'Raft entries/1000 msgs':<24}"
+              f"{row['raft_entries_per_1000_msgs']:>9}")
+
+
+if __name__ == "__main__":
+    main()
