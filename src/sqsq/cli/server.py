@@ -33,6 +33,7 @@ from sqsq.gateway.fronts import (
     until_signalled,
 )
 from sqsq.shard.admin import AdminService
+from sqsq.shard.clock import clock_from_env
 from sqsq.shard.directory import ShardDirectory
 from sqsq.shard.engine import ShardEngine
 from sqsq.shard.host import Peer, ReplicaOptions, load_secret, open_replica, parse_peers
@@ -97,7 +98,8 @@ async def run_server(
     me = Peer("127.0.0.1", grpc_port, 0)
     engine = open_replica(0, root / "shard-0", config, me, [me],
                           ReplicaOptions(bootstrap=True, durable=sync,
-                                         password=raft_password(config.secret)))
+                                         password=raft_password(config.secret),
+                                         wall_clock_ms=clock_from_env(root)))
     await engine.start()
     if not await engine.wait_leading(READY_TIMEOUT_S):
         raise OSError("the shard did not become ready")
@@ -128,7 +130,8 @@ async def run_node(
         0, root / "shard-0", config, me, members,
         ReplicaOptions(bootstrap=bootstrap, durable=sync,
                        compaction_min_entries=compaction_min_entries,
-                       password=raft_password(config.secret)))
+                       password=raft_password(config.secret),
+                       wall_clock_ms=clock_from_env(root)))
     await engine.start()
     endpoint = endpoint_for(host, grpc_port, None, config.account)
     await _serve("sqsq node", engine, endpoint, auth, host, grpc_port, None, root,
@@ -163,6 +166,7 @@ async def run_cluster_node(
     endpoint = endpoint_for(address, grpc_port, None, _config(secret, region, account).account)
     directory = ShardDirectory()
     engines: dict[int, ShardEngine] = {}
+    wall_clock = clock_from_env(root)
 
     async def open_shard(shard_id: int, peers: list[NodeRecord], bootstrap: bool) -> ShardEngine:
         config = _config(secret, region, account, shard_id)
@@ -171,7 +175,7 @@ async def run_cluster_node(
             [Peer.of(p) for p in peers],
             ReplicaOptions(bootstrap=bootstrap, durable=sync,
                            compaction_min_entries=compaction_min_entries,
-                           password=raft_password(secret),
+                           password=raft_password(secret), wall_clock_ms=wall_clock,
                            grpc_of=lambda raft: grpc_of(shard_id, raft)))
         await engine.start()
         engines[shard_id] = engine

@@ -52,7 +52,7 @@ def take_snapshot(engine: ShardEngine, path: Path) -> tuple[int, records.Meta]:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     engine.machine.checkpoint(str(path))
-    now_ms = engine.clock_ms()
+    now_ms = engine.now_ms()
     meta = checkpoint_meta(path)
     return max(now_ms, meta.last_now_ms), meta
 
@@ -87,7 +87,7 @@ class AdminService(pb_grpc.AdminServicer):
             if rejection is not None:
                 await _abort(context, rejection)
         # one directory per call, named so that listing sorts by time
-        token = f"{engines[wanted[0]].clock_ms()}-{secrets.token_hex(4)}" if wanted else "none"
+        token = f"{engines[wanted[0]].now_ms()}-{secrets.token_hex(4)}" if wanted else "none"
         out = []
         try:
             for shard_id in wanted:

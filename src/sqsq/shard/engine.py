@@ -35,6 +35,7 @@ from sqsq.core.machine import effective_now, sweep_needed
 from sqsq.core.state import ShardConfig, ShardState
 from sqsq.core.txn import Txn
 from sqsq.errors import not_leader_message
+from sqsq.shard.clock import LeaderClock, Ms, monotonic_ms, wall_clock_ms
 from sqsq.shard.raft import Proposal, ShardReplica
 from sqsq.shard.statemachine import ShardMachine
 
@@ -48,10 +49,6 @@ LEADER_WAIT_S = 3.0  # a request that finds no leader waits this long for an ele
 SWEEP_INTERVAL_S = 0.1
 
 _BARRIER = object()  # a read waiting for the next entry to commit
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def message_ids(n: int) -> tuple[str, ...]:
@@ -121,13 +118,14 @@ class ShardEngine:
         machine: ShardMachine,
         replica: ShardReplica,
         *,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        clock_ms: Ms = wall_clock_ms,
+        mono_ms: Ms = monotonic_ms,
         leader_hint: Callable[[str | None], str | None] = lambda raft_address: None,
     ) -> None:
         self.machine = machine
         self.replica = replica
         self.config: ShardConfig = machine.config
-        self.clock_ms = clock_ms
+        self.clock = LeaderClock(clock_ms, mono_ms)
         self.leader_hint = leader_hint  # raft address -> the address clients should use
         self.waiters = Waiters()
         self.long_polls_allowed = True
@@ -136,7 +134,6 @@ class ShardEngine:
         self._tasks: list[asyncio.Task] = []
         self._answering: set[asyncio.Task] = set()
         self._closing = False
-        self._last_now = 0
 
     @property
     def store(self) -> Any:
@@ -240,11 +237,15 @@ class ShardEngine:
         result = await fut
         return result if isinstance(result, Rejection) else None
 
+    def now_ms(self) -> int:
+        """The time as this replica's leader would stamp it now (see ``shard.clock``)."""
+        return self.clock.peek(self.machine.last_now_ms)
+
     def query(self, fn: Callable[..., T], *args: object) -> T:
         """A read-only question ``fn(state, *args, now)`` over this replica's applied state,
         as is: for the leader's own bookkeeping (sweep checks, a queue's wait time)."""
         txn = Txn(self.store)
-        now = effective_now(txn, self.clock_ms())
+        now = effective_now(txn, self.now_ms())
         return fn(ShardState(txn, self.config), *args, now)
 
     async def read(self, fn: Callable[..., T], *args: object) -> T | Rejection:
@@ -264,8 +265,7 @@ class ShardEngine:
             await self._in_flight.acquire()
             while len(batch) < MAX_GROUP and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
-            now = max(self.clock_ms(), self._last_now, self.machine.last_now_ms)
-            self._last_now = now
+            now = self.clock.stamp(self.machine.last_now_ms)
             data, batch = _encode(now, batch)
             done: asyncio.Future = loop.create_future()
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sqsq.core.state import ShardConfig
+from sqsq.shard.clock import Ms, wall_clock_ms
 from sqsq.shard.engine import ShardEngine
 from sqsq.shard.raft import RaftSettings, ShardReplica, fsync_path
 from sqsq.shard.statemachine import ShardMachine
@@ -81,6 +82,7 @@ class ReplicaOptions:
     # Raft address -> gRPC address of a member (default: from the peers given; a cluster
     # node looks members up in the partition map, which knows members added later)
     grpc_of: Callable[[str | None], str | None] | None = None
+    wall_clock_ms: Ms = wall_clock_ms  # a test may give a clock it can step
 
 
 def open_replica(
@@ -97,5 +99,5 @@ def open_replica(
         password=options.password)
     replica = ShardReplica(settings, machine)
     by_raft = {p.raft(shard_id): p.grpc for p in peers}
-    return ShardEngine(machine, replica, leader_hint=options.grpc_of or (
-        lambda raft: by_raft.get(raft or "")))
+    return ShardEngine(machine, replica, clock_ms=options.wall_clock_ms,
+                       leader_hint=options.grpc_of or (lambda raft: by_raft.get(raft or "")))
