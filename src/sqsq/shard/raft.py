@@ -5,8 +5,9 @@ point (``_entry``, taking an encoded log entry as bytes) and fixes what sqsq can
 each fix with a regression test in ``tests/shard/test_raft_fixes.py``:
 
 1. **fsync**: its ``FileJournal`` writes through an mmap and never syncs. ``DurableJournal``
-   msyncs before anything depends on the log: before the leader counts its own entries (at
-   the start of each tick, ahead of the commit loop) and before a follower answers an append
+   is flushed (fdatasync) before anything depends on the log: before the leader counts its
+   own entries (at the start of each tick, ahead of the commit loop) and before a follower
+   answers an append
    (``next_node_idx``); term and vote are fsynced (file and directory) before a vote is asked
    for or given.
 2. **Commit through a snapshot chunk**: a follower raises its commit index to
@@ -63,12 +64,20 @@ def fsync_path(path: str | Path, *, directory: bool = False) -> None:
 
 
 class DurableJournal(FileJournal):
-    """pysyncobj's file journal, made durable: ``sync`` msyncs what ``add`` wrote through the
-    mmap; term and vote are fsynced as soon as they are stored."""
+    """pysyncobj's file journal, made durable: ``sync`` flushes to disk what ``add`` wrote
+    through the mmap; term and vote are fsynced as soon as they are stored.
+
+    The flush is ``fdatasync`` on a descriptor of our own, not ``mmap.flush``: on Linux both
+    write the file's dirty pages (writes through a shared mapping dirty the page cache, which
+    fdatasync flushes), but CPython 3.11's ``mmap.flush`` holds the GIL through the msync of
+    the whole mapping, stalling the event loop once per entry, while ``os.fdatasync``
+    releases it and walks only the dirty pages. pysyncobj never replaces the journal file, so
+    the descriptor stays valid."""
 
     def __init__(self, journal_file: str) -> None:
         super().__init__(journal_file)
         self.path = journal_file
+        self._fd = os.open(journal_file, os.O_RDWR | os.O_CLOEXEC)
         self.dirty = False
         self.syncs = 0
         self.synced_index = self[-1][1] if len(self) else 0  # last index known durable
@@ -97,9 +106,13 @@ class DurableJournal(FileJournal):
         fsync_path(self.path + ".meta")
         fsync_path(os.path.dirname(os.path.abspath(self.path)), directory=True)
 
+    def _destroy(self) -> None:
+        super()._destroy()
+        os.close(self._fd)
+
     def sync(self) -> None:
         if self.dirty:
-            self.flush()  # msync(MS_SYNC) of the mapping: entries and the end-of-log header
+            os.fdatasync(self._fd)  # entries and the end-of-log header (see the class doc)
             self.dirty = False
             self.syncs += 1
         self.synced_index = self[-1][1] if len(self) else 0
