@@ -7,6 +7,10 @@
 until every shard has a leader and the gateway answers, writes ``DIR/cluster.json`` (pids
 and ports), and stays in the foreground: Ctrl-C (or SIGTERM) stops them all, by pid. Each
 process logs to ``DIR/logs/``. The tests start clusters through ``LocalCluster`` too.
+
+A ``Placement`` puts each process somewhere else instead (the chaos tests: one network
+namespace per process, so links between them can be cut); ``status`` is then read by
+``sqsq cluster status --etcd`` run on the placement's "client" host.
 """
 
 from __future__ import annotations
@@ -21,11 +25,25 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from sqsq.cli.localprocs import EtcdProcess, free_port, free_port_range, wait_for_port
+from sqsq.cli.localprocs import EtcdProcess, Wrap, free_port, free_port_range, wait_for_port
 
 READY_TIMEOUT_S = 90.0
+LOOPBACK = "127.0.0.1"
+
+
+class Placement(Protocol):
+    """Where a cluster's processes run, by name: "etcd", "gateway", each node's id, and
+    "client" (where ``LocalCluster.status`` reads etcd from)."""
+
+    def address(self, name: str) -> str:
+        """The address the process binds to and is reached at."""
+        ...
+
+    def command(self, name: str, argv: list[str]) -> list[str]:
+        """``argv`` made into a command that runs it there (same pid: it must exec)."""
+        ...
 
 
 @dataclass
@@ -35,10 +53,11 @@ class NodeProcess:
     grpc_port: int
     raft_port: int
     proc: subprocess.Popen | None = None
+    host: str = LOOPBACK
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
+        return f"{self.host}:{self.grpc_port}"
 
     @property
     def alive(self) -> bool:
@@ -50,23 +69,27 @@ class GatewayProcess:
     grpc_port: int = field(default_factory=free_port)
     http_port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
+    host: str = LOOPBACK
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
+        return f"{self.host}:{self.grpc_port}"
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"http://{self.host}:{self.http_port}"
 
 
 class LocalCluster:
-    """etcd, ``nodes`` nodes and a gateway under ``root``, all on 127.0.0.1."""
+    """etcd, ``nodes`` nodes and a gateway under ``root``, all on 127.0.0.1 unless a
+    ``placement`` says where each runs."""
 
     def __init__(self, root: Path, *, nodes: int = 3, shards: int = 1, partitions: int = 1,
                  gateway_grpc_port: int | None = None, gateway_http_port: int | None = None,
-                 node_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+                 node_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                 placement: Placement | None = None) -> None:
         self.root = root.resolve()
+        self.placement = placement
         self.shards = shards
         self.partitions = partitions
         self.node_args = node_args
@@ -77,19 +100,34 @@ class LocalCluster:
             fd = os.open(self.secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(os.urandom(32))
-        self.etcd = EtcdProcess(self.root / "etcd")
+        self.etcd = EtcdProcess(self.root / "etcd", host=self._address("etcd"),
+                                wrap=self._wrap("etcd"))
         self.nodes = [NodeProcess(f"n{i + 1}", self.root / f"n{i + 1}", free_port(),
-                                  free_port_range(shards)) for i in range(nodes)]
-        self.gateway = GatewayProcess(
-            **{k: v for k, v in (("grpc_port", gateway_grpc_port),
-                                 ("http_port", gateway_http_port)) if v is not None})
+                                  free_port_range(shards), host=self._address(f"n{i + 1}"))
+                      for i in range(nodes)]
+        self.gateway = GatewayProcess(host=self._address("gateway"), **{
+            k: v for k, v in (("grpc_port", gateway_grpc_port),
+                              ("http_port", gateway_http_port)) if v is not None})
 
     # -- processes -------------------------------------------------------------------------
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+    def _address(self, name: str) -> str:
+        return LOOPBACK if self.placement is None else self.placement.address(name)
+
+    def _wrap(self, name: str) -> Wrap | None:
+        placement = self.placement
+        if placement is None:
+            return None
+        return lambda argv: placement.command(name, argv)
+
+    def _spawn(self, name: str, args: list[str], *, on: str | None = None) -> subprocess.Popen:
+        """``sqsq ARGS`` logging to ``logs/NAME.log``, run where the placement puts ``on``
+        (default: ``name``)."""
+        argv = [sys.executable, "-m", "sqsq.cli.main", *args]
+        wrap = self._wrap(on or name)
         log = open(self.root / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - the child's
         try:
-            return subprocess.Popen([sys.executable, "-m", "sqsq.cli.main", *args],
+            return subprocess.Popen(argv if wrap is None else wrap(argv),
                                     stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                     start_new_session=True)  # Ctrl-C reaches us, not them
         finally:
@@ -98,19 +136,19 @@ class LocalCluster:
     def start_node(self, node: NodeProcess) -> None:
         node.proc = self._spawn(node.node_id, [
             "node", "--etcd", self.etcd.endpoint, "--node-id", node.node_id,
-            "--data-dir", str(node.root), "--host", "127.0.0.1",
+            "--data-dir", str(node.root), "--host", node.host,
             "--grpc-port", str(node.grpc_port), "--raft-port", str(node.raft_port),
             "--shards", str(self.shards), "--initial-nodes", str(len(self.nodes)),
             "--secret-file", str(self.secret), *self.node_args])
-        wait_for_port(node.grpc_port, node.proc)
+        wait_for_port(node.grpc_port, node.proc, host=node.host, wrap=self._wrap(node.node_id))
 
     def start_gateway(self) -> None:
         g = self.gateway
         g.proc = self._spawn("gateway", [
-            "gateway", "--etcd", self.etcd.endpoint, "--host", "127.0.0.1",
+            "gateway", "--etcd", self.etcd.endpoint, "--host", g.host,
             "--grpc-port", str(g.grpc_port), "--http-port", str(g.http_port),
             "--partitions", str(self.partitions)])
-        wait_for_port(g.grpc_port, g.proc)
+        wait_for_port(g.grpc_port, g.proc, host=g.host, wrap=self._wrap("gateway"))
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> LocalCluster:
         """Everything, then wait until every shard has a leader; writes cluster.json."""
@@ -140,7 +178,16 @@ class LocalCluster:
             time.sleep(0.2)
 
     def status(self) -> dict[str, Any]:
-        return read_status(self.etcd.endpoint)
+        if self.placement is None:
+            return read_status(self.etcd.endpoint)
+        # This process may have no route to etcd: ask from the placement's client host.
+        argv = self.placement.command("client", [
+            sys.executable, "-m", "sqsq.cli.main", "cluster", "status", "--etcd",
+            self.etcd.endpoint, "--json"])
+        out = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=60)
+        if out.returncode != 0:
+            raise OSError(f"sqsq cluster status failed ({out.returncode}): {out.stderr}")
+        return json.loads(out.stdout)
 
     def kill9(self, proc: subprocess.Popen | None) -> None:
         if proc is not None and proc.poll() is None:
@@ -233,6 +280,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     st = sub.add_parser("status", help="nodes, shards with their leaders, queues")
     st.add_argument("--dir", type=Path, default=Path("./cluster"),
                     help="the directory `cluster up` wrote cluster.json to")
+    st.add_argument("--etcd", metavar="ENDPOINT", default=None,
+                    help="read the cluster's etcd at host:port instead of --dir's cluster.json")
     st.add_argument("--json", dest="as_json", action="store_true", help="print JSON")
     st.set_defaults(handler=cmd_status, needs_client=False)
     return p
@@ -289,10 +338,13 @@ def _stop_on_signals() -> Any:
 def cmd_status(args: argparse.Namespace) -> int:
     path = args.dir / "cluster.json"
     try:
-        info = json.loads(path.read_text())
-        status = read_status(f"127.0.0.1:{info['etcd']['client_port']}")
+        if args.etcd:
+            status = read_status(args.etcd)
+        else:
+            info = json.loads(path.read_text())
+            status = read_status(f"127.0.0.1:{info['etcd']['client_port']}")
     except (OSError, ValueError, KeyError) as exc:
-        print(f"sqsq cluster status: error: {path}: {exc}", file=sys.stderr)
+        print(f"sqsq cluster status: error: {args.etcd or path}: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001 - etcd unreachable: say so in one line
         print(f"sqsq cluster status: error: etcd does not answer: {exc}", file=sys.stderr)

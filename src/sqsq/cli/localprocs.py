@@ -3,6 +3,11 @@
 
 etcd listens on 127.0.0.1 only, on free client and peer ports, with a data dir of its own.
 ``stop`` + ``start`` restarts the same member on the same ports and data.
+
+A process may also run elsewhere, e.g. in a network namespace: then it gets the address to
+bind to (``host``) and a ``wrap`` that turns its argv into the command that runs it there.
+Its readiness is then probed from there too, by ``python -m sqsq.cli.localprocs port|health``
+run through the same ``wrap`` (this process may have no route to that address).
 """
 
 from __future__ import annotations
@@ -11,9 +16,14 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+#: Turns a process's argv into the command that runs it where it belongs.
+Wrap = Callable[[list[str]], list[str]]
 
 
 def free_port() -> int:
@@ -43,17 +53,81 @@ def free_port_range(count: int, attempts: int = 50) -> int:
     raise OSError(f"no {count} consecutive free ports found")
 
 
-def wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float = 30.0, *,
+                  host: str = "127.0.0.1", wrap: Wrap | None = None) -> None:
+    if wrap is not None:
+        wait_by_probe(wrap(probe_argv("port", host, port, timeout_s)), proc, timeout_s,
+                      f"nothing listened on {host}:{port} within {timeout_s}s")
+        return
+    if not _until(lambda: _port_open(host, port), timeout_s, proc):
+        raise OSError(f"nothing listened on port {port} within {timeout_s}s")
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        time.sleep(0.05)
+        return False
+
+
+def _etcd_healthy(url: str) -> bool:
+    # The client port opens before the member has elected itself; /health answers
+    # {"health":"true"} only once it serves reads and writes.
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=1) as resp:
+            if json.loads(resp.read()).get("health") == "true":
+                return True
+    except OSError:
+        pass
+    time.sleep(0.05)
+    return False
+
+
+def _until(check: Callable[[], bool], timeout_s: float,
+           proc: subprocess.Popen | None) -> bool:
+    """Whether ``check`` passed within ``timeout_s``; ``OSError`` if ``proc`` exits first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
+        if proc is not None and proc.poll() is not None:
             raise OSError(f"process {proc.pid} exited early with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+        if check():
+            return True
+    return False
+
+
+def probe_argv(kind: str, *args: object) -> list[str]:
+    """The argv of a probe (``port HOST PORT TIMEOUT`` or ``health URL TIMEOUT``) that exits
+    0 once it passes, 1 when TIMEOUT seconds have gone by."""
+    return [sys.executable, "-m", "sqsq.cli.localprocs", kind, *map(str, args)]
+
+
+def wait_by_probe(argv: list[str], proc: subprocess.Popen | None, timeout_s: float,
+                  failure: str) -> None:
+    """Run a probe (``probe_argv``, wrapped) to its end, watching ``proc`` meanwhile;
+    ``OSError(failure)`` if it fails."""
+    probe = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # Some slack over the probe's own timeout: it has an interpreter to start first.
+        deadline = time.monotonic() + timeout_s + 10.0
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise OSError(f"process {proc.pid} exited early with {proc.returncode}")
+            code = probe.poll()
+            if code == 0:
                 return
-        except OSError:
+            if code is not None:
+                break
             time.sleep(0.05)
-    raise OSError(f"nothing listened on port {port} within {timeout_s}s")
+        raise OSError(failure)
+    finally:
+        if probe.poll() is None:
+            probe.kill()
+        probe.wait()
 
 
 ETCD_MISSING = (
@@ -76,21 +150,24 @@ class EtcdProcess:
     client_port: int = field(default_factory=free_port)
     peer_port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
+    host: str = "127.0.0.1"
+    wrap: Wrap | None = None
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
 
     def command(self) -> list[str]:
-        client = f"http://127.0.0.1:{self.client_port}"
-        peer = f"http://127.0.0.1:{self.peer_port}"
-        return [
+        client = f"http://{self.host}:{self.client_port}"
+        peer = f"http://{self.host}:{self.peer_port}"
+        argv = [
             etcd_binary(), "--name", "sqsq-test", "--data-dir", str(self.data_dir),
             "--listen-client-urls", client, "--advertise-client-urls", client,
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"sqsq-test={peer}", "--initial-cluster-state", "new",
             "--logger", "zap", "--log-level", "warn",
         ]
+        return argv if self.wrap is None else self.wrap(argv)
 
     def start(self, timeout_s: float = 30.0) -> EtcdProcess:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -101,27 +178,20 @@ class EtcdProcess:
         return self
 
     def _wait_serving(self, timeout_s: float) -> None:
-        # The client port opens before the member has elected itself; /health answers
-        # {"health":"true"} only once it serves reads and writes.
-        import json
-        import urllib.request
-
         assert self.proc is not None
-        deadline = time.monotonic() + timeout_s
-        last: Exception | None = None
-        while time.monotonic() < deadline:
+        url = f"http://{self.host}:{self.client_port}"
+        failure = f"etcd did not serve on {self.endpoint} in {timeout_s}s"
+        try:
+            if self.wrap is not None:
+                wait_by_probe(self.wrap(probe_argv("health", url, timeout_s)), self.proc,
+                              timeout_s, failure)
+            elif not _until(lambda: _etcd_healthy(url), timeout_s, self.proc):
+                raise OSError(failure)
+        except OSError:
             if self.proc.poll() is not None:
                 raise OSError(f"etcd exited early with {self.proc.returncode}; "
-                                   f"see {self.data_dir}.log")
-            try:
-                with urllib.request.urlopen(
-                        f"http://127.0.0.1:{self.client_port}/health", timeout=1) as resp:
-                    if json.loads(resp.read()).get("health") == "true":
-                        return
-            except OSError as exc:
-                last = exc
-            time.sleep(0.05)
-        raise OSError(f"etcd did not serve on {self.endpoint} in {timeout_s}s: {last}")
+                              f"see {self.data_dir}.log") from None
+            raise
 
     def stop(self) -> int:
         """SIGTERM, then SIGKILL if it does not go within 10 s."""
@@ -135,3 +205,18 @@ class EtcdProcess:
                 self.proc.wait()
         return self.proc.returncode
 
+
+def _probe_main(argv: list[str]) -> int:
+    """``port HOST PORT TIMEOUT`` or ``health URL TIMEOUT``: 0 once it passes, else 1."""
+    kind, *args, timeout = argv
+    if kind == "port":
+        ok = _until(lambda: _port_open(args[0], int(args[1])), float(timeout), None)
+    elif kind == "health":
+        ok = _until(lambda: _etcd_healthy(args[0]), float(timeout), None)
+    else:
+        raise SystemExit(f"unknown probe {kind!r}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(_probe_main(sys.argv[1:]))
