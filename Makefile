@@ -20,6 +20,8 @@ server-setup: $(BASE) $(GEN)
 # machines this targets); if that fails, the analytics tests fail loudly, they never skip.
 # etcd (Debian's etcd-server 3.4) holds the cluster's partition map; the control-plane tests
 # start a real one and fail (never skip) without it.
+# iptables (with iproute2's `ip netns`) makes the chaos tests' network partitions inside
+# namespaces of their own; without it system-deps fails, and so would those tests.
 system-deps:
 	@command -v java >/dev/null 2>&1 || { apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless; } \
@@ -27,6 +29,10 @@ system-deps:
 	@command -v etcd >/dev/null 2>&1 || { apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server; } \
 		|| echo "WARNING: could not install etcd-server: the control-plane tests will fail"
+	@{ command -v iptables && command -v ip; } >/dev/null 2>&1 || { apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q iptables iproute2; } \
+		|| { echo "ERROR: could not install iptables/iproute2: the chaos tests need them" >&2; \
+		     exit 1; }
 
 $(BASE): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
