@@ -1,0 +1,190 @@
+"""The chaos scenarios: each injects one kind of fault, over and over, until its time is up.
+
+A scenario is a function ``(cluster, rng, until) -> faults injected``. It waits a little
+between faults so the load runs on a healthy cluster too, holds each fault for a while, and
+undoes it before the next; the runner calls ``recover`` at the end whatever happened.
+Times are seconds of the monotonic clock. Which node or shard a fault hits is drawn from
+``rng``, so a run replays from its seed (up to the timing of real processes).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from faults import ChaosCluster
+
+HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    what: str
+    inject: Callable[[ChaosCluster, random.Random, float], int]
+
+
+def _wait(seconds: float, until: float) -> bool:
+    """Sleep ``seconds`` (real processes need real time), or less if ``until`` comes first;
+    whether there is time left for another fault."""
+    time.sleep(max(0.0, min(seconds, until - time.monotonic())))
+    return time.monotonic() < until
+
+
+def _leader(cc: ChaosCluster, rng: random.Random) -> tuple[int, str] | None:
+    shard = rng.randrange(cc.shards)
+    leader = cc.leader(shard)
+    return (shard, leader) if leader else None
+
+
+def _repeat(fault: Callable[[ChaosCluster, random.Random], bool], *, gap_s: float,
+            hold_s: float, heal: Callable[[ChaosCluster], None]
+            ) -> Callable[[ChaosCluster, random.Random, float], int]:
+    """A scenario that injects ``fault`` every ``gap_s``, holds it ``hold_s``, heals."""
+    def inject(cc: ChaosCluster, rng: random.Random, until: float) -> int:
+        faults = 0
+        while _wait(gap_s, until):
+            if fault(cc, rng):
+                faults += 1
+                time.sleep(hold_s)  # the fault lasts: real processes, real time
+            heal(cc)
+        return faults
+    return inject
+
+
+def _kill_leader(cc: ChaosCluster, rng: random.Random) -> bool:
+    found = _leader(cc, rng)
+    if found:
+        cc.kill9(found[1])
+    return bool(found)
+
+
+def _kill_follower(cc: ChaosCluster, rng: random.Random) -> bool:
+    found = _leader(cc, rng)
+    if not found:
+        return False
+    followers = [n for n in cc.replicas(found[0]) if n != found[1]]
+    cc.kill9(rng.choice(followers))
+    return True
+
+
+def _kill_all(cc: ChaosCluster, rng: random.Random) -> bool:
+    for node_id in cc.node_ids:
+        cc.kill9(node_id)
+    return True
+
+
+def _pause_leader(cc: ChaosCluster, rng: random.Random) -> bool:
+    found = _leader(cc, rng)
+    if found:
+        cc.pause(found[1])  # held longer than the election timeout (at most 1.2 s)
+    return bool(found)
+
+
+def _isolate_leader(cc: ChaosCluster, rng: random.Random) -> bool:
+    """The leader cut off from the other nodes; the gateway, etcd and clients still reach
+    it (the case where a deposed leader must not acknowledge anything)."""
+    found = _leader(cc, rng)
+    if found:
+        cc.check()
+        cc.net.isolate(found[1], [n for n in cc.node_ids if n != found[1]])
+    return bool(found)
+
+
+def _split_halves(cc: ChaosCluster, rng: random.Random) -> bool:
+    """The nodes in two groups that cannot reach each other, a shard's leader in the smaller
+    one; etcd, the gateway and the client stay with the larger."""
+    found = _leader(cc, rng)
+    if not found:
+        return False
+    size = max(1, len(cc.node_ids) // 2)  # 3 nodes: 1 | 2; 4 nodes: 2 | 2
+    small = [found[1], *rng.sample([n for n in cc.node_ids if n != found[1]], size - 1)]
+    large = [n for n in cc.node_ids if n not in small]
+    cc.check()
+    for a in small:
+        cc.net.isolate(a, [*large, "etcd", "gateway", "client"])
+    return True
+
+
+def _one_way(cc: ChaosCluster, rng: random.Random) -> bool:
+    """Packets from the leader to its followers are lost; theirs to it still arrive."""
+    found = _leader(cc, rng)
+    if not found:
+        return False
+    for other in cc.node_ids:
+        if other != found[1]:
+            cc.net.cut_one_way(found[1], other)
+    return True
+
+
+def _wipe_follower(cc: ChaosCluster, rng: random.Random) -> bool:
+    found = _leader(cc, rng)
+    if not found:
+        return False
+    followers = [n for n in cc.replicas(found[0]) if n != found[1]]
+    cc.wipe(rng.choice(followers))
+    return True
+
+
+def _kill_etcd(cc: ChaosCluster, rng: random.Random) -> bool:
+    cc.kill_etcd()
+    return True
+
+
+def _kill_gateway(cc: ChaosCluster, rng: random.Random) -> bool:
+    cc.kill_gateway()
+    return True
+
+
+def _clock_back(cc: ChaosCluster, rng: random.Random) -> bool:
+    """A leader's wall clock stepped back an hour; a leader whose clock is already stepped
+    is killed instead, so leadership moves between stepped and unstepped nodes."""
+    found = _leader(cc, rng)
+    if not found:
+        return False
+    if found[1] in cc.stepped:
+        cc.kill9(found[1])
+    else:
+        cc.step_clock(found[1], -HOUR_MS)
+    return True
+
+
+def _heal_all(cc: ChaosCluster) -> None:
+    cc.recover()
+
+
+def _heal_clock(cc: ChaosCluster) -> None:
+    """Clocks stay stepped until the scenario ends (the point is leaders living with one);
+    only a killed node is brought back."""
+    cc.recover(reset_clocks=False)
+
+
+SCENARIOS = [
+    Scenario("kill-leader", "kill -9 of a shard leader, restarted 3 s later",
+             _repeat(_kill_leader, gap_s=4, hold_s=3, heal=_heal_all)),
+    Scenario("kill-follower", "kill -9 of a follower, restarted 3 s later",
+             _repeat(_kill_follower, gap_s=4, hold_s=3, heal=_heal_all)),
+    Scenario("kill-all", "kill -9 of every node at once, all restarted",
+             _repeat(_kill_all, gap_s=6, hold_s=1, heal=_heal_all)),
+    Scenario("pause-leader", "SIGSTOP of a leader for 3 s (past the election timeout), "
+             "then SIGCONT", _repeat(_pause_leader, gap_s=4, hold_s=3, heal=_heal_all)),
+    Scenario("partition-leader", "the leader cut off from its followers for 10 s, clients "
+             "still reaching it", _repeat(_isolate_leader, gap_s=4, hold_s=10, heal=_heal_all)),
+    Scenario("partition-halves", "the nodes split in two, a leader in the smaller half, for "
+             "10 s", _repeat(_split_halves, gap_s=4, hold_s=10, heal=_heal_all)),
+    Scenario("partition-one-way", "packets from the leader to its followers lost for 10 s",
+             _repeat(_one_way, gap_s=4, hold_s=10, heal=_heal_all)),
+    Scenario("wipe-follower", "a follower's data directory wiped, the node restarted",
+             _repeat(_wipe_follower, gap_s=5, hold_s=3, heal=_heal_all)),
+    Scenario("kill-etcd", "etcd killed with -9 for 5 s, then restarted",
+             _repeat(_kill_etcd, gap_s=4, hold_s=5, heal=_heal_all)),
+    Scenario("kill-gateway", "the gateway killed with -9, restarted 1 s later",
+             _repeat(_kill_gateway, gap_s=4, hold_s=1, heal=_heal_all)),
+    Scenario("clock-back", "a leader's wall clock stepped back an hour (and kept so); a "
+             "stepped leader is killed, so leadership moves",
+             _repeat(_clock_back, gap_s=4, hold_s=3, heal=_heal_clock)),
+]
+
+BY_NAME = {s.name: s for s in SCENARIOS}
