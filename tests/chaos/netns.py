@@ -161,8 +161,8 @@ class Net:
                            for i, h in enumerate(hosts)}
         self._made: list[str] = []
         self._procs: list[subprocess.Popen] = []
-        self._checked = False
         self._hooked: dict[int, Any] = {}
+        self._pending: int | None = None
         self._closing = threading.Lock()
 
     # -- names and the cluster Placement protocol ------------------------------------------
@@ -197,20 +197,17 @@ class Net:
         sweep_leftovers(self.prefix)
         self._hook()  # before anything exists, so an interrupted setup is undone too
         try:
-            self._refuse_overlap()
+            try:
+                self._check_outside(None)
+            except IsolationError as exc:
+                raise NetError(f"{self.subnet} is in use on this machine; pick another "
+                               f"subnet: {exc}") from None
             self._build()
             self.check_isolation()
         except BaseException:
             self.close()
             raise
         return self
-
-    def _refuse_overlap(self) -> None:
-        try:
-            self._check_outside(None)
-        except IsolationError as exc:
-            raise NetError(f"{self.subnet} is in use on this machine; pick another "
-                           f"subnet: {exc}") from None
 
     def _add_ns(self, ns: str) -> None:
         _run(["ip", "netns", "add", ns])
@@ -243,7 +240,6 @@ class Net:
         """``IsolationError`` unless no namespace made here has a default route or a route
         beyond the subnet, and the host's namespace (or ``outside``, a namespace standing in
         for it) has no address and no route in the subnet."""
-        self._checked = False
         problems = []
         for ns in self._made:
             for family in ("-4", "-6"):
@@ -256,7 +252,6 @@ class Net:
         if problems:
             raise IsolationError("; ".join(problems))
         self._check_outside(outside)
-        self._checked = True
 
     def _inside(self, dst: str) -> bool:
         try:
@@ -367,7 +362,7 @@ class Net:
         """Kill every process in the namespaces made here (by pid), delete them. Idempotent;
         ``NetError`` if something could not be removed."""
         if not self._closing.acquire(blocking=False):
-            return  # a signal arrived while closing: the close under way finishes the job
+            return
         try:
             kill_pids([p.pid for p in self._procs if p.poll() is None])
             for p in self._procs:
@@ -378,16 +373,17 @@ class Net:
             for ns in list(reversed(self._made)):
                 try:
                     _run(["ip", "netns", "del", ns])
+                    self._made.remove(ns)
                 except NetError as exc:
                     failed.append(str(exc))
-                    continue
-                self._made.remove(ns)
-            self._checked = False
             if failed:
                 raise NetError("; ".join(failed))
             self._unhook()
         finally:
             self._closing.release()
+        if self._pending is not None:  # a SIGTERM/SIGINT came while closing: act on it now
+            signum, self._pending = self._pending, None
+            signal.raise_signal(signum)
 
     def _hook(self) -> None:
         atexit.register(self.close)
@@ -402,15 +398,16 @@ class Net:
         self._hooked.clear()
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        old = self._hooked.get(signum, signal.SIG_DFL)
+        if self._closing.locked():
+            self._pending = signum  # interrupted close() itself: let it finish first
+            return
         try:
             self.close()
         finally:
-            if callable(old):
-                old(signum, frame)  # e.g. SIGINT's KeyboardInterrupt
-            elif old != signal.SIG_IGN:
-                signal.signal(signum, signal.SIG_DFL)
-                os.kill(os.getpid(), signum)
+            # Handled as before we hooked it: e.g. SIGTERM ends the process, SIGINT raises
+            # KeyboardInterrupt.
+            self._unhook()
+            signal.raise_signal(signum)
 
 
 if __name__ == "__main__":

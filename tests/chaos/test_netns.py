@@ -242,10 +242,13 @@ def _child_with_a_net() -> tuple[subprocess.Popen, int, str]:
     return child, int(line), tag
 
 
-def test_sigterm_cleans_up_before_the_process_ends() -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_cleans_up_before_the_process_ends(sig: signal.Signals) -> None:
     child, sleeper, tag = _child_with_a_net()
-    child.send_signal(signal.SIGTERM)
-    assert child.wait(timeout=30) == -signal.SIGTERM
+    child.send_signal(sig)
+    # Then the signal does what it did before: SIGINT's KeyboardInterrupt, uncaught, ends
+    # Python by SIGINT too.
+    assert child.wait(timeout=30) == -sig
     assert not [ns for ns in namespaces() if ns.startswith(tag)]
     assert not pid_alive(sleeper)
 
