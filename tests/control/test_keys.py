@@ -63,7 +63,14 @@ def test_unknown_fields_are_ignored_for_newer_writers() -> None:
 
 
 def test_ids_cannot_escape_their_directory() -> None:
-    with pytest.raises(RecordError):
-        keys.queue_key("a/b")
+    for key in ("../b", "a/b/c", "eu-west-1/", "/b"):
+        with pytest.raises(RecordError):
+            keys.queue_key(key)
     with pytest.raises(RecordError):
         keys.shard_key(-1)
+
+
+def test_a_queue_outside_the_configured_region_is_keyed_by_its_region() -> None:
+    assert keys.queue_key("eu-west-1/jobs") == "/sqsq/queues/eu-west-1/jobs"
+    record = QueueRecord("eu-west-1/jobs", "q-2", (1,))
+    assert keys.decode(keys.queue_key(record.name), keys.encode(record)) == record

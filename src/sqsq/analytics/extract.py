@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqsq.core import records as r
+from sqsq.core import regions
 from sqsq.core.attributes import render_queue_attributes
 from sqsq.core.delivery import due_ms
 from sqsq.core.records import Delivery, MessageRecord, QueueRecord
@@ -34,8 +35,9 @@ class SnapshotSource:
     account: str = "000000000000"
     include_bodies: bool = False
 
-    def queue_arn(self, name: str) -> str:
-        return f"arn:aws:sqs:{self.region}:{self.account}:{name}"
+    def queue_arn(self, key: str) -> str:
+        """A queue's ARN from its key (outside the configured region: "<region>/<name>")."""
+        return regions.queue_arn(key, self.region, self.account)
 
 
 @dataclass

@@ -138,7 +138,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         backend=args.backend, etcd=args.etcd, partitions=args.partitions, host=args.host,
         grpc_port=args.grpc_port,
         http_port=args.http_port, credentials_file=args.credentials, account=args.account,
-        public_url=args.public_url)
+        region=args.region, public_url=args.public_url)
 
 
 def cmd_queue_create(args: argparse.Namespace, client: Client) -> int:
@@ -282,7 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-port", type=_port, default=9324, help="SQS HTTP port (default 9324)")
     p.add_argument("--credentials", default=None,
                    help="access keys file (or env SQSQ_CREDENTIALS_FILE); none: runs open")
-    p.add_argument("--region", default=None, help="region in ARNs (env SQSQ_REGION, us-east-1)")
+    p.add_argument("--region", default=None,
+                   help="default region: of callers who name none (a SigV4 signature names "
+                        "one) (env SQSQ_REGION, us-east-1)")
     p.add_argument("--account", default=None,
                    help="account id in URLs and ARNs (env SQSQ_ACCOUNT, 000000000000)")
     p.add_argument("--public-url", default=None,
@@ -323,7 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(env SQSQ_CLUSTER_SECRET_FILE)")
     p.add_argument("--credentials", default=None,
                    help="access keys file (or env SQSQ_CREDENTIALS_FILE); none: runs open")
-    p.add_argument("--region", default=None, help="region in ARNs (env SQSQ_REGION, us-east-1)")
+    p.add_argument("--region", default=None,
+                   help="default region: of callers who name none (a SigV4 signature names "
+                        "one) (env SQSQ_REGION, us-east-1)")
     p.add_argument("--account", default=None,
                    help="account id in URLs and ARNs (env SQSQ_ACCOUNT, 000000000000)")
     p.add_argument("--compaction-entries", type=int, default=5000,
@@ -348,6 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="access keys file (or env SQSQ_CREDENTIALS_FILE); none: runs open")
     p.add_argument("--account", default=None,
                    help="account id in queue URLs; the node's (env SQSQ_ACCOUNT, 000000000000)")
+    p.add_argument("--region", default=None,
+                   help="region of callers who name none; the node's (env SQSQ_REGION, "
+                        "us-east-1)")
     p.add_argument("--public-url", default=None,
                    help="base of queue URLs (env SQSQ_PUBLIC_URL; default http://HOST:HTTP_PORT)")
     p.set_defaults(handler=cmd_gateway, needs_client=False)

@@ -103,7 +103,7 @@ async def run_server(
     await engine.start()
     if not await engine.wait_leading(READY_TIMEOUT_S):
         raise OSError("the shard did not become ready")
-    endpoint = endpoint_for(host, http_port, public_url, config.account)
+    endpoint = endpoint_for(host, http_port, public_url, config.account, config.region)
     await _serve("sqsq server", engine, endpoint, auth, host, grpc_port, http_port, root,
                  f", SQS HTTP API on {endpoint.base_url} (region {config.region}, account "
                  f"{config.account}), data in {root.resolve()}, fsync "
@@ -133,7 +133,7 @@ async def run_node(
                        password=raft_password(config.secret),
                        wall_clock_ms=clock_from_env(root)))
     await engine.start()
-    endpoint = endpoint_for(host, grpc_port, None, config.account)
+    endpoint = endpoint_for(host, grpc_port, None, config.account, config.region)
     await _serve("sqsq node", engine, endpoint, auth, host, grpc_port, None, root,
                  f", Raft on {me.raft(0)}, peers {', '.join(p.grpc for p in members)}")
 
@@ -163,7 +163,8 @@ async def run_cluster_node(
     auth = Authenticator(load_credentials(credentials_file))
     address = advertise or host
     me = NodeRecord(node_id, f"{address}:{grpc_port}", f"{address}:{raft_port}")
-    endpoint = endpoint_for(address, grpc_port, None, _config(secret, region, account).account)
+    config = _config(secret, region, account)
+    endpoint = endpoint_for(address, grpc_port, None, config.account, config.region)
     directory = ShardDirectory()
     engines: dict[int, ShardEngine] = {}
     wall_clock = clock_from_env(root)

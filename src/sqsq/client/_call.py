@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from sqsq.api import REGION_METADATA_KEY
 from sqsq.errors import NotLeader, QueueError, ServiceUnavailable, error_for, leader_of
 from sqsq.gateway.auth import ERROR_CODE_KEY  # where the server puts the SQS error code
 
@@ -34,6 +35,12 @@ class Call:
     parse: Callable[[Any], Any]
     retry: bool = False  # safe to repeat on UNAVAILABLE (read-only or idempotent by request id)
     min_timeout: float | None = None  # the deadline must be at least this (long polls)
+    region: str | None = None  # the caller's region (None: the client's, else the server's)
+
+    def metadata(self, region: str | None = None) -> tuple[tuple[str, str], ...]:
+        """The call's gRPC metadata: its region, else ``region`` (the client's), if any."""
+        region = self.region or region
+        return ((REGION_METADATA_KEY, region),) if region else ()
 
     def timeout(self, default: float | None) -> float | None:
         if self.min_timeout is None:

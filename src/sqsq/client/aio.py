@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -32,14 +33,17 @@ class AsyncClient:
     Errors are raised as ``sqsq.errors.QueueError`` subclasses carrying the SQS error code.
     ``credentials=(access_key_id, secret)`` (default: env ``SQSQ_ACCESS_KEY_ID`` and
     ``SQSQ_SECRET_ACCESS_KEY``, if both are set) signs every call for a server with auth on.
+    ``region`` (default: env ``SQSQ_REGION``, else the server's) is the region whose queues
+    the calls address: the same name in two regions is two queues.
     """
 
     def __init__(
         self, endpoint: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT,
-        credentials: tuple[str, str] | None = None,
+        credentials: tuple[str, str] | None = None, region: str | None = None,
     ):
         self.route = _call.Route(endpoint)
         self.timeout = timeout
+        self.region = region or os.environ.get("SQSQ_REGION") or None
         self._creds = _auth.resolve(credentials)
         self._stubs: dict[str, tuple[grpc.aio.Channel, queues_pb2_grpc.QueuesStub]] = {}
 
@@ -75,7 +79,8 @@ class AsyncClient:
         while True:
             try:
                 method = getattr(self._stub(), call.method)
-                return call.parse(await method(call.request, timeout=timeout))
+                return call.parse(await method(call.request, timeout=timeout,
+                                               metadata=call.metadata(self.region)))
             except grpc.RpcError as err:
                 error, delay = self.route.retry_after(call, err, attempt,
                                                       time.monotonic() - started)

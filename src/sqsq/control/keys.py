@@ -7,7 +7,9 @@
                                              comes back
     /sqsq/shards/<shard id>    ShardRecord   replica set (node ids) and an epoch that rises
                                              on every change of it
-    /sqsq/queues/<queue name>  QueueRecord   queue id and the shard of each partition
+    /sqsq/queues/<queue key>   QueueRecord   queue id and the shard of each partition; the
+                                             key is the name, "<region>/<name>" outside
+                                             the configured region (sqsq.core.regions)
     /sqsq/leaders/<shard id>   LeaderHint    published by the shard's current Raft leader,
                                              under that node's lease; a hint, confirmed by
                                              the shard itself (NOT_LEADER otherwise)
@@ -27,6 +29,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from sqsq.core import regions
 
 ROOT = "/sqsq/"
 NODES = ROOT + "nodes/"
@@ -62,8 +66,12 @@ def shard_key(shard_id: int) -> str:
     return SHARDS + str(_check_shard(shard_id))
 
 
-def queue_key(name: str) -> str:
-    return QUEUES + _check_id(name)
+def queue_key(key: str) -> str:
+    region, sep, name = key.partition("/")
+    if sep and not regions.valid_region(region):
+        raise RecordError(f"not a region: {region!r}")
+    _check_id(name if sep else key)
+    return QUEUES + key
 
 
 def leader_key(shard_id: int) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqsq.core import limits
+from sqsq.core import limits, regions
 from sqsq.core.attributes import SETTABLE_ATTRIBUTE_NAMES, render_queue_attributes
 from sqsq.core.delivery import fifo_delay_cutoff
 from sqsq.core.errors import ErrorCode, Rejection, reject
@@ -95,8 +95,11 @@ QUEUE_ATTRIBUTE_NAMES = COMPUTED_ATTRIBUTE_NAMES | SETTABLE_ATTRIBUTE_NAMES
 def list_queues(
     st: ShardState, prefix: str = "", max_results: int | None = None, next_token: str = ""
 ) -> tuple[list[str], str] | Rejection:
-    """Queue names in name order, and the token for the next page ('' when done)."""
-    return names_page((q.name for q in st.queues(prefix)), max_results, next_token)
+    """Keys of the queues of one region whose names start with a prefix (``prefix`` is the
+    prefix's key in that region), in name order, and the token for the next page ('' when
+    done)."""
+    return names_page(regions.keys_with_prefix((q.name for q in st.queues(prefix)), prefix,
+                                               st.config.region), max_results, next_token)
 
 
 def names_page(names: Iterable[str], max_results: int | None = None,

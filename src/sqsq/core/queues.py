@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqsq.core import limits
+from sqsq.core import limits, regions
 from sqsq.core import records as r
 from sqsq.core.attributes import (
     QueueAttributes,
@@ -32,9 +32,9 @@ def queue_does_not_exist() -> Rejection:
     return reject(ErrorCode.QUEUE_DOES_NOT_EXIST, "The specified queue does not exist.")
 
 
-def _check_redrive(st: ShardState, name: str, a: QueueAttributes) -> Rejection | None:
-    """The dead-letter target must exist, be here and be of the same type (or be the queue
-    itself, which Amazon accepts)."""
+def _check_redrive(st: ShardState, key: str, a: QueueAttributes) -> Rejection | None:
+    """The dead-letter target must exist, be here, in the source's account and region (as SQS
+    requires), and be of the same type (or be the queue itself, which Amazon accepts)."""
     policy = a.redrive_policy
     if policy is None:
         return None
@@ -45,13 +45,13 @@ def _check_redrive(st: ShardState, name: str, a: QueueAttributes) -> Rejection |
             f"Value {policy.to_json()} for parameter RedrivePolicy is invalid. Reason: {reason}",
         )
 
-    parsed = parse_queue_arn(policy.dead_letter_target_arn)
-    if parsed is None:
+    if parse_queue_arn(policy.dead_letter_target_arn) is None:
         return invalid("Invalid value for deadLetterTargetArn.")
-    region, account, target = parsed
-    if (region, account) != (st.config.region, st.config.account):
+    target = st.config.key_of_arn(policy.dead_letter_target_arn)
+    if target is None or st.config.region_of(target) != st.config.region_of(key):
+        # Another account's or region's queue is not in this namespace: it does not exist.
         return invalid("Dead-letter target does not exist.")
-    if target == name:
+    if target == key:
         # Amazon accepts a queue as its own dead-letter target; nothing is ever moved.
         return None
     dlq = st.queue(target)
@@ -59,7 +59,7 @@ def _check_redrive(st: ShardState, name: str, a: QueueAttributes) -> Rejection |
         return invalid("Dead-letter target does not exist.")
     if dlq.attributes.fifo_queue != a.fifo_queue:
         return invalid("Dead-letter queue must be same type of queue as the source.")
-    if not redrive_allows(dlq.attributes.redrive_allow_policy, st.config.queue_arn(name)):
+    if not redrive_allows(dlq.attributes.redrive_allow_policy, st.config.queue_arn(key)):
         return invalid("The dead-letter target's RedriveAllowPolicy does not allow this "
                        "source queue.")
     return None
@@ -77,11 +77,15 @@ def _check_tags(tags: dict[str, str]) -> Rejection | None:
 
 
 def create(st: ShardState, cmd: CreateQueue, now: int) -> Outcome:
-    rej = validate_queue_name(cmd.name)
+    """``cmd.name`` is the queue's key: its name, in a region (see ``sqsq.core.regions``)."""
+    region, name = regions.split_key(cmd.name, st.config.region)
+    rej = validate_queue_name(name)
     if rej is not None:
         return Outcome(rej)
+    if not regions.valid_region(region):
+        return Outcome(reject(ErrorCode.INVALID_PARAMETER_VALUE, f"Invalid region {region}."))
     raw = dict(cmd.attributes)
-    attrs = parse_queue_attributes(raw, queue_name=cmd.name)
+    attrs = parse_queue_attributes(raw, queue_name=name)
     if isinstance(attrs, Rejection):
         return Outcome(attrs)
     existing = st.queue(cmd.name)
@@ -134,7 +138,8 @@ def set_attributes(st: ShardState, cmd: SetQueueAttributes, now: int) -> Outcome
     q = st.queue(cmd.name)
     if q is None:
         return Outcome(queue_does_not_exist())
-    attrs = parse_queue_attributes(dict(cmd.attributes), queue_name=q.name, base=q.attributes)
+    attrs = parse_queue_attributes(dict(cmd.attributes), queue_name=regions.name_of(q.name),
+                                   base=q.attributes)
     if isinstance(attrs, Rejection):
         return Outcome(attrs)
     rej = _check_redrive(st, q.name, attrs)
@@ -152,7 +157,8 @@ def purge(st: ShardState, cmd: PurgeQueue, now: int) -> Outcome:
     if q.last_purge_ms is not None and now - q.last_purge_ms < limits.PURGE_IN_PROGRESS_MS:
         return Outcome(reject(
             ErrorCode.PURGE_QUEUE_IN_PROGRESS,
-            f"Only one PurgeQueue operation on {q.name} is allowed every 60 seconds.",
+            f"Only one PurgeQueue operation on {regions.name_of(q.name)} is allowed every 60 "
+            "seconds.",
         ))
     # A new incarnation: messages and groups of the old one are gone for readers at once and
     # deleted by the sweep. FIFO deduplication ids go with them, as Amazon was recorded doing

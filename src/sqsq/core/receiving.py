@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from sqsq.core import limits
+from sqsq.core import limits, regions
 from sqsq.core import records as r
-from sqsq.core.attributes import parse_queue_arn
 from sqsq.core.commands import (
     Outcome,
     Received,
@@ -44,10 +43,10 @@ def _dead_letter_queue(st: ShardState, q: QueueRecord) -> QueueRecord | None:
     policy = q.attributes.redrive_policy
     if policy is None:
         return None
-    parsed = parse_queue_arn(policy.dead_letter_target_arn)
-    if parsed is None or parsed[2] == q.name:
+    target = st.config.key_of_arn(policy.dead_letter_target_arn)
+    if target is None or target == q.name:
         return None
-    return st.queue(parsed[2])
+    return st.queue(target)
 
 
 def _move_to_dead_letter(
@@ -149,7 +148,8 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
     if room <= 0:
         return Outcome(reject(
             ErrorCode.OVER_LIMIT, f"The maximum number of in flight messages "
-            f"({limits.IN_FLIGHT_MAX}) is reached for queue {q.name}."), tuple(effects))
+            f"({limits.IN_FLIGHT_MAX}) is reached for queue {regions.name_of(q.name)}."),
+            tuple(effects))
     out: list[ReceivedMessage] = []
     want, budget = min(cmd.max_number_of_messages, room), limits.RECEIVE_SCAN_MAX
     if not q.attributes.fifo_queue:

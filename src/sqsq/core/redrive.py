@@ -16,7 +16,6 @@ import json
 from dataclasses import dataclass
 
 from sqsq.core import records as r
-from sqsq.core.attributes import parse_queue_arn
 from sqsq.core.commands import Outcome
 from sqsq.core.delivery import enqueue, promote_due, remove
 from sqsq.core.errors import ErrorCode, Rejection, reject
@@ -120,10 +119,8 @@ def parse_task_handle(handle: str) -> tuple[str, str] | None:
 
 
 def _queue_for_arn(st: ShardState, arn: str) -> QueueRecord | None:
-    parsed = parse_queue_arn(arn)
-    if parsed is None or parsed[:2] != (st.config.region, st.config.account):
-        return None
-    return st.queue(parsed[2])
+    key = st.config.key_of_arn(arn)
+    return None if key is None else st.queue(key)
 
 
 def tasks_of(st: ShardState, source: str) -> list[MoveTask]:
@@ -146,7 +143,8 @@ def start(st: ShardState, cmd: StartMoveTask, now: int) -> Outcome:
     dest = None
     if cmd.destination_arn:
         dq = _queue_for_arn(st, cmd.destination_arn)
-        if dq is None:
+        # Messages move within their region, as redrive does: another region's is not here.
+        if dq is None or st.config.region_of(dq.name) != st.config.region_of(src.name):
             return Outcome(_not_found("DestinationArn"))
         if dq.attributes.fifo_queue != src.attributes.fifo_queue or dq.name == src.name:
             return Outcome(reject(ErrorCode.INVALID_PARAMETER_VALUE,

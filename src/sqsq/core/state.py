@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sqsq.core import records as r
+from sqsq.core import regions
 from sqsq.core.records import Counters, Delivery, GroupRecord, MessageRecord, Meta, QueueRecord
 from sqsq.core.txn import KVReader, prefix_end
 
@@ -15,7 +16,7 @@ from sqsq.core.txn import KVReader, prefix_end
 class ShardConfig:
     shard_id: int = 0
     secret: bytes = b"sqsq-dev-secret"
-    region: str = "us-east-1"
+    region: str = "us-east-1"  # the home region: its queues' keys are their plain names
     account: str = "000000000000"
 
     def fingerprint(self) -> str:
@@ -26,8 +27,16 @@ class ShardConfig:
             h.update(len(part).to_bytes(4, "big") + part)
         return h.hexdigest()[:32]
 
-    def queue_arn(self, name: str) -> str:
-        return f"arn:aws:sqs:{self.region}:{self.account}:{name}"
+    def queue_arn(self, key: str) -> str:
+        """The ARN of the queue with this key (see ``sqsq.core.regions``)."""
+        return regions.queue_arn(key, self.region, self.account)
+
+    def key_of_arn(self, arn: str) -> str | None:
+        """The key of the queue an ARN names, None for no queue of this account."""
+        return regions.key_of_arn(arn, self.region, self.account)
+
+    def region_of(self, key: str) -> str:
+        return regions.region_of(key, self.region)
 
 
 class Writer(KVReader):

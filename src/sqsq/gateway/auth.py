@@ -28,6 +28,8 @@ from urllib.parse import parse_qsl, quote, unquote
 
 import grpc
 
+from sqsq.core import regions
+
 ENV_FILE = "SQSQ_CREDENTIALS_FILE"
 ENV_KEY_ID = "SQSQ_ACCESS_KEY_ID"
 ENV_SECRET = "SQSQ_SECRET_ACCESS_KEY"
@@ -204,6 +206,22 @@ def _presigned_params(raw_query: str) -> _SignatureParams | None:
                         f"X-Amz-Expires must be between 1 and {MAX_PRESIGNED_S} seconds.", 400)
     return _SignatureParams(params["X-Amz-Credential"], params["X-Amz-SignedHeaders"],
                             params["X-Amz-Signature"], params["X-Amz-Date"], int(expires))
+
+
+def signing_region(req: SignedRequest) -> str | None:
+    """The region a request is signed for (its credential scope), None when unsigned. Read
+    whether or not signatures are checked: the region names the caller's queues."""
+    credential = dict(parse_qsl(req.raw_query, keep_blank_values=True)).get("X-Amz-Credential")
+    if credential is None:
+        m = _AUTH_RE.match((req.headers("authorization") or [""])[0].strip())
+        credential = m["cred"] if m else ""
+    scope = credential.split("/")
+    if len(scope) != 5:
+        return None
+    if not regions.valid_region(scope[2]):  # as Amazon answers a made-up region
+        raise _bad_signature(f"Credential should be scoped to a valid region, not "
+                             f"'{scope[2]}'.")
+    return scope[2]
 
 
 class Authenticator:

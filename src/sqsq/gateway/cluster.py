@@ -20,6 +20,8 @@ shard, so every shard answers with the queue's own URL and ARN. What the gateway
   task runs on every partition (one handle: the gateway draws the task's stamp).
 - Queue creation: the first gateway to write the queue's record in etcd (a transaction that
   succeeds only if the name is free) decides its partitions; then each shard creates it.
+- Regions: a queue is named by its key (``sqsq.core.regions``), in etcd too; a shard is
+  told a queue's name and region (``forwarding.about``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from sqsq.api import Endpoint, queue_name_of
+from sqsq.api import Endpoint
 from sqsq.client import _call, _ops
 from sqsq.control import keys
 from sqsq.control.etcd import CasConflict, Etcd, EtcdError
@@ -41,8 +43,8 @@ from sqsq.control.keys import QueueRecord
 from sqsq.control.partition_map import PartitionMap
 from sqsq.control.placement import PlacementError, assign_partitions
 from sqsq.core import commands as c
-from sqsq.core import queries
-from sqsq.core.attributes import parse_queue_arn, validate_queue_name
+from sqsq.core import queries, regions
+from sqsq.core.attributes import validate_queue_name
 from sqsq.core.errors import Rejection
 from sqsq.core.queues import queue_does_not_exist
 from sqsq.core.receipts import shard_of_receipt_handle
@@ -83,8 +85,8 @@ class ClusterApi:
     async def close(self) -> None:
         await self.caller.close()
 
-    def _url(self, node_url: str) -> str:
-        return self.endpoint.queue_url(queue_name_of(node_url))
+    def _about(self, key: str, build: Callable[..., _call.Call], *args: Any) -> _call.Call:
+        return fw.about(key, self.endpoint.region, build, *args)
 
     # -- where a queue lives ---------------------------------------------------------------
 
@@ -123,21 +125,23 @@ class ClusterApi:
     async def create_queue(self, name: str, attributes: Mapping[str, str] | None = None,
                            tags: Mapping[str, str] | None = None) -> str:
         attributes = dict(attributes or {})
-        invalid = validate_queue_name(name)
+        invalid = validate_queue_name(regions.name_of(name))
         if invalid is not None:  # before the name becomes an etcd key
             _raise(invalid)
         record = await self._lookup(name)
         created = False
         if record is None:
-            record, created = await self._place(name, await self._dead_letter_queue(attributes))
+            record, created = await self._place(
+                name, await self._dead_letter_queue(name, attributes))
         try:
             await self._cover_dead_letter_queue(record, attributes)
-            urls = await self._each(record, lambda: _ops.create_queue(name, attributes, tags))
+            await self._each(record, lambda: self._about(name, _ops.create_queue, attributes,
+                                                         tags))
         except QueueError:
             if created:  # the shards refused it: free the name again
                 await self._forget(record)
             raise
-        return self._url(urls[0])
+        return self.endpoint.queue_url(name)
 
     async def _place(self, name: str,
                      dead_letter_queue: QueueRecord | None) -> tuple[QueueRecord, bool]:
@@ -179,23 +183,27 @@ class ClusterApi:
         """Give the dead-letter queue a redrive policy names a partition on every shard of
         ``source`` (created like its first partition). Unknown targets are left to the
         shard to refuse."""
-        dlq = await self._dead_letter_queue(attributes)
+        dlq = await self._dead_letter_queue(source.name, attributes)
         if dlq is not None:
             await self._extend(dlq, source)
 
-    async def _dead_letter_queue(self, attributes: Mapping[str, str]) -> QueueRecord | None:
-        """The queue a RedrivePolicy among ``attributes`` names, if there is one."""
+    async def _dead_letter_queue(self, key: str,
+                                 attributes: Mapping[str, str]) -> QueueRecord | None:
+        """The queue a RedrivePolicy among ``attributes`` names, if there is one in the
+        region of queue ``key`` (another region's is for the shard to refuse)."""
         try:
             target = json.loads(attributes.get("RedrivePolicy") or "{}")["deadLetterTargetArn"]
         except (ValueError, KeyError, TypeError):
             return None
-        return await self._record_of_arn(str(target))
+        dlq = await self._record_of_arn(str(target))
+        home = self.endpoint.region
+        same = dlq is not None and regions.region_of(dlq.name, home) == regions.region_of(
+            key, home)
+        return dlq if same else None
 
     async def _record_of_arn(self, arn: str) -> QueueRecord | None:
-        parsed = parse_queue_arn(arn)
-        if parsed is None:
-            return None
-        return await self._lookup(parsed[2])
+        key = self.endpoint.key_of_arn(arn)
+        return None if key is None else await self._lookup(key)
 
     async def _extend(self, dlq: QueueRecord, source: QueueRecord) -> None:
         """Give ``dlq`` a partition on every shard of ``source`` (created like its first
@@ -205,14 +213,16 @@ class ClusterApi:
         missing = [s for s in source.partitions if s not in dlq.partitions]
         if not missing:
             return
-        shown = await self.caller.call(dlq.partitions[0], _ops.get_queue_attributes(
-            dlq.name, ["All"]))
+        shown = await self.caller.call(dlq.partitions[0], self._about(
+            dlq.name, _ops.get_queue_attributes, ["All"]))
         copied = {k: v for k, v in shown.items() if k not in NOT_COPIED}
         if dlq.name.endswith(".fifo"):
             copied["FifoQueue"] = "true"
-        tags = await self.caller.call(dlq.partitions[0], _ops.list_queue_tags(dlq.name))
+        tags = await self.caller.call(dlq.partitions[0],
+                                      self._about(dlq.name, _ops.list_queue_tags))
         for shard in missing:
-            await self.caller.call(shard, _ops.create_queue(dlq.name, copied, tags))
+            await self.caller.call(shard, self._about(dlq.name, _ops.create_queue, copied,
+                                                      tags))
 
         def grow(current: Any) -> bytes | None:
             if current is None:
@@ -227,63 +237,65 @@ class ClusterApi:
 
     async def get_queue_url(self, name: str) -> str:
         record = await self._queue(name)
-        return self._url(await self.caller.call(record.partitions[0], _ops.get_queue_url(name)))
+        await self.caller.call(record.partitions[0], self._about(name, _ops.get_queue_url))
+        return self.endpoint.queue_url(name)
 
     async def list_queues(self, prefix: str = "", max_results: int | None = None,
                           next_token: str = "") -> tuple[list[str], str]:
-        names = sorted(n for n in self.map.snapshot.queues if n.startswith(prefix))
+        names = sorted(regions.keys_with_prefix(self.map.snapshot.queues, prefix,
+                                                self.endpoint.region))
         page = queries.names_page(names, max_results, next_token)
         if isinstance(page, Rejection):
             _raise(page)
         names, token = page  # type: ignore[misc]
         return [self.endpoint.queue_url(n) for n in names], token
 
-    async def delete_queue(self, queue_url: str) -> None:
-        name = queue_name_of(queue_url)
-        record = await self._queue(name)
-        await self._each(record, lambda: _ops.delete_queue(name))
+    async def delete_queue(self, queue: str) -> None:
+        record = await self._queue(queue)
+        await self._each(record, lambda: self._about(queue, _ops.delete_queue))
         await self._forget(record)
 
-    async def purge_queue(self, queue_url: str) -> None:
-        name = queue_name_of(queue_url)
-        await self._each(await self._queue(name), lambda: _ops.purge_queue(name))
+    async def purge_queue(self, queue: str) -> None:
+        await self._each(await self._queue(queue),
+                         lambda: self._about(queue, _ops.purge_queue))
 
-    async def get_queue_attributes(self, queue_url: str, names: list[str]) -> dict[str, str]:
-        name = queue_name_of(queue_url)
-        record = await self._queue(name)
-        first, *rest = await self._each(record,
-                                        lambda: _ops.get_queue_attributes(name, names))
+    async def get_queue_attributes(self, queue: str, names: list[str]) -> dict[str, str]:
+        record = await self._queue(queue)
+        first, *rest = await self._each(
+            record, lambda: self._about(queue, _ops.get_queue_attributes, names))
         for key in SUMMED_ATTRIBUTES:
             if key in first:
                 first[key] = str(sum(int(a.get(key, 0)) for a in (first, *rest)))
         return first
 
-    async def set_queue_attributes(self, queue_url: str, attributes: Mapping[str, str]) -> None:
-        name = queue_name_of(queue_url)
-        record = await self._queue(name)
+    async def set_queue_attributes(self, queue: str, attributes: Mapping[str, str]) -> None:
+        record = await self._queue(queue)
         await self._cover_dead_letter_queue(record, attributes)
-        await self._each(record, lambda: _ops.set_queue_attributes(name, attributes))
+        await self._each(record,
+                         lambda: self._about(queue, _ops.set_queue_attributes, attributes))
 
-    async def tag_queue(self, queue_url: str, tags: Mapping[str, str]) -> None:
-        name = queue_name_of(queue_url)
-        await self._each(await self._queue(name), lambda: _ops.tag_queue(name, tags))
+    async def tag_queue(self, queue: str, tags: Mapping[str, str]) -> None:
+        await self._each(await self._queue(queue),
+                         lambda: self._about(queue, _ops.tag_queue, tags))
 
-    async def untag_queue(self, queue_url: str, keys_: Iterable[str]) -> None:
-        name = queue_name_of(queue_url)
+    async def untag_queue(self, queue: str, keys_: Iterable[str]) -> None:
         tag_keys = list(keys_)
-        await self._each(await self._queue(name), lambda: _ops.untag_queue(name, tag_keys))
+        await self._each(await self._queue(queue),
+                         lambda: self._about(queue, _ops.untag_queue, tag_keys))
 
-    async def list_queue_tags(self, queue_url: str) -> dict[str, str]:
-        name = queue_name_of(queue_url)
-        record = await self._queue(name)
-        return await self.caller.call(record.partitions[0], _ops.list_queue_tags(name))
+    async def list_queue_tags(self, queue: str) -> dict[str, str]:
+        record = await self._queue(queue)
+        return await self.caller.call(record.partitions[0],
+                                      self._about(queue, _ops.list_queue_tags))
 
-    async def list_dead_letter_source_queues(self, queue_url: str) -> list[str]:
-        name = queue_name_of(queue_url)
-        found = await self._each(await self._queue(name),
-                                 lambda: _ops.list_dead_letter_source_queues(name))
-        return [self.endpoint.queue_url(n) for n in
-                sorted({queue_name_of(u) for urls in found for u in urls})]
+    async def list_dead_letter_source_queues(self, queue: str) -> list[str]:
+        found = await self._each(await self._queue(queue), lambda: self._about(
+            queue, _ops.list_dead_letter_source_queues))
+        # A dead-letter queue's sources are in its region (SQS requires it).
+        home = self.endpoint.region
+        region = regions.region_of(queue, home)
+        return [self.endpoint.queue_url(k) for k in
+                sorted({k for urls in found for k in fw.keys_in(urls, region, home)})]
 
     # -- dead-letter redrive: a move task runs on every partition of the dead-letter queue
     #    that has messages from a source (one handle for all: the gateway draws its stamp)
@@ -350,8 +362,8 @@ class ClusterApi:
     def _shards_of_arn(self, arn: str) -> tuple[int, ...]:
         """The shards of the queue an ARN names; for an ARN naming no known queue, any one
         shard: it answers with the SQS error for that ARN."""
-        parsed = parse_queue_arn(arn)
-        record = self.map.snapshot.queue(parsed[2]) if parsed else None
+        key = self.endpoint.key_of_arn(arn)
+        record = self.map.snapshot.queue(key) if key else None
         if record is not None:
             return record.partitions
         shards = sorted(self.map.snapshot.shards)
@@ -361,42 +373,38 @@ class ClusterApi:
 
     # -- messages --------------------------------------------------------------------------
 
-    async def send_message_batch(self, queue_url: str, entries: list[c.SendEntry],
+    async def send_message_batch(self, queue: str, entries: list[c.SendEntry],
                                  request_id: str = "") -> c.BatchResult:
-        name = queue_name_of(queue_url)
-        record = await self._queue(name)
+        record = await self._queue(queue)
         request_id = request_id or str(uuid.uuid4())
         n = len(record.partitions)
-        if n == 1:
-            return await self.caller.call(record.partitions[0],
-                                          fw.send_batch_call(name, entries, request_id))
-        if not name.endswith(".fifo"):
+        if n == 1 or not queue.endswith(".fifo"):
             shard = record.partitions[next(self._turn) % n]
-            return await self.caller.call(shard, fw.send_batch_call(name, entries, request_id))
+            return await self.caller.call(shard, self._about(queue, fw.send_batch_call, entries,
+                                                             request_id))
         by_partition: dict[int, list[c.SendEntry]] = {}
         for entry in entries:
             # An entry without a group goes to partition 0, whose shard refuses it properly.
             p = group_partition(entry.message_group_id, n) if entry.message_group_id else 0
             by_partition.setdefault(p, []).append(entry)
         results = await asyncio.gather(*(
-            self.caller.call(record.partitions[p],
-                             fw.send_batch_call(name, part, f"{request_id}/{p}"))
+            self.caller.call(record.partitions[p], self._about(
+                queue, fw.send_batch_call, part, f"{request_id}/{p}"))
             for p, part in sorted(by_partition.items())))
         return _merged(results)
 
     async def receive_message(
-        self, queue_url: str, max_number_of_messages: int | None = None,
+        self, queue: str, max_number_of_messages: int | None = None,
         visibility_timeout: int | None = None, wait_time_seconds: int | None = None,
         attribute_names: Iterable[str] = (), message_attribute_names: Iterable[str] = (),
         receive_request_attempt_id: str = "",
     ) -> list[c.ReceivedMessage]:
-        name = queue_name_of(queue_url)
-        record = await self._queue(name)
+        record = await self._queue(queue)
 
         def receive(wait: int | None) -> _call.Call:
-            return fw.receive_call(name, max_number_of_messages, visibility_timeout, wait,
-                                   attribute_names, message_attribute_names,
-                                   receive_request_attempt_id)
+            return self._about(queue, fw.receive_call, max_number_of_messages,
+                               visibility_timeout, wait, attribute_names,
+                               message_attribute_names, receive_request_attempt_id)
 
         shards = record.partitions
         if len(shards) == 1:
@@ -412,20 +420,18 @@ class ClusterApi:
         return await _first_nonempty([self.caller.call(s, receive(wait_time_seconds))
                                       for s in order])
 
-    async def delete_message_batch(self, queue_url: str,
+    async def delete_message_batch(self, queue: str,
                                    entries: list[tuple[str, str]]) -> c.BatchResult:
-        name = queue_name_of(queue_url)
-        record = await self._queue(name)
-        return await self._by_handle(record, entries, lambda part: _ops.delete_message_batch(
-            name, [{"Id": i, "ReceiptHandle": h} for i, h in part]))
+        record = await self._queue(queue)
+        return await self._by_handle(record, entries, lambda part: self._about(
+            queue, _ops.delete_message_batch, [{"Id": i, "ReceiptHandle": h} for i, h in part]))
 
     async def change_message_visibility_batch(
-        self, queue_url: str, entries: list[tuple[str, str, int]]
+        self, queue: str, entries: list[tuple[str, str, int]]
     ) -> c.BatchResult:
-        name = queue_name_of(queue_url)
-        record = await self._queue(name)
-        return await self._by_handle(
-            record, entries, lambda part: _ops.change_message_visibility_batch(name, [
+        record = await self._queue(queue)
+        return await self._by_handle(record, entries, lambda part: self._about(
+            queue, _ops.change_message_visibility_batch, [
                 {"Id": i, "ReceiptHandle": h, "VisibilityTimeout": t} for i, h, t in part]))
 
     async def _by_handle(self, record: QueueRecord, entries: list,

@@ -1,11 +1,12 @@
-"""``QueueService`` over a node's gRPC API: what ``sqsq gateway`` serves its fronts from.
+"""``QueueService`` over a node's gRPC API: what ``sqsq gateway --backend`` serves its fronts
+from.
 
-The gateway keeps no queue state. It resolves a queue to the node that holds it (today one
-node: a static partition map with one shard, as in single-node mode), forwards the call,
-retries UNAVAILABLE with bounded backoff where the SDK would (reads, and sends, which carry a
-request id the shard deduplicates: the client's, or one made here), and answers with its own
-queue URLs. Requests are built by the SDK's own builders (``sqsq.client._ops``), so a call and
-its retry rule are written once; long polls wait at the node within the call's deadline.
+The gateway keeps no queue state. It forwards each call to the node, naming the queue by its
+name and region (metadata ``sqsq-region``), retries UNAVAILABLE with bounded backoff where the
+SDK would (reads, and sends, which carry a request id the shard deduplicates: the client's,
+or one made here), and answers with its own queue URLs. Requests are built by the SDK's own
+builders (``sqsq.client._ops``), so a call and its retry rule are written once; long polls
+wait at the node within the call's deadline.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqsq.api import Endpoint, queue_name_of
 from sqsq.client import _call, _ops
 from sqsq.client.aio import AsyncClient
 from sqsq.core import commands as c
+from sqsq.core import regions
 from sqsq.gateway import convert
 from sqsq.v1 import queues_pb2 as pb
 
@@ -59,6 +61,18 @@ def batch_call(call: _call.Call) -> _call.Call:
     return dataclasses.replace(call, parse=BATCH_PARSE)
 
 
+def about(key: str, home: str, build: Callable[..., _call.Call], *args: Any) -> _call.Call:
+    """``build(name, *args)``: a call about the queue ``key``, to a node, which is told the
+    queue's name and region (even the configured one: the node need not share it)."""
+    region, name = regions.split_key(key, home)
+    return dataclasses.replace(build(name, *args), region=region)
+
+
+def keys_in(urls: Iterable[str], region: str, home: str) -> list[str]:
+    """The keys of queues a node answered with the URLs of, all in ``region``."""
+    return [regions.queue_key(region, queue_name_of(u), home) for u in urls]
+
+
 class ForwardingApi:
     """Every SQS action, answered by the node at ``target`` (``host:port`` of its gRPC API)."""
 
@@ -77,50 +91,57 @@ class ForwardingApi:
             call = dataclasses.replace(call, parse=parse)
         return await self._client._run(call)  # noqa: SLF001 - the SDK's own call path
 
-    def _url(self, node_url: str) -> str:
-        """The node's queue URL as this gateway's clients address it."""
-        return self.endpoint.queue_url(queue_name_of(node_url))
+    def _about(self, key: str, build: Callable[..., _call.Call], *args: Any) -> _call.Call:
+        return about(key, self.endpoint.region, build, *args)
 
     # ---- queues ----
     async def create_queue(self, name: str, attributes: Mapping[str, str] | None = None,
                            tags: Mapping[str, str] | None = None) -> str:
-        return self._url(await self._run(_ops.create_queue(name, attributes, tags)))
+        await self._run(self._about(name, _ops.create_queue, attributes, tags))
+        return self.endpoint.queue_url(name)
 
     async def get_queue_url(self, name: str) -> str:
-        return self._url(await self._run(_ops.get_queue_url(name)))
+        await self._run(self._about(name, _ops.get_queue_url))
+        return self.endpoint.queue_url(name)
 
     async def list_queues(self, prefix: str = "", max_results: int | None = None,
                           next_token: str = "") -> tuple[list[str], str]:
+        region = regions.region_of(prefix, self.endpoint.region)
         return await self._run(
-            _ops.list_queues_page(prefix, max_results, next_token),
-            lambda r: ([self._url(u) for u in r.queue_urls], r.next_token))
+            self._about(prefix, _ops.list_queues_page, max_results, next_token),
+            lambda r: ([self.endpoint.queue_url(k)
+                        for k in keys_in(r.queue_urls, region, self.endpoint.region)],
+                       r.next_token))
 
-    async def delete_queue(self, queue_url: str) -> None:
-        await self._run(_ops.delete_queue(queue_name_of(queue_url)))
+    async def delete_queue(self, queue: str) -> None:
+        await self._run(self._about(queue, _ops.delete_queue))
 
-    async def purge_queue(self, queue_url: str) -> None:
-        await self._run(_ops.purge_queue(queue_name_of(queue_url)))
+    async def purge_queue(self, queue: str) -> None:
+        await self._run(self._about(queue, _ops.purge_queue))
 
-    async def get_queue_attributes(self, queue_url: str, names: list[str]) -> dict[str, str]:
-        return await self._run(_ops.get_queue_attributes(queue_name_of(queue_url), names))
+    async def get_queue_attributes(self, queue: str, names: list[str]) -> dict[str, str]:
+        return await self._run(self._about(queue, _ops.get_queue_attributes, names))
 
-    async def set_queue_attributes(self, queue_url: str, attributes: Mapping[str, str]) -> None:
-        await self._run(_ops.set_queue_attributes(queue_name_of(queue_url), attributes))
+    async def set_queue_attributes(self, queue: str, attributes: Mapping[str, str]) -> None:
+        await self._run(self._about(queue, _ops.set_queue_attributes, attributes))
 
-    async def tag_queue(self, queue_url: str, tags: Mapping[str, str]) -> None:
-        await self._run(_ops.tag_queue(queue_name_of(queue_url), tags))
+    async def tag_queue(self, queue: str, tags: Mapping[str, str]) -> None:
+        await self._run(self._about(queue, _ops.tag_queue, tags))
 
-    async def untag_queue(self, queue_url: str, keys: Iterable[str]) -> None:
-        await self._run(_ops.untag_queue(queue_name_of(queue_url), list(keys)))
+    async def untag_queue(self, queue: str, keys: Iterable[str]) -> None:
+        await self._run(self._about(queue, _ops.untag_queue, list(keys)))
 
-    async def list_queue_tags(self, queue_url: str) -> dict[str, str]:
-        return await self._run(_ops.list_queue_tags(queue_name_of(queue_url)))
+    async def list_queue_tags(self, queue: str) -> dict[str, str]:
+        return await self._run(self._about(queue, _ops.list_queue_tags))
 
-    async def list_dead_letter_source_queues(self, queue_url: str) -> list[str]:
-        urls = await self._run(_ops.list_dead_letter_source_queues(queue_name_of(queue_url)))
-        return [self._url(u) for u in urls]
+    async def list_dead_letter_source_queues(self, queue: str) -> list[str]:
+        urls = await self._run(self._about(queue, _ops.list_dead_letter_source_queues))
+        # A dead-letter queue's sources are in its region (SQS requires it).
+        region = regions.region_of(queue, self.endpoint.region)
+        return [self.endpoint.queue_url(k)
+                for k in keys_in(urls, region, self.endpoint.region)]
 
-    # ---- dead-letter redrive ----
+    # ---- dead-letter redrive (ARNs name their queue's region) ----
     async def start_message_move_task(
         self, source_arn: str, destination_arn: str | None = None,
         max_number_of_messages_per_second: int | None = None, task_stamp: str = "",
@@ -136,33 +157,33 @@ class ForwardingApi:
         return await self._run(_ops.list_message_move_tasks(source_arn, max_results))
 
     # ---- messages ----
-    async def send_message_batch(self, queue_url: str, entries: list[c.SendEntry],
+    async def send_message_batch(self, queue: str, entries: list[c.SendEntry],
                                  request_id: str = "") -> c.BatchResult:
-        return await self._run(send_batch_call(queue_name_of(queue_url), entries,
-                                               request_id or str(uuid.uuid4())))
+        return await self._run(self._about(queue, send_batch_call, entries,
+                                           request_id or str(uuid.uuid4())))
 
     async def receive_message(
-        self, queue_url: str, max_number_of_messages: int | None = None,
+        self, queue: str, max_number_of_messages: int | None = None,
         visibility_timeout: int | None = None, wait_time_seconds: int | None = None,
         attribute_names: Iterable[str] = (), message_attribute_names: Iterable[str] = (),
         receive_request_attempt_id: str = "",
     ) -> list[c.ReceivedMessage]:
-        return await self._run(receive_call(
-            queue_name_of(queue_url), max_number_of_messages, visibility_timeout,
+        return await self._run(self._about(
+            queue, receive_call, max_number_of_messages, visibility_timeout,
             wait_time_seconds, attribute_names, message_attribute_names,
             receive_request_attempt_id))
 
-    async def delete_message_batch(self, queue_url: str,
+    async def delete_message_batch(self, queue: str,
                                    entries: list[tuple[str, str]]) -> c.BatchResult:
         return await self._run(
-            _ops.delete_message_batch(queue_name_of(queue_url), [
+            self._about(queue, _ops.delete_message_batch, [
                 {"Id": i, "ReceiptHandle": h} for i, h in entries]),
             BATCH_PARSE)
 
     async def change_message_visibility_batch(
-        self, queue_url: str, entries: list[tuple[str, str, int]]
+        self, queue: str, entries: list[tuple[str, str, int]]
     ) -> c.BatchResult:
         return await self._run(
-            _ops.change_message_visibility_batch(queue_name_of(queue_url), [
+            self._about(queue, _ops.change_message_visibility_batch, [
                 {"Id": i, "ReceiptHandle": h, "VisibilityTimeout": t} for i, h, t in entries]),
             BATCH_PARSE)

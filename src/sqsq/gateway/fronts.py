@@ -26,9 +26,10 @@ from sqsq.v1 import queues_pb2_grpc as pb_grpc
 log = logging.getLogger("sqsq.server")
 
 
-def endpoint_for(host: str, http_port: int, public_url: str | None, account: str) -> Endpoint:
+def endpoint_for(host: str, http_port: int, public_url: str | None, account: str,
+                 region: str) -> Endpoint:
     base_url = public_url or os.environ.get("SQSQ_PUBLIC_URL") or f"http://{host}:{http_port}"
-    return Endpoint(base_url.rstrip("/"), account)
+    return Endpoint(base_url.rstrip("/"), account, region)
 
 
 @dataclass

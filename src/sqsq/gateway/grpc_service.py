@@ -1,7 +1,9 @@
 """The public gRPC service (sqsq.v1.Queues): protobuf in, ``QueueService`` call, protobuf out.
 
-Errors become the gRPC status from the error table, with the SQS error code in the trailing
-metadata key ``sqs-error-code`` so clients can raise the matching ``QueueError``.
+A queue URL or name becomes the queue's key in the caller's region: metadata ``sqsq-region``
+(absent: the configured region), unless the URL names one. Errors become the gRPC status
+from the error table, with the SQS error code in the trailing metadata key
+``sqs-error-code`` so clients can raise the matching ``QueueError``.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from collections.abc import Callable
 
 import grpc
 
-from sqsq.api import QueueService
+from sqsq.api import REGION_METADATA_KEY, QueueService
+from sqsq.core import regions
 from sqsq.core.errors import ErrorCode
-from sqsq.errors import QueueError, from_rejection
+from sqsq.errors import InvalidParameterValue, QueueError, from_rejection
 from sqsq.gateway.auth import ERROR_CODE_KEY
 from sqsq.gateway.convert import (
     entry_from_pb,
@@ -28,6 +31,18 @@ from sqsq.v1 import queues_pb2 as pb
 from sqsq.v1 import queues_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sqsq.gateway")
+
+
+def caller_region(context: grpc.aio.ServicerContext) -> str | None:
+    """The region the caller names in its metadata; None when it names none."""
+    for key, value in context.invocation_metadata() or ():
+        if key == REGION_METADATA_KEY:
+            region = value if isinstance(value, str) else value.decode()
+            if not regions.valid_region(region):
+                raise InvalidParameterValue(f"Value {region} for {REGION_METADATA_KEY} is "
+                                            "invalid. Reason: not a region name.")
+            return region
+    return None
 
 
 def _status(code: ErrorCode) -> grpc.StatusCode:
@@ -67,69 +82,89 @@ class QueuesService(pb_grpc.QueuesServicer):
     def api_for(self, context: grpc.aio.ServicerContext) -> QueueService:
         return self.api if self._select is None else self._select(context)
 
+    def _queue(self, context: grpc.aio.ServicerContext,
+               queue_url: str) -> tuple[QueueService, str]:
+        """The service for this call and the key of the queue ``queue_url`` names."""
+        api = self.api_for(context)
+        return api, api.endpoint.queue_key(queue_url, caller_region(context))
+
+    def _named(self, context: grpc.aio.ServicerContext, name: str) -> tuple[QueueService, str]:
+        """The service for this call and the key of the queue (or prefix) ``name``."""
+        api = self.api_for(context)
+        return api, api.endpoint.named_key(name, caller_region(context))
+
     @_rpc
     async def CreateQueue(self, request, context):  # noqa: ANN001, ANN201, N802
-        url = await self.api_for(context).create_queue(request.queue_name, dict(request.attributes),
-                                          dict(request.tags))
+        api, key = self._named(context, request.queue_name)
+        url = await api.create_queue(key, dict(request.attributes), dict(request.tags))
         return pb.CreateQueueResponse(queue_url=url)
 
     @_rpc
     async def GetQueueUrl(self, request, context):  # noqa: ANN001, ANN201, N802
-        url = await self.api_for(context).get_queue_url(request.queue_name)
+        api, key = self._named(context, request.queue_name)
+        url = await api.get_queue_url(key)
         return pb.GetQueueUrlResponse(queue_url=url)
 
     @_rpc
     async def ListQueues(self, request, context):  # noqa: ANN001, ANN201, N802
-        urls, token = await self.api_for(context).list_queues(request.queue_name_prefix,
-                                                 opt(request, "max_results"), request.next_token)
+        api, prefix = self._named(context, request.queue_name_prefix)
+        urls, token = await api.list_queues(prefix, opt(request, "max_results"),
+                                            request.next_token)
         return pb.ListQueuesResponse(queue_urls=urls, next_token=token)
 
     @_rpc
     async def DeleteQueue(self, request, context):  # noqa: ANN001, ANN201, N802
-        await self.api_for(context).delete_queue(request.queue_url)
+        api, key = self._queue(context, request.queue_url)
+        await api.delete_queue(key)
         return pb.Empty()
 
     @_rpc
     async def PurgeQueue(self, request, context):  # noqa: ANN001, ANN201, N802
-        await self.api_for(context).purge_queue(request.queue_url)
+        api, key = self._queue(context, request.queue_url)
+        await api.purge_queue(key)
         return pb.Empty()
 
     @_rpc
     async def GetQueueAttributes(self, request, context):  # noqa: ANN001, ANN201, N802
-        attrs = await self.api_for(context).get_queue_attributes(request.queue_url,
-                                                    list(request.attribute_names))
+        api, key = self._queue(context, request.queue_url)
+        attrs = await api.get_queue_attributes(key, list(request.attribute_names))
         return pb.GetQueueAttributesResponse(attributes=attrs)
 
     @_rpc
     async def SetQueueAttributes(self, request, context):  # noqa: ANN001, ANN201, N802
-        await self.api_for(context).set_queue_attributes(request.queue_url,
-                                                         dict(request.attributes))
+        api, key = self._queue(context, request.queue_url)
+        await api.set_queue_attributes(key, dict(request.attributes))
         return pb.Empty()
 
     @_rpc
     async def TagQueue(self, request, context):  # noqa: ANN001, ANN201, N802
-        await self.api_for(context).tag_queue(request.queue_url, dict(request.tags))
+        api, key = self._queue(context, request.queue_url)
+        await api.tag_queue(key, dict(request.tags))
         return pb.Empty()
 
     @_rpc
     async def UntagQueue(self, request, context):  # noqa: ANN001, ANN201, N802
-        await self.api_for(context).untag_queue(request.queue_url, list(request.tag_keys))
+        api, key = self._queue(context, request.queue_url)
+        await api.untag_queue(key, list(request.tag_keys))
         return pb.Empty()
 
     @_rpc
     async def ListQueueTags(self, request, context):  # noqa: ANN001, ANN201, N802
-        tags = await self.api_for(context).list_queue_tags(request.queue_url)
+        api, key = self._queue(context, request.queue_url)
+        tags = await api.list_queue_tags(key)
         return pb.ListQueueTagsResponse(tags=tags)
 
     @_rpc
     async def ListDeadLetterSourceQueues(self, request, context):  # noqa: ANN001, ANN201, N802
-        urls = await self.api_for(context).list_dead_letter_source_queues(request.queue_url)
+        api, key = self._queue(context, request.queue_url)
+        urls = await api.list_dead_letter_source_queues(key)
         return pb.ListQueuesResponse(queue_urls=urls)
 
     @_rpc
     async def SendMessage(self, request, context):  # noqa: ANN001, ANN201, N802
-        result = await self.api_for(context).send_message_batch(
-            request.queue_url, [entry_from_pb(request, "0")], request.request_id)
+        api, key = self._queue(context, request.queue_url)
+        result = await api.send_message_batch(
+            key, [entry_from_pb(request, "0")], request.request_id)
         if result.failed:
             raise from_rejection(result.failed[0].rejection)
         return pb.SendMessageResponse(**sent_fields(result.successful[0]))
@@ -137,8 +172,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def SendMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
         entries = [entry_from_pb(e, e.id) for e in request.entries]
-        result = await self.api_for(context).send_message_batch(request.queue_url, entries,
-                                                   request.request_id)
+        api, key = self._queue(context, request.queue_url)
+        result = await api.send_message_batch(key, entries, request.request_id)
         return pb.SendMessageBatchResponse(
             successful=[pb.SendMessageBatchResultEntry(id=s.entry_id, **sent_fields(s))
                         for s in result.successful],
@@ -147,8 +182,9 @@ class QueuesService(pb_grpc.QueuesServicer):
 
     @_rpc
     async def ReceiveMessage(self, request, context):  # noqa: ANN001, ANN201, N802
-        messages = await self.api_for(context).receive_message(
-            request.queue_url,
+        api, key = self._queue(context, request.queue_url)
+        messages = await api.receive_message(
+            key,
             opt(request, "max_number_of_messages"),
             opt(request, "visibility_timeout"),
             opt(request, "wait_time_seconds"),
@@ -160,31 +196,34 @@ class QueuesService(pb_grpc.QueuesServicer):
 
     @_rpc
     async def DeleteMessage(self, request, context):  # noqa: ANN001, ANN201, N802
-        result = await self.api_for(context).delete_message_batch(request.queue_url,
-                                                     [("0", request.receipt_handle)])
+        api, key = self._queue(context, request.queue_url)
+        result = await api.delete_message_batch(key, [("0", request.receipt_handle)])
         if result.failed:
             raise from_rejection(result.failed[0].rejection)
         return pb.Empty()
 
     @_rpc
     async def DeleteMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
-        result = await self.api_for(context).delete_message_batch(
-            request.queue_url, [(e.id, e.receipt_handle) for e in request.entries])
+        api, key = self._queue(context, request.queue_url)
+        result = await api.delete_message_batch(
+            key, [(e.id, e.receipt_handle) for e in request.entries])
         return pb.BatchResponse(successful=list(result.successful),
                                 failed=failed_to_pb(result.failed))
 
     @_rpc
     async def ChangeMessageVisibility(self, request, context):  # noqa: ANN001, ANN201, N802
-        result = await self.api_for(context).change_message_visibility_batch(
-            request.queue_url, [("0", request.receipt_handle, request.visibility_timeout)])
+        api, key = self._queue(context, request.queue_url)
+        result = await api.change_message_visibility_batch(
+            key, [("0", request.receipt_handle, request.visibility_timeout)])
         if result.failed:
             raise from_rejection(result.failed[0].rejection)
         return pb.Empty()
 
     @_rpc
     async def ChangeMessageVisibilityBatch(self, request, context):  # noqa: ANN001, ANN201, N802
-        result = await self.api_for(context).change_message_visibility_batch(
-            request.queue_url,
+        api, key = self._queue(context, request.queue_url)
+        result = await api.change_message_visibility_batch(
+            key,
             [(e.id, e.receipt_handle, e.visibility_timeout) for e in request.entries])
         return pb.BatchResponse(successful=list(result.successful),
                                 failed=failed_to_pb(result.failed))

@@ -35,13 +35,15 @@ async def run_gateway(
     backend: str | None, host: str, grpc_port: int, http_port: int, *,
     etcd: str | None = None, partitions: int = 1,
     credentials_file: str | None = None, account: str | None = None,
-    public_url: str | None = None,
+    region: str | None = None, public_url: str | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT. Calls to the nodes are signed with SQSQ_ACCESS_KEY_ID /
-    SQSQ_SECRET_ACCESS_KEY when those are set (the node then checks them like any client)."""
+    SQSQ_SECRET_ACCESS_KEY when those are set (the node then checks them like any client).
+    Account and region are the nodes' (the region is the one callers who name none are in)."""
     auth = Authenticator(load_credentials(credentials_file))
     account = account or os.environ.get("SQSQ_ACCOUNT") or ShardConfig.account
-    endpoint = endpoint_for(host, http_port, public_url, account)
+    region = region or os.environ.get("SQSQ_REGION") or ShardConfig.region
+    endpoint = endpoint_for(host, http_port, public_url, account, region)
     if partitions < 1:
         raise ValueError(f"--partitions must be at least 1, not {partitions}")
     client = pmap = None
@@ -63,7 +65,7 @@ async def run_gateway(
     fronts = await start_fronts(api, auth, host, grpc_port, http_port,
                                 add_services=admin.register if admin is not None else None)
     print(f"sqsq gateway: gRPC on {host}:{fronts.grpc_port}, SQS HTTP API on "
-          f"{endpoint.base_url}, {behind}", flush=True)
+          f"{endpoint.base_url} (region {region}), {behind}", flush=True)
     announce_auth("sqsq gateway", auth)
     await until_signalled()
     await fronts.stop()
@@ -81,8 +83,9 @@ def serve_gateway(
     backend: str | None = None, host: str = "127.0.0.1", grpc_port: int = DEFAULT_GRPC_PORT,
     http_port: int = DEFAULT_HTTP_PORT, credentials_file: str | None = None,
     account: str | None = None, public_url: str | None = None, *, etcd: str | None = None,
-    partitions: int = 1,
+    partitions: int = 1, region: str | None = None,
 ) -> int:
     return run_process("sqsq gateway", run_gateway(
         backend, host, grpc_port, http_port, etcd=etcd, partitions=partitions,
-        credentials_file=credentials_file, account=account, public_url=public_url))
+        credentials_file=credentials_file, account=account, region=region,
+        public_url=public_url))

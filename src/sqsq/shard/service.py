@@ -12,10 +12,9 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping
 
-from sqsq.api import SYSTEM_ATTRIBUTE_NAMES, Endpoint, queue_name_of, wants_attribute
+from sqsq.api import SYSTEM_ATTRIBUTE_NAMES, Endpoint, wants_attribute
 from sqsq.core import commands as c
 from sqsq.core import limits, queries, redrive, sending
-from sqsq.core.attributes import parse_queue_arn
 from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.messages import (
     md5_of_message_attributes,
@@ -43,7 +42,8 @@ def _check_range(name: str, value: int | None, lo: int, hi: int) -> None:
 
 
 class ShardService:
-    """``QueueService`` over a shard engine in this process."""
+    """``QueueService`` over a shard engine in this process. Queues are named by their keys,
+    which the commands carry as they are."""
 
     def __init__(self, engine: ShardEngine, endpoint: Endpoint) -> None:
         self.engine = engine
@@ -77,37 +77,36 @@ class ShardService:
     async def list_queues(
         self, prefix: str = "", max_results: int | None = None, next_token: str = ""
     ) -> tuple[list[str], str]:
-        names, token = await self._query(
+        keys, token = await self._query(
             lambda st, now: queries.list_queues(st, prefix, max_results, next_token)
         )
-        return [self.endpoint.queue_url(n) for n in names], token
+        return [self.endpoint.queue_url(k) for k in keys], token
 
-    async def delete_queue(self, queue_url: str) -> None:
-        await self._run(c.DeleteQueue(queue_name_of(queue_url)))
+    async def delete_queue(self, queue: str) -> None:
+        await self._run(c.DeleteQueue(queue))
 
-    async def purge_queue(self, queue_url: str) -> None:
-        await self._run(c.PurgeQueue(queue_name_of(queue_url)))
+    async def purge_queue(self, queue: str) -> None:
+        await self._run(c.PurgeQueue(queue))
 
-    async def get_queue_attributes(self, queue_url: str, names: list[str]) -> dict[str, str]:
-        return await self._query(queries.queue_attributes, queue_name_of(queue_url), list(names))
+    async def get_queue_attributes(self, queue: str, names: list[str]) -> dict[str, str]:
+        return await self._query(queries.queue_attributes, queue, list(names))
 
-    async def set_queue_attributes(self, queue_url: str, attributes: Mapping[str, str]) -> None:
-        await self._run(c.SetQueueAttributes(queue_name_of(queue_url), tuple(attributes.items())))
+    async def set_queue_attributes(self, queue: str, attributes: Mapping[str, str]) -> None:
+        await self._run(c.SetQueueAttributes(queue, tuple(attributes.items())))
 
-    async def tag_queue(self, queue_url: str, tags: Mapping[str, str]) -> None:
-        await self._run(c.TagQueue(queue_name_of(queue_url), tuple(tags.items())))
+    async def tag_queue(self, queue: str, tags: Mapping[str, str]) -> None:
+        await self._run(c.TagQueue(queue, tuple(tags.items())))
 
-    async def untag_queue(self, queue_url: str, keys: Iterable[str]) -> None:
-        await self._run(c.UntagQueue(queue_name_of(queue_url), tuple(keys)))
+    async def untag_queue(self, queue: str, keys: Iterable[str]) -> None:
+        await self._run(c.UntagQueue(queue, tuple(keys)))
 
-    async def list_queue_tags(self, queue_url: str) -> dict[str, str]:
-        return await self._query(lambda st, n, now: queries.queue_tags(st, n),
-                                 queue_name_of(queue_url))
+    async def list_queue_tags(self, queue: str) -> dict[str, str]:
+        return await self._query(lambda st, k, now: queries.queue_tags(st, k), queue)
 
-    async def list_dead_letter_source_queues(self, queue_url: str) -> list[str]:
-        names = await self._query(lambda st, n, now: queries.dead_letter_source_queues(st, n),
-                            queue_name_of(queue_url))
-        return [self.endpoint.queue_url(n) for n in names]
+    async def list_dead_letter_source_queues(self, queue: str) -> list[str]:
+        keys = await self._query(lambda st, k, now: queries.dead_letter_source_queues(st, k),
+                                 queue)
+        return [self.endpoint.queue_url(k) for k in keys]
 
     # ---- dead-letter redrive ----
     async def start_message_move_task(
@@ -133,20 +132,20 @@ class ShardService:
         arn_of = self.engine.config.queue_arn
 
         def run(st, now):  # noqa: ANN001, ANN202
-            parsed = parse_queue_arn(source_arn)
-            if parsed is None or st.queue(parsed[2]) is None:
+            key = st.config.key_of_arn(source_arn)
+            if key is None or st.queue(key) is None:
                 return reject(ErrorCode.RESOURCE_NOT_FOUND, "The resource that you specified "
                               "for the SourceArn parameter doesn't exist.")
-            tasks = redrive.tasks_of(st, parsed[2])[: max_results or 1]
+            tasks = redrive.tasks_of(st, key)[: max_results or 1]
             return [redrive.describe(t, arn_of) for t in tasks]
 
         return await self._query(run)
 
     # ---- messages ----
     async def send_message_batch(
-        self, queue_url: str, entries: list[c.SendEntry], request_id: str = ""
+        self, queue: str, entries: list[c.SendEntry], request_id: str = ""
     ) -> c.BatchResult:
-        command = c.SendMessages(queue_name_of(queue_url), tuple(entries), request_id)
+        command = c.SendMessages(queue, tuple(entries), request_id)
         rej = sending.check_batch(command)  # the request's shape first, as SQS answers
         if rej is not None:
             _raise(rej)
@@ -161,7 +160,7 @@ class ShardService:
 
     async def receive_message(
         self,
-        queue_url: str,
+        queue: str,
         max_number_of_messages: int | None = None,  # SQS's default: 1
         visibility_timeout: int | None = None,
         wait_time_seconds: int | None = None,
@@ -187,24 +186,23 @@ class ShardService:
             rej = validate_fifo_id(receive_request_attempt_id, "ReceiveRequestAttemptId")
             if rej is not None:
                 _raise(rej)
-        name = queue_name_of(queue_url)
         if wait_time_seconds is None:
             # Not a read for the client: the receive's own reply waits for its fsync.
-            attrs = self.engine.query(queries.queue_attributes, name,
+            attrs = self.engine.query(queries.queue_attributes, queue,
                                       ["ReceiveMessageWaitTimeSeconds"])
             if isinstance(attrs, Rejection):
                 _raise(attrs)
             wait_time_seconds = int(attrs["ReceiveMessageWaitTimeSeconds"])
-        command = c.ReceiveMessages(name, max_number_of_messages, visibility_timeout,
+        command = c.ReceiveMessages(queue, max_number_of_messages, visibility_timeout,
                                     receive_request_attempt_id=receive_request_attempt_id)
         deadline = time.monotonic() + wait_time_seconds
         while True:
             # Park before trying, so a send that lands between the try and the wait wakes us.
-            woken = self.engine.waiters.event(name)
+            woken = self.engine.waiters.event(queue)
             try:
                 result = await self._run(command)
             except QueueDoesNotExist:
-                self.engine.waiters.forget(name)  # others polling a real queue keep the event
+                self.engine.waiters.forget(queue)  # others polling a real queue keep the event
                 raise
             assert isinstance(result, c.Received)
             left = deadline - time.monotonic()
@@ -218,18 +216,18 @@ class ShardService:
         return [_select(m, attribute_names, message_names) for m in result.messages]
 
     async def delete_message_batch(
-        self, queue_url: str, entries: list[tuple[str, str]]
+        self, queue: str, entries: list[tuple[str, str]]
     ) -> c.BatchResult:
         _check_batch_ids([e[0] for e in entries])
-        result = await self._run(c.DeleteMessages(queue_name_of(queue_url), tuple(entries)))
+        result = await self._run(c.DeleteMessages(queue, tuple(entries)))
         assert isinstance(result, c.BatchResult)
         return result
 
     async def change_message_visibility_batch(
-        self, queue_url: str, entries: list[tuple[str, str, int]]
+        self, queue: str, entries: list[tuple[str, str, int]]
     ) -> c.BatchResult:
         _check_batch_ids([e[0] for e in entries])
-        result = await self._run(c.ChangeVisibilities(queue_name_of(queue_url), tuple(entries)))
+        result = await self._run(c.ChangeVisibilities(queue, tuple(entries)))
         assert isinstance(result, c.BatchResult)
         return result
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from sqsq.api import QueueService
 from sqsq.core.errors import ErrorCode
 from sqsq.errors import QueueError
-from sqsq.gateway.auth import Authenticator, AuthError, SignedRequest
+from sqsq.gateway.auth import Authenticator, AuthError, SignedRequest, signing_region
 from sqsq.gateway.http import json_protocol, query_protocol, quietlog
 from sqsq.gateway.http.actions import ACTIONS, UNSUPPORTED
 from sqsq.gateway.http.wire import Params, WireError, invalid
@@ -86,7 +86,7 @@ def _trace_header_from(request: web.Request, data: dict) -> None:
 
 
 def _path_queue_url(request: web.Request) -> str | None:
-    # Older SDKs post to the queue URL itself (/ACCOUNT/NAME) and leave QueueUrl out.
+    # Older SDKs post to the queue URL itself ([/REGION]/ACCOUNT/NAME), leaving QueueUrl out.
     path = request.path.rstrip("/")
     return path if path.count("/") >= 2 else None
 
@@ -102,7 +102,9 @@ class HttpFront:
         action = ""
         try:
             body = await _read_body(request)
-            self.auth.verify_sigv4(_signed(request, body))
+            signed = _signed(request, body)
+            self.auth.verify_sigv4(signed)
+            region = signing_region(signed)  # unsigned: the configured region
             queue_path = _path_queue_url(request)
             if target is not None:
                 action = json_protocol.action_of(target) or target
@@ -119,7 +121,8 @@ class HttpFront:
                 raise self._unknown_action(action)
             if action == "SendMessage":
                 _trace_header_from(request, data)
-            result = await handler(self.api, Params(data, queue_path))
+            result = await handler(self.api,
+                                   Params(data, queue_path, self.api.endpoint, region))
         except QueueError as e:
             return self._error(request, target, WireError.of(e), request_id)
         except AuthError as e:

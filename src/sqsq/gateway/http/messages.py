@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from sqsq.api import QueueService, queue_name_of
+from sqsq.api import QueueService
 from sqsq.core import commands as c
 from sqsq.core.attributes import FIFO_SUFFIX
 from sqsq.core.messages import MessageAttributeValue
@@ -99,20 +99,21 @@ def _single(result: c.BatchResult) -> None:
 
 async def send_message(api: QueueService, p: Params) -> Result:
     p.required("MessageBody")
-    result = await api.send_message_batch(p.queue_url(), [_entry(p, "0")])
+    result = await api.send_message_batch(p.queue(), [_entry(p, "0")])
     _single(result)
     return _sent(result.successful[0])
 
 
-async def _check_fifo_batch(api: QueueService, url: str, entries: list[c.SendEntry]) -> None:
+async def _check_fifo_batch(api: QueueService, queue: str,
+                            entries: list[c.SendEntry]) -> None:
     """On a FIFO queue Amazon checks every entry's group and deduplication ids first: one
     missing fails the whole request and nothing is sent."""
-    if not queue_name_of(url).endswith(FIFO_SUFFIX):  # only FIFO queues have such names
+    if not queue.endswith(FIFO_SUFFIX):  # only FIFO queues have such names (keys end so)
         return
     if any(e.message_group_id is None for e in entries):
         raise invalid("The request must contain the parameter MessageGroupId.")
     if any(e.message_deduplication_id is None for e in entries):
-        attrs = await api.get_queue_attributes(url, ["ContentBasedDeduplication"])
+        attrs = await api.get_queue_attributes(queue, ["ContentBasedDeduplication"])
         if attrs.get("ContentBasedDeduplication") != "true":
             raise invalid("The queue should either have ContentBasedDeduplication enabled or "
                           "MessageDeduplicationId provided explicitly")
@@ -120,8 +121,8 @@ async def _check_fifo_batch(api: QueueService, url: str, entries: list[c.SendEnt
 
 async def send_message_batch(api: QueueService, p: Params) -> Result:
     entries = [_entry(e, e.text("Id") or "") for e in p.entries()]
-    await _check_fifo_batch(api, p.queue_url(), entries)
-    result = await api.send_message_batch(p.queue_url(), entries)
+    await _check_fifo_batch(api, p.queue(), entries)
+    result = await api.send_message_batch(p.queue(), entries)
     return _batch(result, [{"Id": s.entry_id, **_sent(s)} for s in result.successful])
 
 
@@ -130,7 +131,7 @@ async def receive_message(api: QueueService, p: Params) -> Result:
     names = list(dict.fromkeys(p.strings("AttributeNames")
                                + p.strings("MessageSystemAttributeNames")))
     messages = await api.receive_message(
-        p.queue_url(), p.integer("MaxNumberOfMessages"), p.integer("VisibilityTimeout"),
+        p.queue(), p.integer("MaxNumberOfMessages"), p.integer("VisibilityTimeout"),
         p.integer("WaitTimeSeconds"), names, p.strings("MessageAttributeNames"),
         p.text("ReceiveRequestAttemptId") or "")
     out = []
@@ -147,24 +148,24 @@ async def receive_message(api: QueueService, p: Params) -> Result:
 
 
 async def delete_message(api: QueueService, p: Params) -> Result:
-    _single(await api.delete_message_batch(p.queue_url(), [("0", p.required("ReceiptHandle"))]))
+    _single(await api.delete_message_batch(p.queue(), [("0", p.required("ReceiptHandle"))]))
     return {}
 
 
 async def delete_message_batch(api: QueueService, p: Params) -> Result:
     entries = [(e.text("Id") or "", e.required("ReceiptHandle")) for e in p.entries()]
-    result = await api.delete_message_batch(p.queue_url(), entries)
+    result = await api.delete_message_batch(p.queue(), entries)
     return _batch(result, [{"Id": i} for i in result.successful])
 
 
 async def change_message_visibility(api: QueueService, p: Params) -> Result:
     entry = ("0", p.required("ReceiptHandle"), p.integer("VisibilityTimeout", required=True))
-    _single(await api.change_message_visibility_batch(p.queue_url(), [entry]))
+    _single(await api.change_message_visibility_batch(p.queue(), [entry]))
     return {}
 
 
 async def change_message_visibility_batch(api: QueueService, p: Params) -> Result:
     entries = [(e.text("Id") or "", e.required("ReceiptHandle"),
                 e.integer("VisibilityTimeout", required=True)) for e in p.entries()]
-    result = await api.change_message_visibility_batch(p.queue_url(), entries)
+    result = await api.change_message_visibility_batch(p.queue(), entries)
     return _batch(result, [{"Id": i} for i in result.successful])

@@ -28,56 +28,56 @@ def _str_map(p: Params, name: str) -> dict[str, str]:
 async def create_queue(api: QueueService, p: Params) -> Result:
     # The JSON protocol names the tags member "tags"; the query form decodes to "Tags".
     tags = _str_map(p, "tags") or _str_map(p, "Tags")
-    url = await api.create_queue(p.required("QueueName"), _str_map(p, "Attributes"), tags)
+    url = await api.create_queue(p.queue_named(), _str_map(p, "Attributes"), tags)
     return {"QueueUrl": url}
 
 
 async def get_queue_url(api: QueueService, p: Params) -> Result:
-    return {"QueueUrl": await api.get_queue_url(p.required("QueueName"))}
+    return {"QueueUrl": await api.get_queue_url(p.queue_named())}
 
 
 async def list_queues(api: QueueService, p: Params) -> Result:
-    urls, token = await api.list_queues(p.text("QueueNamePrefix") or "",
-                                        p.integer("MaxResults"), p.text("NextToken") or "")
+    urls, token = await api.list_queues(p.queue_prefix(), p.integer("MaxResults"),
+                                        p.text("NextToken") or "")
     return _some(QueueUrls=urls, NextToken=token)
 
 
 async def delete_queue(api: QueueService, p: Params) -> Result:
-    await api.delete_queue(p.queue_url())
+    await api.delete_queue(p.queue())
     return {}
 
 
 async def purge_queue(api: QueueService, p: Params) -> Result:
-    await api.purge_queue(p.queue_url())
+    await api.purge_queue(p.queue())
     return {}
 
 
 async def get_queue_attributes(api: QueueService, p: Params) -> Result:
-    attrs = await api.get_queue_attributes(p.queue_url(), p.strings("AttributeNames"))
+    attrs = await api.get_queue_attributes(p.queue(), p.strings("AttributeNames"))
     return _some(Attributes=attrs)
 
 
 async def set_queue_attributes(api: QueueService, p: Params) -> Result:
-    await api.set_queue_attributes(p.queue_url(), _str_map(p, "Attributes"))
+    await api.set_queue_attributes(p.queue(), _str_map(p, "Attributes"))
     return {}
 
 
 async def tag_queue(api: QueueService, p: Params) -> Result:
-    await api.tag_queue(p.queue_url(), _str_map(p, "Tags"))
+    await api.tag_queue(p.queue(), _str_map(p, "Tags"))
     return {}
 
 
 async def untag_queue(api: QueueService, p: Params) -> Result:
-    await api.untag_queue(p.queue_url(), p.strings("TagKeys"))
+    await api.untag_queue(p.queue(), p.strings("TagKeys"))
     return {}
 
 
 async def list_queue_tags(api: QueueService, p: Params) -> Result:
-    return _some(Tags=await api.list_queue_tags(p.queue_url()))
+    return _some(Tags=await api.list_queue_tags(p.queue()))
 
 
 async def list_dead_letter_source_queues(api: QueueService, p: Params) -> Result:
-    urls = await api.list_dead_letter_source_queues(p.queue_url())
+    urls = await api.list_dead_letter_source_queues(p.queue())
     # Paged like SQS (the token is an offset): the source list of one DLQ is small.
     token = p.text("NextToken") or "0"
     start = int(token) if token.isdigit() else 0
@@ -131,8 +131,8 @@ def _one_or_list(items: list[str]) -> str | list[str]:
     return items[0] if len(items) == 1 else items
 
 
-async def _policy(api: QueueService, url: str) -> tuple[str, dict[str, Any]]:
-    attrs = await api.get_queue_attributes(url, ["QueueArn", "Policy"])
+async def _policy(api: QueueService, queue: str) -> tuple[str, dict[str, Any]]:
+    attrs = await api.get_queue_attributes(queue, ["QueueArn", "Policy"])
     arn = attrs["QueueArn"]
     doc = json.loads(attrs["Policy"]) if attrs.get("Policy") else {}
     if not isinstance(doc.get("Statement"), list):
@@ -143,7 +143,7 @@ async def _policy(api: QueueService, url: str) -> tuple[str, dict[str, Any]]:
 async def add_permission(api: QueueService, p: Params) -> Result:
     """As Amazon: one statement (Sid = Label) added to the queue's Policy attribute. A read,
     then a write: two concurrent calls on one queue may lose one (not atomic, unlike SQS)."""
-    url, label = p.queue_url(), _label(p)
+    queue, label = p.queue(), _label(p)
     accounts, actions = p.strings("AWSAccountIds"), p.strings("Actions")
     if not accounts:
         raise missing("AWSAccountIds")
@@ -153,7 +153,7 @@ async def add_permission(api: QueueService, p: Params) -> Result:
         if action not in _PERMISSION_ACTIONS:
             raise invalid(f"Value SQS:{action} for parameter ActionName is invalid. Reason: "
                           "Please refer to the appropriate WSDL for a list of valid actions.")
-    arn, doc = await _policy(api, url)
+    arn, doc = await _policy(api, queue)
     if any(s.get("Sid") == label for s in doc["Statement"] if isinstance(s, dict)):
         raise invalid(f"Value {label} for parameter Label is invalid. Reason: Already exists.")
     doc["Statement"].append({
@@ -162,17 +162,17 @@ async def add_permission(api: QueueService, p: Params) -> Result:
         "Action": _one_or_list([f"SQS:{a}" for a in actions]),
         "Resource": arn,
     })
-    await api.set_queue_attributes(url, {"Policy": json.dumps(doc, separators=(",", ":"))})
+    await api.set_queue_attributes(queue, {"Policy": json.dumps(doc, separators=(",", ":"))})
     return {}
 
 
 async def remove_permission(api: QueueService, p: Params) -> Result:
-    url, label = p.queue_url(), _label(p)
-    _, doc = await _policy(api, url)
+    queue, label = p.queue(), _label(p)
+    _, doc = await _policy(api, queue)
     kept = [s for s in doc["Statement"] if not (isinstance(s, dict) and s.get("Sid") == label)]
     if len(kept) == len(doc["Statement"]):
         raise invalid(f"Value {label} for parameter Label is invalid. Reason: can't find label.")
     doc["Statement"] = kept
     policy = json.dumps(doc, separators=(",", ":")) if kept else ""  # "": no Policy at all
-    await api.set_queue_attributes(url, {"Policy": policy})
+    await api.set_queue_attributes(queue, {"Policy": policy})
     return {}

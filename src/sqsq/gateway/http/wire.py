@@ -11,6 +11,7 @@ import binascii
 from dataclasses import dataclass
 from typing import Any
 
+from sqsq.api import Endpoint
 from sqsq.core.errors import ErrorCode
 from sqsq.errors import QueueError, error_for
 
@@ -57,11 +58,15 @@ def missing(name: str) -> QueueError:
 
 
 class Params:
-    """One request's parameters (or one batch entry's), with SQS's checks on reading."""
+    """One request's parameters (or one batch entry's), with SQS's checks on reading; the
+    queue they address as its key, in the caller's ``region`` (None: the configured one)."""
 
-    def __init__(self, data: dict[str, Any], path_queue_url: str | None = None) -> None:
+    def __init__(self, data: dict[str, Any], path_queue_url: str | None = None,
+                 endpoint: Endpoint | None = None, region: str | None = None) -> None:
         self.data = data
         self.path_queue_url = path_queue_url  # older SDKs address the queue by the URL path
+        self.endpoint = endpoint or Endpoint()
+        self.region = region
 
     def has(self, name: str) -> bool:
         return self.data.get(name) is not None
@@ -81,13 +86,20 @@ class Params:
         assert value is not None
         return value
 
-    def queue_url(self) -> str:
-        url = self.text("QueueUrl")
-        if url:
-            return url
-        if self.path_queue_url:
-            return self.path_queue_url
-        raise missing("QueueUrl")
+    def queue(self) -> str:
+        """The key of the queue QueueUrl (else the URL posted to) names."""
+        url = self.text("QueueUrl") or self.path_queue_url
+        if not url:
+            raise missing("QueueUrl")
+        return self.endpoint.queue_key(url, self.region)
+
+    def queue_named(self) -> str:
+        """The key of the queue QueueName names."""
+        return self.endpoint.named_key(self.required("QueueName"), self.region)
+
+    def queue_prefix(self) -> str:
+        """ListQueues' QueueNamePrefix, as a prefix of keys in the caller's region."""
+        return self.endpoint.named_key(self.text("QueueNamePrefix") or "", self.region)
 
     def integer(self, name: str, required: bool = False) -> int | None:
         value = self.data.get(name)
