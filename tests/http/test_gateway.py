@@ -5,6 +5,7 @@ directory also runs through a gateway: see ``sqs_endpoint``.)"""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,8 @@ import pytest
 
 from serverproc import GatewayProcess, ServerProcess
 from sqsq.client import Client
-from sqsq.errors import QueueDoesNotExist
+from sqsq.errors import QueueDoesNotExist, QueueError
+from sqswire import Failed, Wire
 
 KEY, SECRET = "AKIDGATEWAY", "gateway-secret"
 
@@ -107,10 +109,34 @@ def test_authentication_at_the_gateway_and_to_the_node(tmp_path: Path, gateway_f
         with pytest.raises(bad.exceptions.ClientError) as e:
             bad.list_queues()
         assert e.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
-        # A gateway without the keys is refused by the node: the node's door is locked too.
-        open_gw = gateway_for(node)
-        with pytest.raises(sqs.exceptions.ClientError) as e:
-            client_for(open_gw.http_url).list_queues()
-        assert e.value.response["Error"]["Code"] == "MissingAuthenticationToken"
+    finally:
+        node.stop()
+
+
+def test_a_gateway_without_keys_before_a_locked_node_says_so(tmp_path: Path, gateway_for: Any,
+                                                             client_for: Any) -> None:
+    """The node refuses it: one line at start-up says so, and every call, through either
+    door and protocol, gets the node's own 403 error, as SQS answers an unsigned caller."""
+    node = ServerProcess(tmp_path / "node", env={"SQSQ_ACCESS_KEY_ID": KEY,
+                                                 "SQSQ_SECRET_ACCESS_KEY": SECRET}).start()
+    try:
+        open_gw = gateway_for(node, env={"SQSQ_ACCESS_KEY_ID": "", "SQSQ_SECRET_ACCESS_KEY": ""})
+        deadline = time.monotonic() + 10
+        while "refuses this gateway's calls" not in open_gw.log_text():
+            assert time.monotonic() < deadline, open_gw.log_text()
+            time.sleep(0.1)  # the start-up probe runs in the background
+        refused = "MissingAuthenticationToken"
+        for protocol in ("json", "query"):
+            with pytest.raises(Failed) as e:
+                Wire(protocol, open_gw.http_url, client_for(open_gw.http_url))(
+                    "CreateQueue", QueueName="gw-refused")
+            assert (e.value.status, e.value.code) == (403, refused)
+            assert e.value.message == "Request is missing Authentication Token"
+        with Client(open_gw.endpoint) as sdk, pytest.raises(QueueError) as err:
+            sdk.list_queues()
+        assert err.value.code == refused
+        lines = [line for line in open_gw.log_text().splitlines() if refused in line]
+        assert len(lines) == 1, lines  # said once, not per call
+        assert "SQSQ_ACCESS_KEY_ID" in lines[0]
     finally:
         node.stop()

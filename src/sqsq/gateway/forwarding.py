@@ -6,7 +6,8 @@ name and region (metadata ``sqsq-region``), retries UNAVAILABLE with bounded bac
 SDK would (reads, and sends, which carry a request id the shard deduplicates: the client's,
 or one made here), and answers with its own queue URLs. Requests are built by the SDK's own
 builders (``sqsq.client._ops``), so a call and its retry rule are written once; long polls
-wait at the node within the call's deadline.
+wait at the node within the call's deadline. A node that refuses the gateway's credentials
+(or their absence) is reported once, in one line; callers get the node's own 403.
 """
 
 from __future__ import annotations
@@ -21,10 +22,14 @@ from sqsq.client import _call, _ops
 from sqsq.client.aio import AsyncClient
 from sqsq.core import commands as c
 from sqsq.core import regions
+from sqsq.errors import QueueError
 from sqsq.gateway import convert
 from sqsq.v1 import queues_pb2 as pb
 
 CALL_TIMEOUT_S = 30.0
+# What a locked node answers a caller it does not let in (sqsq.gateway.auth).
+REFUSALS = frozenset({"MissingAuthenticationToken", "InvalidClientTokenId",
+                      "SignatureDoesNotMatch", "IncompleteSignature"})
 
 
 # -- calls in the core's own terms (the gateway's fronts speak them), shared with
@@ -78,9 +83,11 @@ class ForwardingApi:
 
     def __init__(self, target: str, endpoint: Endpoint,
                  credentials: tuple[str, str] | None = None) -> None:
+        self.target = target
         self.endpoint = endpoint
         # The SDK's client: its channel, call signing, retries and error mapping.
         self._client = AsyncClient(target, timeout=CALL_TIMEOUT_S, credentials=credentials)
+        self._refusal_told = False
 
     async def close(self) -> None:
         await self._client.close()
@@ -89,7 +96,27 @@ class ForwardingApi:
         """The SDK's call, with the gateway's parse of the response (the SDK's by default)."""
         if parse is not None:
             call = dataclasses.replace(call, parse=parse)
-        return await self._client._run(call)  # noqa: SLF001 - the SDK's own call path
+        try:
+            return await self._client._run(call)  # noqa: SLF001 - the SDK's own call path
+        except QueueError as e:
+            if e.code in REFUSALS:
+                self._tell_refused(e)
+            raise  # the node's own error: callers get its 403
+
+    def _tell_refused(self, error: QueueError) -> None:
+        if not self._refusal_told:
+            self._refusal_told = True
+            print(f"sqsq gateway: WARNING: the node at {self.target} refuses this gateway's "
+                  f"calls ({error}): every call is answered 403. Give the gateway the node's "
+                  "access key: SQSQ_ACCESS_KEY_ID and SQSQ_SECRET_ACCESS_KEY.", flush=True)
+
+    async def probe(self) -> None:
+        """One harmless call, so a node that refuses this gateway is reported at start-up (a
+        node that does not answer yet is not: the first refused call will be)."""
+        try:
+            await self._run(_ops.list_queues_page("", 1))
+        except QueueError:
+            pass
 
     def _about(self, key: str, build: Callable[..., _call.Call], *args: Any) -> _call.Call:
         return about(key, self.endpoint.region, build, *args)

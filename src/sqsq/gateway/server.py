@@ -10,6 +10,7 @@ stop it, start another, nothing is lost.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from sqsq.control.etcd import Etcd, EtcdError
@@ -67,7 +68,11 @@ async def run_gateway(
     print(f"sqsq gateway: gRPC on {host}:{fronts.grpc_port}, SQS HTTP API on "
           f"{endpoint.base_url} (region {region}), {behind}", flush=True)
     announce_auth("sqsq gateway", auth)
+    # In the background: a node that is slow to answer must not hold up the start.
+    probe = asyncio.create_task(api.probe()) if isinstance(api, ForwardingApi) else None
     await until_signalled()
+    if probe is not None:
+        probe.cancel()
     await fronts.stop()
     await api.close()
     if admin is not None:
