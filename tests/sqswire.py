@@ -20,11 +20,14 @@ NS = {"sqs": "http://queue.amazonaws.com/doc/2012-11-05/"}
 
 
 def signed_query(url: str, params: dict[str, str], key: str = "x", secret: str = "y",
-                 headers: dict[str, str] | None = None) -> tuple[int, ET.Element]:
+                 headers: dict[str, str] | None = None,
+                 region: str | None = "us-east-1") -> tuple[int, ET.Element]:
+    """POST a query-protocol form to ``url``, signed for ``region`` (None: unsigned)."""
     body = urlencode({"Version": "2012-11-05", **params}).encode()
     req = AWSRequest(method="POST", url=url, data=body, headers={
         "Content-Type": "application/x-www-form-urlencoded; charset=utf-8", **(headers or {})})
-    SigV4Auth(Credentials(key, secret), "sqs", "us-east-1").add_auth(req)
+    if region is not None:
+        SigV4Auth(Credentials(key, secret), "sqs", region).add_auth(req)
     prepared = req.prepare()
     raw = urllib.request.Request(prepared.url, data=prepared.body, method="POST",
                                  headers=dict(prepared.headers.items()))
@@ -124,10 +127,13 @@ def query_result(action: str, node: ET.Element) -> Any:
 
 class Wire:
     """``wire("SendMessage", QueueUrl=..., MessageBody=...)`` -> the result as a dict, or
-    raises ``Failed``. ``protocol`` is "json" (boto3) or "query" (signed form, XML)."""
+    raises ``Failed``. ``protocol`` is "json" (boto3) or "query" (signed form, XML);
+    ``region`` is the one requests are signed for (None: unsigned), which ``sqs`` must be
+    made for too."""
 
-    def __init__(self, protocol: str, endpoint: str, sqs: Any) -> None:
-        self.protocol, self.endpoint, self.sqs = protocol, endpoint, sqs
+    def __init__(self, protocol: str, endpoint: str, sqs: Any,
+                 region: str | None = "us-east-1") -> None:
+        self.protocol, self.endpoint, self.sqs, self.region = protocol, endpoint, sqs, region
 
     def __call__(self, action: str, headers: dict[str, str] | None = None,
                  **params: Any) -> dict[str, Any]:
@@ -150,7 +156,8 @@ class Wire:
                 self.sqs.meta.events.unregister(event, unique_id="wire-headers")
             result.pop("ResponseMetadata", None)
             return result
-        status, root = signed_query(self.endpoint, query_form(action, params), headers=headers)
+        status, root = signed_query(self.endpoint, query_form(action, params), headers=headers,
+                                    region=self.region)
         if status != 200:
             raise Failed(status, xml_text(root, "sqs:Error/sqs:Code") or "",
                          xml_text(root, "sqs:Error/sqs:Message") or "")

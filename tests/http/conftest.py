@@ -14,6 +14,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore import UNSIGNED
 from botocore.config import Config
 
 from serverproc import DOORS
@@ -30,9 +31,11 @@ def sqs_endpoint(request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue(request.param).http_url
 
 
-def make_client(endpoint: str, key: str = "x", secret: str = "y", **config: Any) -> Any:
+def make_client(endpoint: str, key: str = "x", secret: str = "y", region: str = "us-east-1",
+                **config: Any) -> Any:
+    """A boto3 SQS client signing for ``region`` (``signature_version=UNSIGNED``: unsigned)."""
     return boto3.client(
-        "sqs", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=key,
+        "sqs", endpoint_url=endpoint, region_name=region, aws_access_key_id=key,
         aws_secret_access_key=secret,
         config=Config(retries={"max_attempts": 1}, read_timeout=30, **config))
 
@@ -87,7 +90,8 @@ def attributes_md5() -> Callable[[dict[str, dict[str, Any]]], str]:
 
 @pytest.fixture(scope="session")
 def client_for() -> Callable[..., Any]:
-    """``client_for(endpoint, key, secret)``: a boto3 SQS client with those credentials."""
+    """``client_for(endpoint, key, secret, region=...)``: a boto3 SQS client with those
+    credentials."""
     return make_client
 
 
@@ -100,3 +104,19 @@ def query_client() -> Any:
 @pytest.fixture(params=["json", "query"])
 def wire(request: pytest.FixtureRequest, sqs_endpoint: str, sqs: Any) -> Wire:
     return Wire(request.param, sqs_endpoint, sqs)
+
+
+@pytest.fixture
+def wire_in(wire: Wire) -> Callable[[str | None], Wire]:
+    """``wire_in(region)``: the test's protocol and door, signed for ``region`` (None:
+    unsigned)."""
+    made: dict[str | None, Wire] = {}
+
+    def make(region: str | None) -> Wire:
+        if region not in made:
+            config = {} if region else {"signature_version": UNSIGNED}
+            sqs = make_client(wire.endpoint, region=region or "us-east-1", **config)
+            made[region] = Wire(wire.protocol, wire.endpoint, sqs, region)
+        return made[region]
+
+    return make
