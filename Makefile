@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/sqsq/v1/*.proto)
 GEN := src/sqsq/v1/.generated
 
-.PHONY: setup server-setup system-deps run cluster test lint clean bench report
+.PHONY: setup server-setup system-deps run cluster test chaos lint clean bench report
 
 setup: system-deps $(STAMP) $(GEN)
 
@@ -58,6 +58,12 @@ cluster: server-setup system-deps
 test: setup
 	$(PY) -m ruff check src tests spark_jobs bench
 	$(PY) -m pytest -q
+
+# Every chaos scenario (faults under load in network namespaces, each message checked); a
+# short form runs in `make test`. One scenario: $(PY) tests/chaos/chaosrun.py --scenario NAME
+# --seconds N --seed S. Writes the table to docs/chaos.md.
+chaos: setup
+	$(PY) tests/chaos/chaosrun.py --seconds 45 --write-doc docs/chaos.md
 
 # Benchmarks against peers (installs NATS, RabbitMQ, moto first); prints, writes JSON and PNGs.
 bench: setup

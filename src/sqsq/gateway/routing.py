@@ -57,9 +57,12 @@ class ShardCaller:
         addresses = [snapshot.members[n].grpc_address for n in shard.replicas
                      if n in snapshot.members]
         hint = snapshot.leader_hint(shard_id)
-        first = [a for a in (self._answered.get(shard_id),
-                             hint.grpc_address if hint else None) if a in addresses]
         live = [snapshot.members[n].grpc_address for n in shard.replicas if n in snapshot.nodes]
+        # The node that answered last goes first only while its lease holds: one cut off
+        # from the cluster (etcd included) loses it within seconds, and every call would
+        # otherwise wait out an attempt's deadline there before moving on.
+        first = [a for a in (self._answered.get(shard_id),
+                             hint.grpc_address if hint else None) if a in live]
         ordered = list(dict.fromkeys(first + live + addresses))
         if not ordered:
             raise ServiceUnavailable(f"shard {shard_id} has no replica with a known address")
@@ -81,6 +84,9 @@ class ShardCaller:
                 self._answered[shard_id] = route.current
                 return call.parse(result)
             except grpc.RpcError as err:
+                if self._answered.get(shard_id) == route.current and err.code() in (
+                        grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
+                    del self._answered[shard_id]  # the next call starts from the hint
                 error, delay = route.retry_after(call, err, attempt, time.monotonic() - started)
                 if delay is None:
                     raise error from None
