@@ -60,10 +60,10 @@ test: setup
 	$(PY) -m pytest -q
 
 # Every chaos scenario (faults under load in network namespaces, each message checked); a
-# short form runs in `make test`. One scenario: $(PY) tests/chaos/chaosrun.py --scenario NAME
-# --seconds N --seed S. Writes the table to docs/chaos.md.
+# short form runs in `make test`. One scenario: PYTHONPATH=tests $(PY) -m chaos.chaosrun
+# --scenario NAME --seconds N --seed S. Writes the table to docs/chaos.md.
 chaos: setup
-	$(PY) tests/chaos/chaosrun.py --seconds 45 --write-doc docs/chaos.md
+	PYTHONPATH=tests $(PY) -m chaos.chaosrun --seconds 45 --write-doc docs/chaos.md
 
 # Benchmarks against peers (installs NATS, RabbitMQ, moto first); prints, writes JSON and PNGs.
 bench: setup

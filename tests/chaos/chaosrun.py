@@ -1,8 +1,8 @@
 """Run chaos scenarios against a cluster in network namespaces, then check every message.
 
-    python tests/chaos/chaosrun.py                      # every scenario (``make chaos``)
-    python tests/chaos/chaosrun.py --scenario kill-leader --seconds 30 --seed 7
-    python tests/chaos/chaosrun.py --write-doc docs/chaos.md
+    PYTHONPATH=tests python -m chaos.chaosrun            # every scenario (``make chaos``)
+    PYTHONPATH=tests python -m chaos.chaosrun --scenario kill-leader --seconds 30 --seed 7
+    PYTHONPATH=tests python -m chaos.chaosrun --write-doc docs/chaos.md
 
 Each scenario gets fresh queues (a standard and a FIFO queue, each with one partition per
 shard) on one shared cluster (etcd, three nodes, two shards, a gateway, each in its own
@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checker import Report, check, format_table, is_ok, load_history
-from faults import ChaosCluster
-from netns import sweep_leftovers
-from scenarios import BY_NAME, SCENARIOS, Scenario
-
+from chaos.checker import Report, check, format_table, is_ok, load_history
+from chaos.faults import ChaosCluster
+from chaos.netns import sweep_leftovers
+from chaos.scenarios import BY_NAME, SCENARIOS, Scenario
 from sqsq.core.receipts import shard_of_receipt_handle
 
 DRIVER = Path(__file__).with_name("driver.py")
@@ -184,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"faults": sum(o.faults for o in outcomes),
                       "failed": [o.scenario for o in outcomes if not o.ok]}))
     if args.write_doc:
-        write_doc(args.write_doc, outcomes, "python " + " ".join(
-            [str(Path(sys.argv[0])), *(argv if argv is not None else sys.argv[1:])]))
+        write_doc(args.write_doc, outcomes, "PYTHONPATH=tests python -m chaos.chaosrun " +
+                  " ".join(argv if argv is not None else sys.argv[1:]))
     return 0 if all(o.ok for o in outcomes) else 1
 
 

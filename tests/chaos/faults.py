@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from netns import Net
-
+from chaos.netns import Net
 from sqsq.cli.cluster import LocalCluster, NodeProcess
 
 CLOCK_FILE = "clock-offset-ms"  # in each node's data directory (see sqsq.shard.clock)

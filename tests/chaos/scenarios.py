@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from faults import ChaosCluster
+from chaos.faults import ChaosCluster
 
 HOUR_MS = 3_600_000
 

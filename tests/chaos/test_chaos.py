@@ -8,11 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from chaosrun import run_scenario
-from checker import is_ok
-from faults import ChaosCluster
-from netns import PREFIX, namespaces, pid_alive, require_tools
-from scenarios import BY_NAME
+
+from chaos.chaosrun import run_scenario
+from chaos.checker import is_ok
+from chaos.faults import ChaosCluster
+from chaos.netns import PREFIX, namespaces, pid_alive, require_tools
+from chaos.scenarios import BY_NAME
 
 SECONDS = 10.0  # of faults per scenario; the load runs a few seconds longer
 SHORT = ("kill-leader", "partition-leader", "pause-leader")
