@@ -211,7 +211,10 @@ def _presigned_params(raw_query: str) -> _SignatureParams | None:
 def signing_region(req: SignedRequest) -> str | None:
     """The region a request is signed for (its credential scope), None when unsigned. Read
     whether or not signatures are checked: the region names the caller's queues."""
-    credential = dict(parse_qsl(req.raw_query, keep_blank_values=True)).get("X-Amz-Credential")
+    credential = None
+    if "X-Amz-Credential" in req.raw_query:  # a presigned URL
+        credential = dict(parse_qsl(req.raw_query, keep_blank_values=True)).get(
+            "X-Amz-Credential")
     if credential is None:
         m = _AUTH_RE.match((req.headers("authorization") or [""])[0].strip())
         credential = m["cred"] if m else ""
