@@ -166,6 +166,7 @@ class Recorder:
                  urls: dict[str, str]) -> None:
         self.name, self.phase, self.history = name, phase, history
         self.client, self.urls, self.n = client, urls, 0
+        self.unreachable = False  # the last op found no server: worth a short pause
 
     def op(self, queue: str, op: str, req: dict[str, Any],
            call: Callable[[], dict[str, Any]]) -> tuple[str, dict[str, Any]]:
@@ -177,8 +178,10 @@ class Recorder:
             resp = CONVERT[op](call())
         except Exception as exc:  # noqa: BLE001 - every outcome is recorded, none hidden
             kind, err = classify(exc)
+            self.unreachable = not isinstance(exc, ClientError)
             self.history.write({**base, "type": kind, "error": err})
             return kind, {}
+        self.unreachable = False
         self.history.write({**base, "type": "ok", "resp": resp})
         return "ok", resp
 
@@ -260,7 +263,13 @@ class Worker:
             if kind in ("delete", "delete_batch", "change_visibility", "abandon") \
                     and not self.held:
                 kind = "receive"
-            getattr(self, "do_" + kind)()
+            if "send" in kind:
+                fifo = kind.startswith("fifo")
+                self._send(fifo, self.rng.randint(2, 5 if fifo else 10) if "batch" in kind else 1)
+            else:
+                getattr(self, "do_" + kind)()
+            if self.rec.unreachable:
+                self.stop.wait(0.1)  # refused connections return at once: do not spin
 
     def _entry(self, fifo: bool, batch_id: str | None) -> dict[str, Any]:
         self.counter += 1
@@ -294,18 +303,6 @@ class Worker:
             elif kind != "info":
                 return
             self.stop.wait(0.2)
-
-    def do_send(self) -> None:
-        self._send(False, 1)
-
-    def do_send_batch(self) -> None:
-        self._send(False, self.rng.randint(2, 10))
-
-    def do_fifo_send(self) -> None:
-        self._send(True, 1)
-
-    def do_fifo_send_batch(self) -> None:
-        self._send(True, self.rng.randint(2, 5))
 
     def _queue(self) -> str:
         return self.rng.choice([self.args.standard_queue, self.args.fifo_queue])
@@ -403,7 +400,9 @@ def drain(rec: Recorder, queues: list[str], args: argparse.Namespace, stop: thre
                 continue
             last_busy[q], empties[q] = time.monotonic(), 0
             if got:
-                kind, _ = rec.delete(got)
+                rec.delete(got)
+            if rec.unreachable:
+                stop.wait(0.2)
         now = time.monotonic()
         if all(now - last_busy[q] >= quiet_s and empties[q] >= 3 for q in queues):
             return True

@@ -5,12 +5,19 @@ of a correct queue generates (hypothesis), and on a real driver run against a re
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from chaos.checker import Report, check, format_table, is_ok, load_history
+from serverproc import ServerProcess, free_port
+
+DRIVER = Path(__file__).with_name("driver.py")
 
 STD, FIFO = "std", "q.fifo"
 
@@ -301,3 +308,77 @@ def test_load_history_merges_and_skips_torn_lines(tmp_path: Path) -> None:
                  + json.dumps({"type": "note", "t": 3.0}) + "\n{\"type\": \"inv")
     b.write_text(json.dumps({"type": "note", "t": 2.0}) + "\n")
     assert [e["t"] for e in load_history(a, b)] == [1.0, 2.0, 3.0]
+
+
+def run_driver(endpoint: str, history: Path, *args: str, timeout: float = 120,
+               ) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, str(DRIVER), "--endpoint", endpoint, "--history", str(history),
+           "--standard-queue", "chaos-std", "--fifo-queue", "chaos.fifo", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_real_driver_against_a_single_node_server_is_clean(tmp_path: Path) -> None:
+    srv = ServerProcess(tmp_path / "data").start()
+    try:
+        history = tmp_path / "history.jsonl"
+        load = run_driver(srv.http_url, history, "--seconds", "3", "--seed", "7",
+                          "--clients", "4", "--fifo-groups", "3", "--visibility-timeout-s", "2")
+        assert load.returncode == 0, load.stderr
+        drain = run_driver(srv.http_url, history, "--drain", "--seconds", "60",
+                           "--visibility-timeout-s", "2")
+        assert drain.returncode == 0, drain.stderr
+    finally:
+        srv.stop()
+    events = load_history(history)
+    r = check(events)
+    table = format_table([("single node", 0, r)])
+    assert is_ok(r), (history, r.details, table)
+    assert r.drain_complete is True, table
+    assert r.sends_acknowledged > 10 and r.acknowledged["receive"] > 5, table
+    assert r.failed_found == 0, r.details
+    kinds = {e["op"] for e in events if e["type"] == "invoke"}
+    assert {"send", "send_batch", "receive", "delete", "delete_batch",
+            "change_visibility"} <= kinds
+    assert {e["phase"] for e in events} == {"load", "drain"}
+    done = {e["id"]: e for e in events if e["type"] in ("ok", "fail", "info")}
+    assert all(e["id"] in done for e in events if e["type"] == "invoke")
+    # a healthy server refuses nothing but handles that are stale or timed out
+    refused = [e for e in done.values() if e["type"] == "fail"]
+    assert all(e["op"] in ("delete", "change_visibility") and e["error"]["code"] in (
+        "InvalidParameterValue", "ReceiptHandleIsInvalid",
+        "AWS.SimpleQueueService.MessageNotInflight") for e in refused), refused
+
+
+def test_driver_records_refused_connections_as_fail(tmp_path: Path) -> None:
+    history = tmp_path / "h.jsonl"
+    out = run_driver(f"http://127.0.0.1:{free_port()}", history, "--seconds", "1.5")
+    assert out.returncode == 2
+    events = load_history(history)
+    assert events and {e["type"] for e in events} == {"invoke", "fail"}
+    assert all(e["error"]["kind"] == "EndpointConnectionError"
+               for e in events if e["type"] == "fail")
+
+
+def test_driver_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    srv = ServerProcess(tmp_path / "data").start()
+    history = tmp_path / "h.jsonl"
+    cmd = [sys.executable, str(DRIVER), "--endpoint", srv.http_url, "--history", str(history),
+           "--standard-queue", "chaos-std", "--fifo-queue", "chaos.fifo", "--seconds", "120"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while sum(1 for _ in history.open()) < 50 if history.exists() else True:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)  # polling for the driver's progress, not a clock in the checker
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        events = load_history(history)
+        done = {e["id"] for e in events if e["type"] != "invoke"}
+        assert all(e["id"] in done for e in events if e["type"] == "invoke")
+        assert run_driver(srv.http_url, history, "--drain", "--seconds", "60").returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        srv.stop()
+    r = check(load_history(history))
+    assert is_ok(r) and r.drain_complete, r.details
