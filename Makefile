@@ -63,7 +63,7 @@ test: setup
 # short form runs in `make test`. One scenario: PYTHONPATH=tests $(PY) -m chaos.chaosrun
 # --scenario NAME --seconds N --seed S. Writes the table to docs/chaos.md.
 chaos: setup
-	PYTHONPATH=tests $(PY) -m chaos.chaosrun --seconds 45 --write-doc docs/chaos.md
+	PYTHONPATH=tests $(PY) -m chaos.chaosrun --seconds 60 --write-doc docs/chaos.md
 
 # Benchmarks against peers (installs NATS, RabbitMQ, moto first); prints, writes JSON and PNGs.
 bench: setup
