@@ -23,6 +23,9 @@ completed, failed otherwise.
   already gone succeeds (as in SQS), so an accepted stale delete is excused when another
   delete of that message, with a handle no older than the stale one, was attempted
   (``ok``/``info``) before the stale one completed.
+- resurrected (reported): a MessageId delivered by a receive invoked after a delete of it
+  was accepted; sqsq's deletes are final (a stale handle is refused, not ignored), so this
+  is an acknowledged delete undone. Not in ``is_ok`` (SQS standard queues allow it).
 - FIFO violations: per group, a message B delivered before A where A's send was acknowledged
   before B's was invoked (every delivery of A after B's, or behind B in one response); and a
   deduplication id delivered as several MessageIds within the 5-minute window.
@@ -88,6 +91,7 @@ class Report:
     redeliveries: int = 0
     stale_deletes_accepted: int = 0
     stale_rejected: int = 0  # superseded handles correctly refused: fencing was exercised
+    resurrected: int = 0  # deliveries after an accepted delete (reported, see is_ok)
     fifo_order_inversions: int = 0
     fifo_dedup_violations: int = 0
     max_unavailable_s: float = 0.0
@@ -307,6 +311,15 @@ def _check_deletes(h: _History, r: Report) -> None:
         r.stale_deletes_accepted += 1
         r.note(f"stale {o.op} accepted: op {o.id} used handle {handle[:24]}... of "
                f"{d.message_id} from receive {d.op.id}, superseded before it was invoked")
+    for (queue, mid), tries in attempts.items():
+        gone = min((o.completed for o, k, _ in tries if k == "ok"), default=None)
+        if gone is None:
+            continue
+        for d in h.deliveries[(queue, mid)]:
+            if d.op.invoked > gone:
+                r.resurrected += 1
+                r.note(f"resurrected: {mid} delivered by {d.op.id} after a delete of it was "
+                       f"accepted")
     if r.drain_complete:
         for (queue, mid), ds in h.deliveries.items():
             if not any(k != "fail" for _, k, _ in attempts[(queue, mid)]):
@@ -409,7 +422,8 @@ def longest_unavailability(ops: Iterable[Op]) -> float:
 
 
 COLUMNS = ("scenario", "faults", "acked ops", "lost", "unexpected", "duplicated",
-           "stale deletes", "FIFO viol.", "unknown found/not", "max unavail s", "result")
+           "stale deletes", "FIFO viol.", "unknown found/not", "resurrected", "max unavail s",
+           "result")
 
 
 def format_table(rows: Iterable[tuple[str, int, Report]]) -> str:
@@ -419,7 +433,7 @@ def format_table(rows: Iterable[tuple[str, int, Report]]) -> str:
         lines.append([name, str(faults), str(r.ops_acknowledged), str(r.lost),
                       str(r.unexpected), f"{r.duplicated} (+{r.redeliveries} redeliv.)",
                       str(r.stale_deletes_accepted), str(r.fifo_violations),
-                      f"{r.unknown_found}/{r.unknown_not_found}",
+                      f"{r.unknown_found}/{r.unknown_not_found}", str(r.resurrected),
                       f"{r.max_unavailable_s:.2f}", "ok" if is_ok(r) else "FAIL"])
     widths = [max(len(row[i]) for row in lines) for i in range(len(COLUMNS))]
     out = [" | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()

@@ -35,7 +35,8 @@ one machine), ``wall`` (time.time()), ``process`` (client name: ``c0``.. or ``dr
 
 Ops and their ``req`` / ``resp``:
 
-- ``create_queue``: req {name, attributes}; resp {url}.
+- ``get_queue_url``: req {name}; resp {url}. ``create_queue`` (when it was missing): req
+  {name, attributes}; resp {url}. ``queue_attributes``: req {names}; resp {attributes}.
 - ``send``: req {body, group?, dedup?, attempt}; resp {message_id, sequence_number?}.
 - ``send_batch``: req {entries: [{id, body, group?, dedup?}], attempt}; resp
   {successful: [{id, message_id, sequence_number?}], failed: [{id, code, sender_fault,
@@ -136,7 +137,9 @@ def _messages(raw: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 CONVERT: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "get_queue_url": lambda r: {"url": r["QueueUrl"]},
     "create_queue": lambda r: {"url": r["QueueUrl"]},
+    "queue_attributes": lambda r: {"attributes": r.get("Attributes", {})},
     "send": lambda r: {"message_id": r["MessageId"], "sequence_number": r.get("SequenceNumber")},
     "send_batch": lambda r: {
         "successful": [{"id": s["Id"], "message_id": s["MessageId"],
@@ -180,7 +183,7 @@ class Recorder:
             kind, err = classify(exc)
             self.unreachable = not isinstance(exc, ClientError)
             self.history.write({**base, "type": kind, "error": err})
-            return kind, {}
+            return kind, err
         self.unreachable = False
         self.history.write({**base, "type": "ok", "resp": resp})
         return "ok", resp
@@ -363,31 +366,45 @@ class Worker:
         self.held.append(again or old)
 
 
+MISSING = ("QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue")
+
+
 def ensure_queues(rec: Recorder, args: argparse.Namespace, stop: threading.Event,
-                  deadline: float) -> bool:
-    """CreateQueue (idempotent) for both queues, retried until ok or the deadline."""
+                  deadline: float) -> dict[str, int] | None:
+    """Find both queues, creating a missing one (retried until the deadline); returns their
+    visibility timeouts (an existing queue keeps its own)."""
     vis = str(args.visibility_timeout_s)
     specs = {args.standard_queue: {"VisibilityTimeout": vis},
              args.fifo_queue: {"VisibilityTimeout": vis, "FifoQueue": "true"}}
+    c, timeouts = rec.client, {}
     for name, attrs in specs.items():
-        while True:
-            kind, resp = rec.op(name, "create_queue", {"name": name, "attributes": attrs},
-                                lambda n=name, a=attrs: rec.client.create_queue(
-                                    QueueName=n, Attributes=a))
+        while name not in timeouts:
+            kind, resp = rec.op(name, "get_queue_url", {"name": name},
+                                lambda n=name: c.get_queue_url(QueueName=n))
+            if kind == "fail" and resp.get("code") in MISSING:
+                kind, resp = rec.op(name, "create_queue", {"name": name, "attributes": attrs},
+                                    lambda n=name, a=attrs: c.create_queue(QueueName=n,
+                                                                           Attributes=a))
             if kind == "ok":
-                rec.urls[name] = resp["url"]
-                break
+                rec.urls[name] = url = resp["url"]
+                kind, resp = rec.op(name, "queue_attributes", {"names": ["VisibilityTimeout"]},
+                                    lambda u=url: c.get_queue_attributes(
+                                        QueueUrl=u, AttributeNames=["VisibilityTimeout"]))
+                if kind == "ok":
+                    timeouts[name] = int(resp["attributes"]["VisibilityTimeout"])
+                    continue
             if stop.is_set() or time.monotonic() >= deadline:
-                return False
+                return None
             stop.wait(0.5)
-    return True
+    return timeouts
 
 
-def drain(rec: Recorder, queues: list[str], args: argparse.Namespace, stop: threading.Event,
+def drain(rec: Recorder, timeouts: dict[str, int], stop: threading.Event,
           deadline: float) -> bool:
     """Receive and delete until every queue stayed empty (and answered) for a quiet window
     longer than the visibility timeout, so messages hidden by earlier receives came back."""
-    quiet_s = args.visibility_timeout_s + 4
+    queues = list(timeouts)
+    quiet_s = max(timeouts.values()) + 4
     start = time.monotonic()
     last_busy = dict.fromkeys(queues, start)
     empties = dict.fromkeys(queues, 0)
@@ -443,12 +460,12 @@ def main(argv: list[str] | None = None) -> int:
     setup = Recorder("drain" if args.drain else "setup", phase, history,
                      make_client(args.endpoint), urls)
     try:
-        if not ensure_queues(setup, args, stop, deadline):
+        timeouts = ensure_queues(setup, args, stop, deadline)
+        if timeouts is None:
             print("driver: queues could not be created before the deadline", file=sys.stderr)
             return 2
         if args.drain:
-            complete = drain(setup, [args.standard_queue, args.fifo_queue], args, stop,
-                             deadline)
+            complete = drain(setup, timeouts, stop, deadline)
             history.write({"type": "note", "note": "drain", "complete": complete,
                            "process": "drain", "phase": "drain"})
             return 0 if complete else 1

@@ -204,6 +204,19 @@ def test_stale_needs_a_proven_order() -> None:
     assert is_ok(check(h.events))
 
 
+def test_delivery_after_an_accepted_delete_is_reported() -> None:
+    h = Hist()
+    h.send(STD, "a")
+    h.receive(STD, ("m-a", "a", "h1"))
+    h.delete(STD, "h1", "info")  # unknown: a later delivery is no news
+    h.receive(STD, ("m-a", "a", "h2"))
+    h.delete(STD, "h2")
+    assert check(h.events).resurrected == 0
+    h.receive(STD, ("m-a", "a", "h3"))  # the acknowledged delete was undone
+    r = check(h.events)
+    assert r.resurrected == 1 and "resurrected" in r.details[0]
+
+
 def test_info_receive_and_vanished_messages() -> None:
     h = Hist()
     h.send(STD, "a")
@@ -346,7 +359,9 @@ def test_real_driver_against_a_single_node_server_is_clean(tmp_path: Path) -> No
     refused = [e for e in done.values() if e["type"] == "fail"]
     assert all(e["op"] in ("delete", "change_visibility") and e["error"]["code"] in (
         "InvalidParameterValue", "ReceiptHandleIsInvalid",
-        "AWS.SimpleQueueService.MessageNotInflight") for e in refused), refused
+        "AWS.SimpleQueueService.MessageNotInflight") or e["op"] == "get_queue_url" and
+        e["error"]["code"] == "AWS.SimpleQueueService.NonExistentQueue"
+        for e in refused), refused
 
 
 def test_driver_records_refused_connections_as_fail(tmp_path: Path) -> None:
