@@ -11,9 +11,11 @@ send is all attempts with that body (a FIFO send retried with its deduplication 
 acknowledged if any attempt is ``ok``, unknown if none is but one is ``info`` or never
 completed, failed otherwise.
 
-- lost: an acknowledged send never delivered by an ``ok`` receive; and, once a drain note
-  says the queues were emptied, a delivered MessageId no delete (``ok`` or ``info``) was ever
-  attempted for (it vanished without being deleted).
+- lost: an acknowledged send never delivered by an ``ok`` receive (a message can only leave
+  the queue through a delete with a handle some client saw, so without a drain, or with one
+  that hit its bound, "not found" still counts: the run could not show it is there); and,
+  once a drain note says the queues were emptied, a delivered MessageId no delete (``ok`` or
+  ``info``) was ever attempted for (it vanished without being deleted).
 - unexpected: a delivered body no send was ever invoked for.
 - duplicated: a body delivered as several MessageIds (extra ids counted); redeliveries of the
   same MessageId are counted apart. Both reported, never failures.
@@ -30,7 +32,8 @@ completed, failed otherwise.
   before B's was invoked (every delivery of A after B's, or behind B in one response); and a
   deduplication id delivered as several MessageIds within the 5-minute window.
 - unavailability: per phase, the longest interval with ops being attempted and none of them
-  completing ``ok``.
+  completing ``ok``. An empty long poll counts when it answers, so a healthy run with every
+  client polling an empty queue shows about the driver's 1 s wait.
 """
 
 from __future__ import annotations
