@@ -379,7 +379,7 @@ def test_driver_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     history = tmp_path / "h.jsonl"
     cmd = [sys.executable, str(DRIVER), "--endpoint", srv.http_url, "--history", str(history),
            "--standard-queue", "chaos-std", "--fifo-queue", "chaos.fifo", "--seconds", "120"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while (history.read_text().count("\n") if history.exists() else 0) < 50:
