@@ -49,7 +49,10 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return is_ok(self.report) and self.time_regressions == 0
+        # A message delivered again after a delete of it was accepted is an acknowledged
+        # delete undone: sqsq promises that cannot happen, so it fails a run too.
+        return is_ok(self.report) and self.time_regressions == 0 and \
+            self.report.resurrected == 0
 
 
 def time_regressions(events: list[dict[str, Any]]) -> int:
@@ -131,7 +134,8 @@ def table(outcomes: list[Outcome]) -> str:
     rows = format_table((o.scenario, o.faults, o.report) for o in outcomes)
     regress = ", ".join(f"{o.scenario} {o.time_regressions}" for o in outcomes
                         if o.time_regressions)
-    return rows + (f"\nlog time ran backwards: {regress}" if regress else "")
+    return rows + (f"\nlog time ran backwards: {regress}" if regress else "") + \
+        "".join(f"\n{o.scenario}: FAILED" for o in outcomes if not o.ok)
 
 
 def write_doc(path: Path, outcomes: list[Outcome], command: str) -> None:

@@ -40,6 +40,6 @@ def test_a_scenario_loses_nothing_and_accepts_no_stale_handle(
     assert r.drain_complete
     assert (r.lost, r.unexpected, r.stale_deletes_accepted, r.fifo_violations) == (0, 0, 0, 0), \
         r.details
-    assert outcome.time_regressions == 0
-    assert is_ok(r)
+    assert outcome.time_regressions == 0 and r.resurrected == 0
+    assert is_ok(r) and outcome.ok
 

@@ -9,6 +9,8 @@ before it ends, and every test uses queues of its own.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -17,13 +19,16 @@ import uuid
 from collections.abc import Iterator
 
 import boto3
+import grpc
 import pytest
 from botocore.config import Config
 
 from serverproc import REPO
+from sqsq.api import SHARD_METADATA_KEY
 from sqsq.cli.cluster import GatewayProcess, LocalCluster
 from sqsq.client import Client
 from sqsq.errors import QueueError
+from sqsq.v1 import queues_pb2, queues_pb2_grpc
 
 SHARDS = 4
 REPLACE_AFTER_S = 3
@@ -290,6 +295,56 @@ def test_the_data_path_serves_while_etcd_is_down(cluster: LocalCluster,
     client.create_queue(late)
     client.send_message(late, "after etcd came back")
     assert drain(client, late) == ["after etcd came back"]
+
+
+def test_a_stale_gateway_cache_follows_a_moved_leader(cluster: LocalCluster,
+                                                      client: Client) -> None:
+    """etcd is stopped, so the gateway cannot learn that the leader moved; the old leader
+    (paused past an election, then resumed as a follower) answers NotLeader naming the new
+    one, and the gateway follows it by itself."""
+    queue = name("moved")
+    client.create_queue(queue)
+    client.send_message(queue, "before the move")  # the gateway now calls the leader first
+    shard = next(q["partitions"][0] for q in cluster.status()["queues"] if q["name"] == queue)
+    status = cluster.status()
+    old = next(s for s in status["shards"] if s["id"] == shard)
+    victim = next(n for n in cluster.nodes if n.node_id == old["leader"])
+    others = [n.endpoint for n in cluster.nodes if n.node_id in old["replicas"]
+              and n is not victim]
+    cluster.etcd.stop()
+    try:
+        os.kill(victim.proc.pid, signal.SIGSTOP)
+        try:
+            _send_to_shard(others, shard, queue, "to the new leader")  # a new leader serves
+        finally:
+            os.kill(victim.proc.pid, signal.SIGCONT)
+        client.send_message(queue, "through the stale gateway")
+        assert sorted(drain(client, queue)) == [
+            "before the move", "through the stale gateway", "to the new leader"]
+    finally:
+        cluster.etcd.start()
+    cluster.wait_ready()
+
+
+def _send_to_shard(endpoints: list[str], shard: int, queue: str, body: str,
+                   timeout_s: float = 30.0) -> None:
+    """One send straight to a shard's replicas, as a gateway makes it, tried until one of
+    them leads (one request id: a retry never makes a second message)."""
+    request = queues_pb2.SendMessageRequest(queue_url=queue, message_body=body,
+                                            request_id=uuid.uuid4().hex)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for endpoint in endpoints:
+            with grpc.insecure_channel(endpoint) as channel:
+                try:
+                    queues_pb2_grpc.QueuesStub(channel).SendMessage(
+                        request, metadata=((SHARD_METADATA_KEY, str(shard)),), timeout=5)
+                    return
+                except grpc.RpcError:
+                    continue  # not the leader (yet), or no leader elected yet
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no replica of shard {shard} took the send")
+        time.sleep(0.1)
 
 
 def _wait_for(predicate, timeout_s: float = 30.0) -> None:  # noqa: ANN001
