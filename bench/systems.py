@@ -101,7 +101,7 @@ class SqsqR3(System):
     """One shard replicated by three ``sqsq node`` processes (a Raft group, fsync on); the
     benchmark's SDK clients are given all three nodes and follow the leader."""
 
-    durability = "Raft: entry fsynced (msync) on a majority of 3 before any reply"
+    durability = "Raft: entry fdatasynced on a majority of 3 before any reply"
 
     def version(self) -> str:
         return _pkg_version("sqsq")
@@ -130,7 +130,7 @@ class SqsqCluster(System):
     """``sqsq cluster up`` as the tests start it: etcd, three nodes (every shard on all three),
     one gateway; clients reach the gateway. With 4 shards, a queue gets 4 partitions."""
 
-    durability = "Raft: entry fsynced (msync) on a majority of 3 before any reply"
+    durability = "Raft: entry fdatasynced on a majority of 3 before any reply"
 
     def __init__(self, shards: int, partitions: int = 1) -> None:
         super().__init__()
