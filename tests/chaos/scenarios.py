@@ -18,6 +18,8 @@ from chaos.faults import ChaosCluster
 
 HOUR_MS = 3_600_000
 
+Fault = Callable[[ChaosCluster, random.Random], bool]  # whether a fault was injected
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -39,7 +41,7 @@ def _leader(cc: ChaosCluster, rng: random.Random) -> tuple[int, str] | None:
     return (shard, leader) if leader else None
 
 
-def _repeat(fault: Callable[[ChaosCluster, random.Random], bool], *, gap_s: float,
+def _repeat(fault: Fault, *, gap_s: float,
             hold_s: float, heal: Callable[[ChaosCluster], None]
             ) -> Callable[[ChaosCluster, random.Random, float], int]:
     """A scenario that injects ``fault`` every ``gap_s``, holds it ``hold_s``, heals."""
@@ -54,33 +56,30 @@ def _repeat(fault: Callable[[ChaosCluster, random.Random], bool], *, gap_s: floa
     return inject
 
 
-def _kill_leader(cc: ChaosCluster, rng: random.Random) -> bool:
-    found = _leader(cc, rng)
-    if found:
-        cc.kill9(found[1])
-    return bool(found)
+def _on_leader(act: Callable[[ChaosCluster, str], None]) -> Fault:
+    """A fault that does ``act`` to a shard's leader (none: no fault this time)."""
+    def fault(cc: ChaosCluster, rng: random.Random) -> bool:
+        found = _leader(cc, rng)
+        if found:
+            act(cc, found[1])
+        return bool(found)
+    return fault
 
 
-def _kill_follower(cc: ChaosCluster, rng: random.Random) -> bool:
-    found = _leader(cc, rng)
-    if not found:
-        return False
-    followers = [n for n in cc.replicas(found[0]) if n != found[1]]
-    cc.kill9(rng.choice(followers))
-    return True
+def _on_follower(act: Callable[[ChaosCluster, str], None]) -> Fault:
+    """A fault that does ``act`` to a follower of a shard that has a leader."""
+    def fault(cc: ChaosCluster, rng: random.Random) -> bool:
+        found = _leader(cc, rng)
+        if found:
+            act(cc, rng.choice([n for n in cc.replicas(found[0]) if n != found[1]]))
+        return bool(found)
+    return fault
 
 
 def _kill_all(cc: ChaosCluster, rng: random.Random) -> bool:
     for node_id in cc.node_ids:
         cc.kill9(node_id)
     return True
-
-
-def _pause_leader(cc: ChaosCluster, rng: random.Random) -> bool:
-    found = _leader(cc, rng)
-    if found:
-        cc.pause(found[1])  # held longer than the election timeout (at most 1.2 s)
-    return bool(found)
 
 
 def _isolate_leader(cc: ChaosCluster, rng: random.Random) -> bool:
@@ -119,15 +118,6 @@ def _one_way(cc: ChaosCluster, rng: random.Random) -> bool:
     return True
 
 
-def _wipe_follower(cc: ChaosCluster, rng: random.Random) -> bool:
-    found = _leader(cc, rng)
-    if not found:
-        return False
-    followers = [n for n in cc.replicas(found[0]) if n != found[1]]
-    cc.wipe(rng.choice(followers))
-    return True
-
-
 def _kill_etcd(cc: ChaosCluster, rng: random.Random) -> bool:
     cc.kill_etcd()
     return True
@@ -163,13 +153,14 @@ def _heal_clock(cc: ChaosCluster) -> None:
 
 SCENARIOS = [
     Scenario("kill-leader", "kill -9 of a shard leader, restarted 3 s later",
-             _repeat(_kill_leader, gap_s=4, hold_s=3, heal=_heal_all)),
+             _repeat(_on_leader(ChaosCluster.kill9), gap_s=4, hold_s=3, heal=_heal_all)),
     Scenario("kill-follower", "kill -9 of a follower, restarted 3 s later",
-             _repeat(_kill_follower, gap_s=4, hold_s=3, heal=_heal_all)),
+             _repeat(_on_follower(ChaosCluster.kill9), gap_s=4, hold_s=3, heal=_heal_all)),
     Scenario("kill-all", "kill -9 of every node at once, all restarted",
              _repeat(_kill_all, gap_s=6, hold_s=1, heal=_heal_all)),
-    Scenario("pause-leader", "SIGSTOP of a leader for 3 s (past the election timeout), "
-             "then SIGCONT", _repeat(_pause_leader, gap_s=4, hold_s=3, heal=_heal_all)),
+    Scenario("pause-leader", "SIGSTOP of a leader for 3 s (past the 1.2 s election timeout), "
+             "then SIGCONT",
+             _repeat(_on_leader(ChaosCluster.pause), gap_s=4, hold_s=3, heal=_heal_all)),
     Scenario("partition-leader", "the leader cut off from its followers for 10 s, clients "
              "still reaching it", _repeat(_isolate_leader, gap_s=4, hold_s=10, heal=_heal_all)),
     Scenario("partition-halves", "the nodes split in two, a leader in the smaller half, for "
@@ -177,7 +168,7 @@ SCENARIOS = [
     Scenario("partition-one-way", "packets from the leader to its followers lost for 10 s",
              _repeat(_one_way, gap_s=4, hold_s=10, heal=_heal_all)),
     Scenario("wipe-follower", "a follower's data directory wiped, the node restarted",
-             _repeat(_wipe_follower, gap_s=5, hold_s=3, heal=_heal_all)),
+             _repeat(_on_follower(ChaosCluster.wipe), gap_s=5, hold_s=3, heal=_heal_all)),
     Scenario("kill-etcd", "etcd killed with -9 for 5 s, then restarted",
              _repeat(_kill_etcd, gap_s=4, hold_s=5, heal=_heal_all)),
     Scenario("kill-gateway", "the gateway killed with -9, restarted 1 s later",
