@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqsq.cli.localprocs import free_port, wait_for_port
+from sqsq.cli.localprocs import free_port, terminate, wait_for_port
 
 __all__ = ["DOORS", "REPO", "ServerProcess", "free_port", "wait_for_port"]
 
@@ -56,14 +56,7 @@ class ServerProcess:
     def stop(self) -> int:
         """SIGTERM and wait: a clean shutdown."""
         assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return terminate(self.proc, 15.0)
 
     def kill9(self) -> None:
         """kill -9: no chance to flush anything."""

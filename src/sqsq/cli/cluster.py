@@ -27,7 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqsq.cli.localprocs import EtcdProcess, Wrap, free_port, free_port_range, wait_for_port
+from sqsq.cli.localprocs import (
+    EtcdProcess,
+    Wrap,
+    free_port,
+    free_port_range,
+    terminate,
+    wait_for_port,
+)
 
 READY_TIMEOUT_S = 90.0
 LOOPBACK = "127.0.0.1"
@@ -195,14 +202,8 @@ class LocalCluster:
             proc.wait()
 
     def terminate(self, proc: subprocess.Popen | None, timeout_s: float = 20.0) -> None:
-        if proc is None or proc.poll() is not None:
-            return
-        os.kill(proc.pid, signal.SIGCONT)  # a stopped process cannot act on SIGTERM
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill9(proc)
+        if proc is not None:
+            terminate(proc, timeout_s)
 
     def stop(self) -> None:
         """Every process this cluster started, by pid: gateway, nodes, etcd."""

@@ -136,6 +136,20 @@ ETCD_MISSING = (
 )
 
 
+def terminate(proc: subprocess.Popen, timeout_s: float) -> int:
+    """Stop ``proc`` by its pid: SIGTERM (after SIGCONT: a stopped process cannot act on
+    it), then SIGKILL if it has not gone within ``timeout_s``; its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 def etcd_binary() -> str:
     path = shutil.which("etcd")
     if path is None:
@@ -196,14 +210,7 @@ class EtcdProcess:
     def stop(self) -> int:
         """SIGTERM, then SIGKILL if it does not go within 10 s."""
         assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return terminate(self.proc, 10.0)
 
 
 def _probe_main(argv: list[str]) -> int:
