@@ -38,6 +38,7 @@ from sqsq.cli.localprocs import (
 
 READY_TIMEOUT_S = 90.0
 LOOPBACK = "127.0.0.1"
+SEED_FILE = "restore-seed.json"  # `sqsq restore --cluster-dir`: records for the new etcd
 
 
 class Placement(Protocol):
@@ -161,6 +162,7 @@ class LocalCluster:
         """Everything, then wait until every shard has a leader; writes cluster.json."""
         try:
             self.etcd.start()
+            self.load_seed()
             for node in self.nodes:
                 self.start_node(node)
             self.wait_ready(timeout_s)
@@ -170,6 +172,32 @@ class LocalCluster:
             raise
         self.write_json()
         return self
+
+    def load_seed(self) -> None:
+        """A restored cluster's partition map (``sqsq restore --cluster-dir``): its shard
+        records (the nodes holding each restored replica) and queue records, written into
+        the new etcd once, before the first node starts; then renamed ``*.loaded``."""
+        path = self.root / SEED_FILE
+        if not path.exists():
+            return
+        seed = json.loads(path.read_text())
+        if seed["shards"] != self.shards:
+            raise OSError(f"{path}: the restored cluster has {seed['shards']} shards, not "
+                          f"{self.shards}: start it with --shards {seed['shards']}")
+        from sqsq.control.etcd import CasConflict, Etcd
+
+        async def put() -> None:
+            async with Etcd(self.etcd.endpoint, retry_for_s=10.0) as etcd:
+                for record in seed["records"]:
+                    value = json.dumps(record["value"], separators=(",", ":"),
+                                       sort_keys=True).encode()
+                    try:  # create-only: a seed loaded before (then interrupted) is kept
+                        await etcd.compare_and_put(record["key"], value, 0)
+                    except CasConflict:
+                        pass
+
+        asyncio.run(put())
+        os.replace(path, path.with_name(SEED_FILE + ".loaded"))
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict[str, Any]:
         """The status once every shard exists and has a live leader (``OSError`` if not

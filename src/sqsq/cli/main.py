@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from sqsq.cli import backup as backup_cli
 from sqsq.cli import cluster as cluster_cli
 from sqsq.cli import export as export_cli
 from sqsq.client import Client, Message
@@ -273,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     export_cli.add_parser(sub)
+    backup_cli.add_parser(sub)
     cluster_cli.add_parser(sub)
 
     p = sub.add_parser("server", help="run a single-node server")

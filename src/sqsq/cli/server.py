@@ -188,7 +188,7 @@ async def run_cluster_node(
         members = agent.map.snapshot.members.values() if agent.map is not None else ()
         return next((m.grpc_address for m in members if m.raft_for(shard_id) == raft), None)
 
-    admin = AdminService(engines, root / "snapshots")
+    admin = AdminService(engines, root / "snapshots", cluster_node=True)
     fronts = await start_fronts(
         None, auth, host, grpc_port, None,
         lambda server: admin_pb2_grpc.add_AdminServicer_to_server(admin, server),

@@ -10,6 +10,11 @@
   node that was, for the last ``MAX_REMEMBERED`` checkpoints; a gateway restarted in between
   has forgotten, and the checkpoint stays on the node's disk (under its ``snapshots/``).
 
+- **ReadSnapshot** (``sqsq backup``) streams a checkpoint's files from the node that made it,
+  through the gateway, so a backup needs no access to the nodes' disks.
+- **ReadPartitionMap** answers the shard and queue records of the partition map this gateway
+  follows (a restore recreates them in the new cluster's etcd).
+
 A checkpoint is a directory on its node's disk, and the exporter reads it from the path it is
 given: ``sqsq export --endpoint GATEWAY`` works where the nodes' data directories are visible
 at the same paths (one machine, as ``sqsq cluster up`` runs it, or a shared filesystem).
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 
 import grpc
 import grpc.aio
@@ -27,8 +33,9 @@ import grpc.aio
 from sqsq.api import SHARD_METADATA_KEY
 from sqsq.client import _auth, _call
 from sqsq.client.aio import open_stub
+from sqsq.control import keys
 from sqsq.errors import InternalError, QueueError
-from sqsq.gateway.auth import ERROR_CODE_KEY
+from sqsq.gateway.auth import ERROR_CODE_KEY, GRPC_METADATA_KEY, grpc_token
 from sqsq.gateway.routing import ShardCaller
 from sqsq.v1 import admin_pb2 as pb
 from sqsq.v1 import admin_pb2_grpc as pb_grpc
@@ -133,3 +140,34 @@ class ClusterAdmin(pb_grpc.AdminServicer):
             await context.abort(err.code(), f"{node}: {err.details()}")
         self._made.pop(request.path, None)
         return pb.DeleteSnapshotResponse()
+
+    async def ReadSnapshot(  # noqa: N802 (gRPC method name)
+        self, request: pb.ReadSnapshotRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.SnapshotChunk]:
+        node = self._made.get(request.path)
+        if node is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND,
+                                f"not a snapshot this gateway made: {request.path}")
+        # no deadline: a large checkpoint takes as long as it takes to stream. Signed here:
+        # the channel's token interceptor signs unary calls only.
+        method = "/sqsq.v1.Admin/ReadSnapshot"
+        metadata = ((GRPC_METADATA_KEY, grpc_token(*self._creds, method)),) if self._creds \
+            else None
+        stream = self._stub(node).ReadSnapshot(request, metadata=metadata)
+        try:
+            async for chunk in stream:
+                yield chunk
+        except grpc.RpcError as err:
+            await context.abort(err.code(), f"{node}: {err.details()}")
+        finally:
+            stream.cancel()
+
+    async def ReadPartitionMap(  # noqa: N802 (gRPC method name)
+        self, request: pb.ReadPartitionMapRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReadPartitionMapResponse:
+        snapshot = self.caller.map.snapshot
+        records = [pb.MapRecord(key=keys.shard_key(s.shard_id), value=keys.encode(s))
+                   for s in sorted(snapshot.shards.values(), key=lambda s: s.shard_id)]
+        records += [pb.MapRecord(key=keys.queue_key(q.name), value=keys.encode(q))
+                    for q in sorted(snapshot.queues.values(), key=lambda q: q.name)]
+        return pb.ReadPartitionMapResponse(cluster=True, records=records)

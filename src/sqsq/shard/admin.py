@@ -10,6 +10,12 @@ the request arrived, committed and applied here): a follower's state can lag, an
 leader's can miss what the new one acknowledged. A replica that does not lead answers
 NotLeader with the leader's address when it knows it, as the shard service does, so the
 gateway's Admin (``sqsq.gateway.admin``) finds the leader the way it routes any call.
+
+For backups (``sqsq backup``), ``ReadSnapshot`` streams a snapshot's files to the caller (and,
+when asked, the receipt-handle secret: a restore must sign and check handles with the same
+key). The Admin service sits behind the same credentials as the queue API; without any, a
+caller who reaches the port can already read and delete every message. ``ReplicaStatus``
+reports each hosted replica's Raft progress (a rolling restart waits on it).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 
 import grpc
@@ -32,6 +38,7 @@ from sqsq.v1 import admin_pb2 as pb
 from sqsq.v1 import admin_pb2_grpc as pb_grpc
 
 Engines = Mapping[int, ShardEngine] | Callable[[], Mapping[int, ShardEngine]]
+CHUNK_BYTES = 1 << 20  # one ReadSnapshot message's data (gRPC's default limit is 4 MiB)
 
 
 def checkpoint_meta(path: Path) -> records.Meta:
@@ -62,9 +69,11 @@ class AdminService(pb_grpc.AdminServicer):
     for nodes whose shards come and go). A request naming no shard snapshots every shard this
     process leads."""
 
-    def __init__(self, engines: Engines, snapshot_root: Path | str) -> None:
+    def __init__(self, engines: Engines, snapshot_root: Path | str, *,
+                 cluster_node: bool = False) -> None:
         self._engines = engines
         self.snapshot_root = Path(snapshot_root).resolve()
+        self.cluster_node = cluster_node  # a node of a cluster: its gateway backs it up
 
     def _current(self) -> Mapping[int, ShardEngine]:
         return self._engines() if callable(self._engines) else self._engines
@@ -106,14 +115,19 @@ class AdminService(pb_grpc.AdminServicer):
             raise
         return pb.CreateSnapshotResponse(snapshots=out)
 
+    async def _own_snapshot(self, raw: str, context: grpc.aio.ServicerContext) -> Path:
+        """``raw`` resolved, if it is what CreateSnapshot made: a shard-N entry under our
+        root (never anything else on this machine)."""
+        path = Path(raw).resolve()
+        if self.snapshot_root not in path.parents or not path.name.startswith("shard-"):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"not a snapshot of this server: {raw}")
+        return path
+
     async def DeleteSnapshot(  # noqa: N802 (gRPC method name)
         self, request: pb.DeleteSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteSnapshotResponse:
-        path = Path(request.path).resolve()
-        # only ever delete what CreateSnapshot made: a shard-N entry under our root
-        if self.snapshot_root not in path.parents or not path.name.startswith("shard-"):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"not a snapshot of this server: {request.path}")
+        path = await self._own_snapshot(request.path, context)
         if path.is_dir():
             await asyncio.to_thread(shutil.rmtree, path)
         elif path.exists():
@@ -122,6 +136,60 @@ class AdminService(pb_grpc.AdminServicer):
         if parent != self.snapshot_root and parent.exists() and not any(parent.iterdir()):
             parent.rmdir()
         return pb.DeleteSnapshotResponse()
+
+    async def ReadSnapshot(  # noqa: N802 (gRPC method name)
+        self, request: pb.ReadSnapshotRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.SnapshotChunk]:
+        path = await self._own_snapshot(request.path, context)
+        if not path.exists():
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no such snapshot: {request.path}")
+        if request.include_secret:
+            engines = self._current()
+            if not engines:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "no shard is open here yet")
+            yield pb.SnapshotChunk(secret=next(iter(engines.values())).config.secret)
+        for name, file in await asyncio.to_thread(_snapshot_files, path):
+            size = file.stat().st_size
+            with file.open("rb") as f:
+                offset = 0
+                while True:
+                    data = await asyncio.to_thread(f.read, CHUNK_BYTES)
+                    if offset and not data:
+                        break
+                    yield pb.SnapshotChunk(name=name, offset=offset, data=data, size=size)
+                    offset += len(data)
+                    if len(data) < CHUNK_BYTES:
+                        break
+
+    async def ReadPartitionMap(  # noqa: N802 (gRPC method name)
+        self, request: pb.ReadPartitionMapRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReadPartitionMapResponse:
+        if self.cluster_node:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                "this is a node of a cluster: back the cluster up through "
+                                "its gateway, which knows every shard and the partition map")
+        return pb.ReadPartitionMapResponse(cluster=False)
+
+    async def ReplicaStatus(  # noqa: N802 (gRPC method name)
+        self, request: pb.ReplicaStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReplicaStatusResponse:
+        out = []
+        for shard_id, engine in sorted(self._current().items()):
+            replica = engine.replica
+            out.append(pb.ReplicaState(
+                shard_id=shard_id, leader=replica.is_leader(), term=replica.raftCurrentTerm,
+                commit_index=replica.raftCommitIndex, applied_index=replica.raftLastApplied,
+                leader_raft=replica.leader_address() or ""))
+        return pb.ReplicaStatusResponse(replicas=out)
+
+
+def _snapshot_files(path: Path) -> list[tuple[str, Path]]:
+    """(name relative to ``path``, file) for each regular file of a snapshot, sorted; a
+    snapshot that is one file (a MemoryStore's) is that file, named after itself."""
+    if path.is_file():
+        return [(path.name, path)]
+    return sorted((str(f.relative_to(path)), f) for f in path.rglob("*")
+                  if f.is_file() and not f.is_symlink())
 
 
 async def _abort(context: grpc.aio.ServicerContext, rejection: Rejection) -> None:
