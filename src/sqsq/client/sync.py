@@ -10,6 +10,8 @@ from typing import Any
 import grpc
 
 from sqsq.client import _auth, _call, _ops
+from sqsq.client.batching import Batcher, BatchSettings, resolve
+from sqsq.client.prefetch import Prefetcher
 from sqsq.client.types import BatchResult, Message, MessageAttributes, SendResult
 from sqsq.v1 import queues_pb2_grpc
 
@@ -24,17 +26,26 @@ class Client:
     ``SQSQ_SECRET_ACCESS_KEY``, if both are set) signs every call for a server with auth on.
     ``region`` (default: env ``SQSQ_REGION``, else the server's) is the region whose queues
     the calls address: the same name in two regions is two queues.
+
+    ``batching`` (default on) coalesces concurrent ``send_message``, ``delete_message`` and
+    ``change_message_visibility`` calls to one queue into batch calls; a lone call still
+    goes out at once, and each caller gets its own result or error (``sqsq.client.batching``).
+    Pass a ``BatchSettings(max_entries=..., max_bytes=..., max_in_flight=...)`` to tune it,
+    or ``batching=False`` for one RPC per call.
     """
 
     def __init__(
         self, endpoint: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT,
         credentials: tuple[str, str] | None = None, region: str | None = None,
+        batching: BatchSettings | bool | None = True,
     ):
         self.route = _call.Route(endpoint)
         self.timeout = timeout
         self.region = region or os.environ.get("SQSQ_REGION") or None
         self._creds = _auth.resolve(credentials)
         self._stubs: dict[str, tuple[grpc.Channel, queues_pb2_grpc.QueuesStub]] = {}
+        settings = resolve(batching)
+        self._batcher = Batcher(self._run, settings) if settings else None
 
     @property
     def target(self) -> str:
@@ -80,6 +91,12 @@ class Client:
                     raise error from None
                 attempt += 1
                 time.sleep(delay)
+
+    def _batched(self, queue: str, call: _call.Call) -> Any:
+        """A single-message call, coalesced with concurrent ones when batching is on."""
+        if self._batcher is None:
+            return self._run(call)
+        return self._batcher.call(queue, call)
 
     # -- queues ----------------------------------------------------------------------------
 
@@ -160,8 +177,10 @@ class Client:
         message_deduplication_id: str | None = None,
         message_system_attributes: MessageAttributes | None = None,
     ) -> SendResult:
-        """Send one message; retried on UNAVAILABLE with one request id (never duplicated)."""
-        return self._run(
+        """Send one message; retried on UNAVAILABLE with one request id (never duplicated).
+        Batched with concurrent sends to the queue (see ``batching``)."""
+        return self._batched(
+            queue,
             _ops.send_message(
                 queue, message_body, delay_seconds, message_attributes, message_group_id,
                 message_deduplication_id, message_system_attributes,
@@ -196,7 +215,7 @@ class Client:
 
     def delete_message(self, queue: str, receipt_handle: str) -> None:
         """Delete a received message by its latest receipt handle."""
-        self._run(_ops.delete_message(queue, receipt_handle))
+        self._batched(queue, _ops.delete_message(queue, receipt_handle))
 
     def delete_message_batch(
         self, queue: str, entries: Iterable[Mapping[str, Any]]
@@ -208,13 +227,24 @@ class Client:
         self, queue: str, receipt_handle: str, visibility_timeout: int
     ) -> None:
         """Set a received message's remaining visibility timeout (0: visible now)."""
-        self._run(_ops.change_message_visibility(queue, receipt_handle, visibility_timeout))
+        self._batched(queue, _ops.change_message_visibility(queue, receipt_handle,
+                                                             visibility_timeout))
 
     def change_message_visibility_batch(
         self, queue: str, entries: Iterable[Mapping[str, Any]]
     ) -> BatchResult:
         """Change up to 10 entries ``{"Id", "ReceiptHandle", "VisibilityTimeout"}``."""
         return self._run(_ops.change_message_visibility_batch(queue, entries))
+
+    def prefetcher(self, queue: str, buffer: int = 10, *,
+                   visibility_timeout: int | None = None, **options: Any) -> Prefetcher:
+        """A consumer that receives up to ``buffer`` messages ahead and hands them out one by
+        one, never one whose visibility timeout (``visibility_timeout``, else the queue's) is
+        about to run out; ``close()`` releases what it still holds. Options:
+        ``wait_time_seconds``, ``safety_margin_s``, ``attribute_names``,
+        ``message_attribute_names`` (see ``sqsq.client.prefetch``)."""
+        return Prefetcher(self, queue, buffer=buffer,
+                          visibility_timeout=visibility_timeout, **options)
 
     # -- dead-letter redrive ---------------------------------------------------------------
 

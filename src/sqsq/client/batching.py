@@ -1,0 +1,400 @@
+"""Automatic batching of the single-message calls: ``send_message``, ``delete_message`` and
+``change_message_visibility`` (as the AWS SDK for Java's ``SqsAsyncBatchManager`` does).
+
+Coalescing is by backpressure, with no timer: a call that finds a free slot (fewer than
+``max_in_flight`` calls of its action in flight to its queue) goes out at once, as the
+single-message RPC it would be without batching. A call that finds every slot busy waits;
+the next slot to free takes the waiting calls, in call order, as one batch call of at most
+``max_entries`` entries and ``max_bytes`` of payload. So a lone call pays nothing, and batches
+grow with load. Each caller gets its own result or its own error: a failed batch entry is
+that caller's ``QueueError`` with the entry's SQS code; a failed batch call fails every
+caller in it.
+
+Order: entries go in call order, and a FIFO queue's sends keep one call in flight, so each
+message group keeps the order of its calls. Idempotency: a batch send carries one request id
+for all its attempts, and the server answers a retried entry with the first result, as for a
+single send. A call that cannot legally share a batch (a message bigger than ``max_bytes``)
+goes alone, as the single RPC, and gets the same error a single call gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqsq.client import _ops
+from sqsq.client._call import Call
+from sqsq.client.types import BatchResult, SendResult
+from sqsq.errors import InternalError, QueueError, error_for
+from sqsq.v1 import queues_pb2 as pb
+
+SQS_MAX_ENTRIES = 10
+SQS_MAX_BATCH_BYTES = 1_048_576  # a batch's payload, as for one message (SQS since 2025)
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """How the single-message calls are coalesced (``Client(..., batching=BatchSettings())``).
+
+    ``max_entries``: entries per batch call (1-10). ``max_bytes``: payload per batch call
+    (message bodies and attributes, as SQS counts them); a bigger message goes alone.
+    ``max_in_flight``: calls of one action to one queue in flight before later calls wait to
+    be batched (a FIFO queue's sends always use 1, to keep each group's order).
+    """
+
+    max_entries: int = SQS_MAX_ENTRIES
+    max_bytes: int = SQS_MAX_BATCH_BYTES
+    max_in_flight: int = 4
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_entries <= SQS_MAX_ENTRIES:
+            raise ValueError(f"max_entries must be between 1 and {SQS_MAX_ENTRIES}")
+        if not 1 <= self.max_bytes <= SQS_MAX_BATCH_BYTES:
+            raise ValueError(f"max_bytes must be between 1 and {SQS_MAX_BATCH_BYTES}")
+        if self.max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
+
+
+def resolve(batching: BatchSettings | bool | None) -> BatchSettings | None:
+    """A client's ``batching`` argument: True (the defaults), a ``BatchSettings``, or
+    False / None (off: every call is its own RPC)."""
+    if batching is True:
+        return BatchSettings()
+    if batching is False or batching is None:
+        return None
+    if isinstance(batching, BatchSettings):
+        return batching
+    raise TypeError(f"batching must be a BatchSettings, True, False or None, not {batching!r}")
+
+
+# -- turning single calls into one batch call ----------------------------------------------
+
+
+def _send_entry(i: int, req: pb.SendMessageRequest) -> pb.SendMessageBatchEntry:
+    entry = pb.SendMessageBatchEntry(id=str(i), message_body=req.message_body,
+                                     message_attributes=dict(req.message_attributes))
+    for name in ("delay_seconds", "message_group_id", "message_deduplication_id",
+                 "aws_trace_header"):
+        if req.HasField(name):
+            setattr(entry, name, getattr(req, name))
+    return entry
+
+
+def _send_batch(queue_url: str, reqs: list[Any]) -> Call:
+    # One request id for every attempt of this batch: a retry is answered, entry by entry,
+    # with the first result (the server keys it by request id and entry id).
+    req = pb.SendMessageBatchRequest(queue_url=queue_url, request_id=uuid.uuid4().hex,
+                                     entries=[_send_entry(i, r) for i, r in enumerate(reqs)])
+    return Call("SendMessageBatch", req, _ops._parse_send_batch, retry=True)
+
+
+def _delete_batch(queue_url: str, reqs: list[Any]) -> Call:
+    req = pb.DeleteMessageBatchRequest(queue_url=queue_url, entries=[
+        pb.DeleteMessageBatchEntry(id=str(i), receipt_handle=r.receipt_handle)
+        for i, r in enumerate(reqs)])
+    return Call("DeleteMessageBatch", req, _ops._parse_batch)
+
+
+def _change_batch(queue_url: str, reqs: list[Any]) -> Call:
+    req = pb.ChangeMessageVisibilityBatchRequest(queue_url=queue_url, entries=[
+        pb.ChangeMessageVisibilityBatchEntry(id=str(i), receipt_handle=r.receipt_handle,
+                                             visibility_timeout=r.visibility_timeout)
+        for i, r in enumerate(reqs)])
+    return Call("ChangeMessageVisibilityBatch", req, _ops._parse_batch)
+
+
+def _sent(entry: Any) -> SendResult:
+    return SendResult(entry.message_id, entry.md5_of_message_body,
+                      entry.md5_of_message_attributes, entry.sequence_number,
+                      entry.md5_of_message_system_attributes)
+
+
+def _nothing(_entry: Any) -> None:
+    return None
+
+
+# single method -> (its batch call, a successful batch entry as the single call's result)
+_BATCHED: dict[str, tuple[Callable[[str, list[Any]], Call], Callable[[Any], Any]]] = {
+    "SendMessage": (_send_batch, _sent),
+    "DeleteMessage": (_delete_batch, _nothing),
+    "ChangeMessageVisibility": (_change_batch, _nothing),
+}
+
+
+def batchable(call: Call) -> bool:
+    """Whether ``call`` is one of the single-message calls that batching coalesces."""
+    return call.method in _BATCHED
+
+
+def payload_bytes(call: Call) -> int:
+    """A send's size as SQS counts it (UTF-8 body, each attribute's name, type and value);
+    0 for the calls that carry no message."""
+    if call.method != "SendMessage":
+        return 0
+    req = call.request
+    size = len(req.message_body.encode("utf-8"))
+    for name, value in req.message_attributes.items():
+        size += len(name.encode("utf-8")) + len(value.data_type.encode("utf-8"))
+        size += len(value.string_value.encode("utf-8")) + len(value.binary_value)
+    return size
+
+
+Outcome = tuple[Any, BaseException | None]  # (result, error): one caller's
+
+
+def _batch_call(batch: list[_Waiter]) -> Call:
+    first = batch[0].call
+    make, _ = _BATCHED[first.method]
+    return make(first.request.queue_url, [w.call.request for w in batch])
+
+
+def _settle(batch: list[_Waiter], result: BatchResult) -> list[Outcome]:
+    """Each entry's outcome to its caller: its result, or its failure as a ``QueueError``."""
+    _, as_result = _BATCHED[batch[0].call.method]
+    ok = {e.id: e for e in result.successful}
+    failed = {f.id: f for f in result.failed}
+    out: list[Outcome] = []
+    for i in range(len(batch)):
+        key = str(i)
+        if key in ok:
+            out.append((as_result(ok[key]), None))
+        elif key in failed:
+            out.append((None, error_for(failed[key].code, failed[key].message)))
+        else:
+            out.append((None, InternalError(f"the batch reply has no entry {key}")))
+    return out
+
+
+def _fail_all(batch: list[_Waiter], err: BaseException) -> list[Outcome]:
+    """A failed batch call fails each of its callers, each with an exception of its own (the
+    first caller's is the original)."""
+    out: list[Outcome] = [(None, err)]
+    for _ in batch[1:]:
+        if isinstance(err, QueueError):
+            other: BaseException = error_for(err.code, err.message)
+        elif isinstance(err, asyncio.CancelledError):
+            other = err
+        else:  # not an SQS error (a bug, an interrupt): an InternalError that says which
+            other = InternalError(f"the batch call failed: {err!r}")
+            other.__cause__ = err
+        out.append((None, other))
+    return out
+
+
+# -- who sends what, when ------------------------------------------------------------------
+
+
+class _Waiter:
+    """One caller's call while it waits to be sent."""
+
+    __slots__ = ("call", "size", "batch", "value", "error", "done", "future")
+
+    def __init__(self, call: Call, size: int) -> None:
+        self.call = call
+        self.size = size
+        self.batch: list[_Waiter] | None = None  # (sync) set when this caller must send it
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.done: threading.Event | None = None
+        self.future: asyncio.Future | None = None
+
+
+class _Lane:
+    """The calls of one action to one queue: those waiting, and how many are in flight."""
+
+    __slots__ = ("pending", "in_flight", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.pending: deque[_Waiter] = deque()
+        self.in_flight = 0
+        self.limit = limit
+
+    @property
+    def idle(self) -> bool:
+        return not self.in_flight and not self.pending
+
+    def start(self, settings: BatchSettings) -> list[list[_Waiter]]:
+        """Take the batches that may go now: waiting calls, in order, while a slot is free."""
+        started = []
+        while self.pending and self.in_flight < self.limit:
+            started.append(self._take(settings))
+            self.in_flight += 1
+        return started
+
+    def _take(self, settings: BatchSettings) -> list[_Waiter]:
+        first = self.pending.popleft()
+        batch = [first]
+        if first.size > settings.max_bytes:
+            return batch  # alone: the single RPC answers it as it answers any such message
+        size = first.size
+        while self.pending and len(batch) < settings.max_entries:
+            nxt = self.pending[0]
+            if size + nxt.size > settings.max_bytes:
+                break
+            batch.append(self.pending.popleft())
+            size += nxt.size
+        return batch
+
+
+def _lane_key(queue: str, call: Call) -> tuple[str, str]:
+    return call.method, queue
+
+
+def _limit(settings: BatchSettings, queue: str, call: Call) -> int:
+    # Two sends in flight to a FIFO queue could overtake each other within a group.
+    if call.method == "SendMessage" and queue.endswith(".fifo"):
+        return 1
+    return settings.max_in_flight
+
+
+class Batcher:
+    """Batching for the blocking ``Client``: ``call(queue, call)`` from any thread.
+
+    The thread whose call finds a free slot sends it; a waiting call is sent by the thread of
+    the first caller in its batch, woken when a slot frees (so no thread works for others
+    beyond the one RPC that also carries its own entry)."""
+
+    def __init__(self, run: Callable[[Call], Any], settings: BatchSettings) -> None:
+        self._run = run
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._lanes: dict[tuple[str, str], _Lane] = {}
+
+    def waiting(self) -> int:
+        """How many calls wait for a slot (all queues)."""
+        with self._lock:
+            return sum(len(lane.pending) for lane in self._lanes.values())
+
+    def call(self, queue: str, call: Call) -> Any:
+        """Make ``call`` (a single-message call), alone or in a batch; its own result."""
+        me = _Waiter(call, payload_bytes(call))
+        me.done = threading.Event()
+        key = _lane_key(queue, call)
+        with self._lock:
+            lane = self._lanes.get(key)
+            if lane is None:
+                lane = self._lanes[key] = _Lane(_limit(self.settings, queue, call))
+            lane.pending.append(me)
+            started = lane.start(self.settings)
+        _lead(started)
+        me.done.wait()
+        if me.batch is not None:
+            self._send(key, lane, me.batch)
+        if me.error is not None:
+            raise me.error
+        return me.value
+
+    def _send(self, key: tuple[str, str], lane: _Lane, batch: list[_Waiter]) -> None:
+        try:
+            if len(batch) == 1:
+                outcomes: list[Outcome] = [(self._run(batch[0].call), None)]
+            else:
+                outcomes = _settle(batch, self._run(_batch_call(batch)))
+        except BaseException as err:  # every caller gets it, the sender too
+            outcomes = _fail_all(batch, err)
+        for w, (value, error) in zip(batch, outcomes, strict=True):
+            w.value, w.error = value, error
+            if w is not batch[0]:
+                assert w.done is not None
+                w.done.set()
+        with self._lock:
+            lane.in_flight -= 1
+            started = lane.start(self.settings)
+            if lane.idle:
+                del self._lanes[key]
+        _lead(started)
+
+
+def _lead(started: list[list[_Waiter]]) -> None:
+    """Wake each new batch's first caller to send it."""
+    for batch in started:
+        batch[0].batch = batch
+        assert batch[0].done is not None
+        batch[0].done.set()
+
+
+class AsyncBatcher:
+    """Batching for ``AsyncClient``: ``await call(queue, call)`` on the client's loop.
+
+    A call that finds a free slot is made in the caller's own task, at once; batches of
+    waiting calls are sent by tasks of their own, so a caller that is cancelled while it
+    waits leaves the others' batch alone (and its own entry, if not sent yet, is dropped)."""
+
+    def __init__(self, run: Callable[[Call], Awaitable[Any]], settings: BatchSettings) -> None:
+        self._run = run
+        self.settings = settings
+        self._lanes: dict[tuple[str, str], _Lane] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    def waiting(self) -> int:
+        """How many calls wait for a slot (all queues)."""
+        return sum(len(lane.pending) for lane in self._lanes.values())
+
+    async def call(self, queue: str, call: Call) -> Any:
+        """Make ``call`` (a single-message call), alone or in a batch; its own result."""
+        me = _Waiter(call, payload_bytes(call))
+        me.future = asyncio.get_running_loop().create_future()
+        key = _lane_key(queue, call)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane(_limit(self.settings, queue, call))
+        lane.pending.append(me)
+        started = lane.start(self.settings)
+        if started and started[0] == [me]:  # nothing was waiting: send it now, from here
+            try:
+                return await self._run(call)
+            finally:
+                self._release(key, lane)
+        self._spawn(key, lane, started)
+        try:
+            return await me.future
+        except asyncio.CancelledError:
+            if me in lane.pending:
+                lane.pending.remove(me)
+                if lane.idle:
+                    self._lanes.pop(key, None)
+            raise
+
+    def _spawn(self, key: tuple[str, str], lane: _Lane, started: list[list[_Waiter]]) -> None:
+        for batch in started:
+            task = asyncio.ensure_future(self._send(key, lane, batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _release(self, key: tuple[str, str], lane: _Lane) -> None:
+        lane.in_flight -= 1
+        self._spawn(key, lane, lane.start(self.settings))
+        if lane.idle and self._lanes.get(key) is lane:
+            del self._lanes[key]
+
+    async def _send(self, key: tuple[str, str], lane: _Lane, batch: list[_Waiter]) -> None:
+        try:
+            if len(batch) == 1:
+                outcomes: list[Outcome] = [(await self._run(batch[0].call), None)]
+            else:
+                outcomes = _settle(batch, await self._run(_batch_call(batch)))
+        except BaseException as err:  # its callers get it (cancelled: the loop ends)
+            outcomes = _fail_all(batch, err)
+        finally:
+            self._release(key, lane)
+        for w, (value, error) in zip(batch, outcomes, strict=True):
+            fut = w.future
+            assert fut is not None
+            if fut.done():  # its caller was cancelled
+                continue
+            if isinstance(error, asyncio.CancelledError):
+                fut.cancel()
+            elif error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(value)
+
+    async def wait_idle(self) -> None:
+        """Wait for the batch calls under way (before the channels close)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
