@@ -53,12 +53,14 @@ def _fifo_fields(group: str | None) -> dict[str, str]:
 
 
 class SqsqGrpcDriver(Driver):
-    """sqsq's own SDK (``AsyncClient``, gRPC)."""
+    """sqsq's own SDK (``AsyncClient``, gRPC), with its automatic batching of single-message
+    calls unless the spec says ``"batching": False``."""
 
     async def open(self) -> None:
         from sqsq.client import AsyncClient
 
-        self.client = AsyncClient(self.spec["endpoint"], timeout=60.0)
+        self.client = AsyncClient(self.spec["endpoint"], timeout=60.0,
+                                  batching=self.spec.get("batching", True))
         await self.client.list_queues(max_results=1)  # connect before the clock starts
 
     async def close(self) -> None:

@@ -54,14 +54,17 @@ def _pkg_version(name: str) -> str:
 
 class SqsqServer(System):
     """``sqsq server`` (single node, one shard, fsync on), or an already running one; with
-    ``via="gateway"`` the clients reach it through a ``sqsq gateway`` process (gRPC)."""
+    ``via="gateway"`` the clients reach it through a ``sqsq gateway`` process (gRPC). With
+    ``batching=False`` the SDK makes one RPC per single-message call."""
 
     durability = "WAL fdatasync covering each group commit before any of its replies"
 
-    def __init__(self, via: str = "grpc", endpoint: str | None = None) -> None:
+    def __init__(self, via: str = "grpc", endpoint: str | None = None,
+                 batching: bool = True) -> None:
         super().__init__()
         self.via = via
         self.endpoint = endpoint
+        self.batching = batching
 
     def version(self) -> str:
         return _pkg_version("sqsq")
@@ -84,7 +87,7 @@ class SqsqServer(System):
                 _wait_http(hport, proc, 5.0)
         if self.via == "http":
             return {"kind": "boto3", "url": http_url}
-        return {"kind": "sqsq-grpc", "endpoint": grpc_target}
+        return {"kind": "sqsq-grpc", "endpoint": grpc_target, "batching": self.batching}
 
     def _start_gateway(self, workdir: Path, backend: str) -> str:
         gport, hport = free_port(), free_port()
@@ -102,6 +105,10 @@ class SqsqR3(System):
     benchmark's SDK clients are given all three nodes and follow the leader."""
 
     durability = "Raft: entry fdatasynced on a majority of 3 before any reply"
+
+    def __init__(self, batching: bool = True) -> None:
+        super().__init__()
+        self.batching = batching
 
     def version(self) -> str:
         return _pkg_version("sqsq")
@@ -123,7 +130,8 @@ class SqsqR3(System):
             self.procs.append(proc)
         for gport, _ in nodes:
             _wait_port(gport)
-        return {"kind": "sqsq-grpc", "endpoint": ",".join(f"127.0.0.1:{g}" for g, _ in nodes)}
+        return {"kind": "sqsq-grpc", "endpoint": ",".join(f"127.0.0.1:{g}" for g, _ in nodes),
+                "batching": self.batching}
 
 
 class SqsqCluster(System):
@@ -218,9 +226,12 @@ def targets(sqsq_endpoint: str | None = None) -> dict[str, Callable[[], System]]
 
     return {
         "sqsq-grpc": lambda: SqsqServer("grpc", sqsq_endpoint),
+        # the SDK without its automatic batching: one RPC per single-message call
+        "sqsq-grpc-nobatch": lambda: SqsqServer("grpc", sqsq_endpoint, batching=False),
         "sqsq-http": lambda: SqsqServer("http", sqsq_endpoint),
         "sqsq-gateway": lambda: SqsqServer("gateway"),
         "sqsq-r3": SqsqR3,
+        "sqsq-r3-nobatch": lambda: SqsqR3(batching=False),
         "sqsq-cluster": lambda: SqsqCluster(shards=1),
         "sqsq-cluster-4": lambda: SqsqCluster(shards=4, partitions=4),
         "moto": MotoServer,
