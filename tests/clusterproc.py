@@ -24,6 +24,7 @@ class Node:
     root: Path
     grpc_port: int = field(default_factory=free_port)
     raft_port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)  # /metrics, /healthz, /readyz
     proc: subprocess.Popen | None = None
 
     @property
@@ -57,7 +58,8 @@ class Cluster:
             [sys.executable, "-m", "sqsq.cli.main", "node", "--data-dir", str(node.root),
              "--host", "127.0.0.1", "--grpc-port", str(node.grpc_port),
              "--raft-port", str(node.raft_port), "--secret-file", str(self.secret),
-             "--peers", ",".join(n.peer for n in self.nodes), *self.extra_args,
+             "--peers", ",".join(n.peer for n in self.nodes),
+             "--metrics-port", str(node.metrics_port), *self.extra_args,
              *(["--bootstrap"] if bootstrap else [])],
             stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ))
         log.close()

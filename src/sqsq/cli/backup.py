@@ -63,7 +63,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 # -- backup ----------------------------------------------------------------------------------
 
-def _channel(endpoint: str, credentials: tuple[str, str] | None) -> grpc.Channel:
+def admin_channel(endpoint: str, credentials: tuple[str, str] | None = None) -> grpc.Channel:
+    """A blocking channel for Admin calls, signed when credentials are given or in the env."""
     from sqsq.client import _auth, _call
 
     channel = grpc.insecure_channel(endpoint, options=_call.CHANNEL_OPTIONS)
@@ -81,7 +82,7 @@ def take_backup(endpoint: str, out: Path, *,
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BackupError(f"{out} exists and is not an empty directory")
     out.mkdir(parents=True, exist_ok=True)
-    with _channel(endpoint, credentials) as channel:
+    with admin_channel(endpoint, credentials) as channel:
         admin = pb_grpc.AdminStub(channel)
         try:
             made = admin.CreateSnapshot(pb.CreateSnapshotRequest(), timeout=CALL_TIMEOUT_S)

@@ -1,7 +1,8 @@
-"""``sqsq cluster up`` and ``sqsq cluster status``: a whole cluster on this machine.
+"""``sqsq cluster up``, ``status`` and ``restart``: a whole cluster on this machine.
 
     sqsq cluster up --nodes 3 --shards 4 --dir ./cluster      # etcd, 3 nodes, a gateway
     sqsq cluster status --dir ./cluster [--json]
+    sqsq cluster restart --rolling --dir ./cluster            # while `up` runs
 
 ``up`` starts etcd, the nodes and a gateway as child processes listening on 127.0.0.1, waits
 until every shard has a leader and the gateway answers, writes ``DIR/cluster.json`` (pids
@@ -11,6 +12,8 @@ process logs to ``DIR/logs/``. The tests start clusters through ``LocalCluster``
 A ``Placement`` puts each process somewhere else instead (the chaos tests: one network
 namespace per process, so links between them can be cut); ``status`` is then read by
 ``sqsq cluster status --etcd`` run on the placement's "client" host.
+
+``restart --rolling``: see ``sqsq.cli.rolling``.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from sqsq.cli import rolling
 from sqsq.cli.localprocs import (
     EtcdProcess,
     Wrap,
@@ -78,7 +83,6 @@ class GatewayProcess:
     http_port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
     host: str = LOOPBACK
-
     @property
     def endpoint(self) -> str:
         return f"{self.host}:{self.grpc_port}"
@@ -113,6 +117,7 @@ class LocalCluster:
         self.nodes = [NodeProcess(f"n{i + 1}", self.root / f"n{i + 1}", free_port(),
                                   free_port_range(shards), host=self._address(f"n{i + 1}"))
                       for i in range(nodes)]
+        self.supervisor_pid: int | None = None  # `cluster up`'s, which `restart` signals
         self.gateway = GatewayProcess(host=self._address("gateway"), **{
             k: v for k, v in (("grpc_port", gateway_grpc_port),
                               ("http_port", gateway_http_port)) if v is not None})
@@ -212,13 +217,14 @@ class LocalCluster:
                 raise OSError(f"the cluster was not ready within {timeout_s}s: {status}")
             time.sleep(0.2)
 
-    def status(self) -> dict[str, Any]:
+    def status(self, *, replicas: bool = False) -> dict[str, Any]:
+        """The partition map's view; with ``replicas``, each live node's replica states."""
         if self.placement is None:
-            return read_status(self.etcd.endpoint)
+            return read_status(self.etcd.endpoint, replicas=replicas)
         # This process may have no route to etcd: ask from the placement's client host.
         argv = self.placement.command("client", [
             sys.executable, "-m", "sqsq.cli.main", "cluster", "status", "--etcd",
-            self.etcd.endpoint, "--json"])
+            self.etcd.endpoint, "--json", *(["--replicas"] if replicas else [])])
         out = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=60)
         if out.returncode != 0:
             raise OSError(f"sqsq cluster status failed ({out.returncode}): {out.stderr}")
@@ -241,6 +247,15 @@ class LocalCluster:
         if self.etcd.proc is not None:
             self.etcd.stop()
 
+    def rolling_restart(self, *, timeout_s: float = READY_TIMEOUT_S,
+                        report: Callable[[dict[str, Any]], None] = lambda step: None
+                        ) -> list[dict[str, Any]]:
+        """Every node restarted in turn, leaders last, each ready before the next
+        (``sqsq.cli.rolling``); one step per node."""
+        from sqsq.cli.rolling import rolling_restart
+
+        return rolling_restart(self, timeout_s=timeout_s, report=report)
+
     def write_json(self) -> Path:
         path = self.root / "cluster.json"
         body = {
@@ -253,6 +268,7 @@ class LocalCluster:
                        "grpc_port": n.grpc_port, "raft_port": n.raft_port,
                        "data_dir": str(n.root)} for n in self.nodes],
             "shards": self.shards,
+            "supervisor_pid": self.supervisor_pid,
         }
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(body, indent=2) + "\n")
@@ -260,8 +276,9 @@ class LocalCluster:
         return path
 
 
-def read_status(etcd_endpoint: str) -> dict[str, Any]:
-    """Nodes, shards and queues as the partition map in etcd has them."""
+def read_status(etcd_endpoint: str, *, replicas: bool = False) -> dict[str, Any]:
+    """Nodes, shards and queues as the partition map in etcd has them; with ``replicas``,
+    also each live node's replicas as the node reports them."""
     from sqsq.control.etcd import Etcd
     from sqsq.control.partition_map import MapSnapshot
 
@@ -280,14 +297,16 @@ def read_status(etcd_endpoint: str) -> dict[str, Any]:
         return {"leader": leader.node_id if leader else None,
                 "applied_epoch": snapshot.leaders[shard_id].epoch if leader else None}
 
+    nodes = [{"id": n, "alive": n in snapshot.nodes, "grpc": snapshot.members[n].grpc_address}
+             for n in sorted(snapshot.members)]
     return {
-        "nodes": [{"id": n, "alive": n in snapshot.nodes,
-                   "grpc": snapshot.members[n].grpc_address} for n in sorted(snapshot.members)],
+        "nodes": nodes,
         "shards": [{"id": s.shard_id, "epoch": s.epoch, "replicas": list(s.replicas),
                     **hint(s.shard_id)}
                    for s in sorted(snapshot.shards.values(), key=lambda s: s.shard_id)],
         "queues": [{"name": q.name, "partitions": list(q.partitions)}
                    for q in sorted(snapshot.queues.values(), key=lambda q: q.name)],
+        **({"replicas": rolling.read_replicas(nodes)} if replicas else {}),
     }
 
 
@@ -312,7 +331,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     st.add_argument("--etcd", metavar="ENDPOINT", default=None,
                     help="read the cluster's etcd at host:port instead of --dir's cluster.json")
     st.add_argument("--json", dest="as_json", action="store_true", help="print JSON")
+    st.add_argument("--replicas", action="store_true",
+                    help="also ask each live node for its replicas' Raft progress")
     st.set_defaults(handler=cmd_status, needs_client=False)
+    rs = sub.add_parser("restart", help="restart the nodes of a running `cluster up`")
+    rs.add_argument("--rolling", action="store_true", required=True,
+                    help="one node at a time, leaders last, each ready before the next")
+    rs.add_argument("--dir", type=Path, default=Path("./cluster"),
+                    help="the directory of the running `cluster up`")
+    rs.set_defaults(handler=rolling.cmd_restart, needs_client=False)
     return p
 
 
@@ -329,6 +356,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                            partitions=args.partitions, gateway_grpc_port=args.grpc_port,
                            gateway_http_port=args.http_port)
     stop = _stop_on_signals()
+    restart = rolling.restart_on_signal()
+    cluster.supervisor_pid = os.getpid()
     try:
         cluster.start()
     except OSError as exc:
@@ -341,7 +370,10 @@ def cmd_up(args: argparse.Namespace) -> int:
           f"{cluster.root / 'cluster.json'} written, logs in {cluster.root / 'logs'}. "
           "Ctrl-C stops everything.", flush=True)
     try:
-        while not stop.wait(1.0):
+        while not stop.wait(0.5):
+            if restart.is_set():
+                restart.clear()
+                rolling.serve_restart(cluster)
             dead = [n.node_id for n in cluster.nodes if not n.alive]
             if g.proc is not None and g.proc.poll() is not None:
                 dead.append("gateway")
@@ -368,10 +400,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     path = args.dir / "cluster.json"
     try:
         if args.etcd:
-            status = read_status(args.etcd)
+            status = read_status(args.etcd, replicas=args.replicas)
         else:
             info = json.loads(path.read_text())
-            status = read_status(f"127.0.0.1:{info['etcd']['client_port']}")
+            status = read_status(f"127.0.0.1:{info['etcd']['client_port']}",
+                                 replicas=args.replicas)
     except (OSError, ValueError, KeyError) as exc:
         print(f"sqsq cluster status: error: {args.etcd or path}: {exc}", file=sys.stderr)
         return 1

@@ -80,6 +80,15 @@ def _port(text: str) -> int:
     return port
 
 
+def _ops_flags(p: argparse.ArgumentParser) -> None:
+    """What every server process (server, node, gateway) takes for operations."""
+    p.add_argument("--metrics-port", type=_port, default=None,
+                   help="serve Prometheus /metrics, /healthz and /readyz on this port of "
+                        "--host (default: off; 0: any free port)")
+    p.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="log lines as text (default) or one JSON object per line")
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "backslashreplace")
@@ -97,6 +106,7 @@ def cmd_server(args: argparse.Namespace) -> int:
             data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port,
             http_port=args.http_port, sync=not args.no_fsync, credentials_file=args.credentials,
             region=args.region, account=args.account, public_url=args.public_url,
+            metrics_port=args.metrics_port, log_format=args.log_format,
         )
     except Exception as e:  # one line for what a user can fix, a traceback for the rest
         if "LOCK" in str(e) and "temporarily unavailable" in str(e):
@@ -125,7 +135,8 @@ def cmd_node(args: argparse.Namespace) -> int:
         replace_after_s=args.replace_after, initial_nodes=args.initial_nodes,
         sync=not args.no_fsync, secret_file=args.secret_file,
         credentials_file=args.credentials, region=args.region, account=args.account,
-        compaction_min_entries=args.compaction_entries)
+        compaction_min_entries=args.compaction_entries, metrics_port=args.metrics_port,
+        log_format=args.log_format)
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
@@ -139,7 +150,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         backend=args.backend, etcd=args.etcd, partitions=args.partitions, host=args.host,
         grpc_port=args.grpc_port,
         http_port=args.http_port, credentials_file=args.credentials, account=args.account,
-        region=args.region, public_url=args.public_url)
+        region=args.region, public_url=args.public_url, metrics_port=args.metrics_port,
+        log_format=args.log_format)
 
 
 def cmd_queue_create(args: argparse.Namespace, client: Client) -> int:
@@ -293,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="base of queue URLs (env SQSQ_PUBLIC_URL; default http://HOST:HTTP_PORT)")
     p.add_argument("--no-fsync", action="store_true",
                    help="acknowledge before data reaches the disk (benchmarks only)")
+    _ops_flags(p)
     p.set_defaults(handler=cmd_server, needs_client=False)
 
     p = sub.add_parser("node",
@@ -336,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compact the Raft log (snapshot) after this many entries")
     p.add_argument("--no-fsync", action="store_true",
                    help="acknowledge before data reaches the disk (benchmarks only)")
+    _ops_flags(p)
     p.set_defaults(handler=cmd_node, needs_client=False)
 
     p = sub.add_parser("gateway",
@@ -359,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "us-east-1)")
     p.add_argument("--public-url", default=None,
                    help="base of queue URLs (env SQSQ_PUBLIC_URL; default http://HOST:HTTP_PORT)")
+    _ops_flags(p)
     p.set_defaults(handler=cmd_gateway, needs_client=False)
 
     q = sub.add_parser("queue", help="create, list, inspect, delete, purge queues")

@@ -18,6 +18,8 @@ import os
 import sys
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from sqsq.api import Endpoint
 from sqsq.control.agent import NodeAgent
 from sqsq.control.controller import ControllerSettings
@@ -26,17 +28,21 @@ from sqsq.control.keys import NodeRecord
 from sqsq.core.state import ShardConfig
 from sqsq.gateway.auth import Authenticator, load_credentials
 from sqsq.gateway.fronts import (
+    announce,
     announce_auth,
+    api_metrics,
     endpoint_for,
     run_process,
     start_fronts,
     until_signalled,
 )
+from sqsq.gateway.opsport import OpsPort, Readiness, start_ops_port
 from sqsq.shard.admin import AdminService
 from sqsq.shard.clock import clock_from_env
 from sqsq.shard.directory import ShardDirectory
 from sqsq.shard.engine import ShardEngine
 from sqsq.shard.host import Peer, ReplicaOptions, load_secret, open_replica, parse_peers
+from sqsq.shard.metrics import ShardMetrics, replica_problems
 from sqsq.shard.service import ShardService
 from sqsq.v1 import admin_pb2_grpc
 
@@ -66,27 +72,49 @@ def _config(secret: bytes, region: str | None, account: str | None,
         account=account or os.environ.get("SQSQ_ACCOUNT") or ShardConfig.account)
 
 
+async def _open_ops(name: str, host: str, metrics_port: int | None,
+                    registry: CollectorRegistry, readiness: Readiness) -> OpsPort | None:
+    """The metrics and health port, if asked for; opened first, so a probe sees the process
+    replaying its journal as alive and not ready rather than not answering at all."""
+    if metrics_port is None:
+        return None
+    ops = await start_ops_port(host, metrics_port, registry, readiness)
+    announce(f"{name}: metrics, /healthz and /readyz on http://{host}:{ops.port}")
+    return ops
+
+
 async def _serve(name: str, engine: ShardEngine, endpoint: Endpoint, auth: Authenticator,
                  host: str, grpc_port: int, http_port: int | None, root: Path,
-                 banner: str) -> None:
+                 banner: str, registry: CollectorRegistry, ops: OpsPort | None,
+                 serving: list[bool]) -> None:
     admin = AdminService({0: engine}, root / "snapshots")
     fronts = await start_fronts(
         ShardService(engine, endpoint), auth, host, grpc_port, http_port,
-        lambda server: admin_pb2_grpc.add_AdminServicer_to_server(admin, server))
-    print(f"{name}: gRPC on {host}:{fronts.grpc_port}{banner}", flush=True)
+        lambda server: admin_pb2_grpc.add_AdminServicer_to_server(admin, server),
+        metrics=api_metrics(registry))
+    serving[0] = True
+    announce(f"{name}: gRPC on {host}:{fronts.grpc_port}{banner}")
     announce_auth(name, auth)
     await until_signalled()
     log.info("shutting down")
+    serving[0] = False
     engine.end_long_polls()
     await fronts.stop()
+    if ops is not None:
+        await ops.stop()
     await engine.stop()
-    print(f"{name}: stopped", flush=True)
+    announce(f"{name}: stopped")
+
+
+def _serving_problems(serving: list[bool]) -> list[str]:
+    return [] if serving[0] else ["not serving: starting up or shutting down"]
 
 
 async def run_server(
     data_dir: str, host: str, grpc_port: int, http_port: int, *, sync: bool = True,
     credentials_file: str | None = None, region: str | None = None,
     account: str | None = None, public_url: str | None = None,
+    metrics_port: int | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT. Unset options fall back to env (SQSQ_CREDENTIALS_FILE,
     SQSQ_ACCESS_KEY_ID/SQSQ_SECRET_ACCESS_KEY, SQSQ_REGION, SQSQ_ACCOUNT, SQSQ_PUBLIC_URL)."""
@@ -100,6 +128,18 @@ async def run_server(
                           ReplicaOptions(bootstrap=True, durable=sync,
                                          password=raft_password(config.secret),
                                          wall_clock_ms=clock_from_env(root)))
+    registry = CollectorRegistry()
+    ShardMetrics(registry, {0: engine})
+    serving = [False]
+
+    async def readiness() -> list[str]:
+        # Leading, with its journal replayed (a one-member group leads once it has).
+        problems = replica_problems(0, engine)
+        if not engine.replica.is_leader():
+            problems.append("shard 0: not leading yet (replaying its journal)")
+        return problems + _serving_problems(serving)
+
+    ops = await _open_ops("sqsq server", host, metrics_port, registry, readiness)
     await engine.start()
     if not await engine.wait_leading(READY_TIMEOUT_S):
         raise OSError("the shard did not become ready")
@@ -107,7 +147,7 @@ async def run_server(
     await _serve("sqsq server", engine, endpoint, auth, host, grpc_port, http_port, root,
                  f", SQS HTTP API on {endpoint.base_url} (region {config.region}, account "
                  f"{config.account}), data in {root.resolve()}, fsync "
-                 f"{'on' if sync else 'off'}")
+                 f"{'on' if sync else 'off'}", registry, ops, serving)
 
 
 async def run_node(
@@ -115,6 +155,7 @@ async def run_node(
     bootstrap: bool = False, sync: bool = True, secret_file: str | None = None,
     credentials_file: str | None = None, region: str | None = None,
     account: str | None = None, compaction_min_entries: int = 5000,
+    metrics_port: int | None = None,
 ) -> None:
     """One replica of shard 0 in a group of ``peers``; serve until SIGTERM/SIGINT."""
     root = Path(data_dir)
@@ -132,10 +173,19 @@ async def run_node(
                        compaction_min_entries=compaction_min_entries,
                        password=raft_password(config.secret),
                        wall_clock_ms=clock_from_env(root)))
+    registry = CollectorRegistry()
+    ShardMetrics(registry, {0: engine})
+    serving = [False]
+
+    async def readiness() -> list[str]:
+        return replica_problems(0, engine) + _serving_problems(serving)
+
+    ops = await _open_ops("sqsq node", host, metrics_port, registry, readiness)
     await engine.start()
     endpoint = endpoint_for(host, grpc_port, None, config.account, config.region)
     await _serve("sqsq node", engine, endpoint, auth, host, grpc_port, None, root,
-                 f", Raft on {me.raft(0)}, peers {', '.join(p.grpc for p in members)}")
+                 f", Raft on {me.raft(0)}, peers {', '.join(p.grpc for p in members)}",
+                 registry, ops, serving)
 
 
 def _cluster_secret(secret_file: str | None) -> bytes:
@@ -152,7 +202,7 @@ async def run_cluster_node(
     secret_file: str | None = None, credentials_file: str | None = None,
     region: str | None = None, account: str | None = None,
     compaction_min_entries: int = 5000, replace_after_s: float = 10.0,
-    initial_nodes: int = 3,
+    initial_nodes: int = 3, metrics_port: int | None = None,
 ) -> None:
     """A node of an etcd-coordinated cluster: it hosts a replica of each shard the partition
     map gives it (shard s's Raft group on ``raft_port + s``), serving them all on one gRPC
@@ -168,6 +218,8 @@ async def run_cluster_node(
     directory = ShardDirectory()
     engines: dict[int, ShardEngine] = {}
     wall_clock = clock_from_env(root)
+    registry = CollectorRegistry()
+    shard_metrics = ShardMetrics(registry, engines)
 
     async def open_shard(shard_id: int, peers: list[NodeRecord], bootstrap: bool) -> ShardEngine:
         config = _config(secret, region, account, shard_id)
@@ -180,6 +232,7 @@ async def run_cluster_node(
                            grpc_of=lambda raft: grpc_of(shard_id, raft)))
         await engine.start()
         engines[shard_id] = engine
+        shard_metrics.attach(shard_id, engine)
         directory.add(shard_id, ShardService(engine, endpoint))
         return engine
 
@@ -192,28 +245,45 @@ async def run_cluster_node(
     fronts = await start_fronts(
         None, auth, host, grpc_port, None,
         lambda server: admin_pb2_grpc.add_AdminServicer_to_server(admin, server),
-        select=directory.select)
+        select=directory.select, metrics=api_metrics(registry))
     client = Etcd(etcd)
     agent = NodeAgent(client, me, open_shard, ControllerSettings(
         shards=shards, initial_nodes=initial_nodes, replace_after_s=replace_after_s))
+
+    async def readiness() -> list[str]:
+        if agent.map is None:
+            return ["no partition map yet (joining the cluster)"]
+        snapshot = agent.map.snapshot
+        problems = [f"shard {s.shard_id}: placed here but not open yet"
+                    for s in snapshot.shards.values()
+                    if node_id in s.replicas and s.shard_id not in engines]
+        for shard_id, engine in sorted(engines.items()):
+            problems += replica_problems(shard_id, engine)
+        return problems
+
+    ops = await _open_ops(f"sqsq node {node_id}", host, metrics_port, registry, readiness)
     try:
         await agent.start()
     except EtcdError as exc:
         await fronts.stop()
+        if ops is not None:
+            await ops.stop()
         raise OSError(f"cannot join the cluster: etcd at {etcd}: {exc}") from None
-    print(f"sqsq node {node_id}: gRPC on {host}:{fronts.grpc_port}, Raft from {me.raft_address}"
-          f", etcd at {etcd}", flush=True)
+    announce(f"sqsq node {node_id}: gRPC on {host}:{fronts.grpc_port}, Raft from "
+             f"{me.raft_address}, etcd at {etcd}")
     announce_auth("sqsq node", auth)
     await until_signalled()
     log.info("shutting down")
     for engine in engines.values():
         engine.end_long_polls()
     await fronts.stop()
+    if ops is not None:
+        await ops.stop()
     await agent.close()
     await client.close()
     for engine in engines.values():
         await engine.stop()
-    print(f"sqsq node {node_id}: stopped", flush=True)
+    announce(f"sqsq node {node_id}: stopped")
 
 
 def _with_fast_handoff() -> None:
@@ -225,20 +295,23 @@ def serve(
     http_port: int = DEFAULT_HTTP_PORT, sync: bool = True,
     credentials_file: str | None = None, region: str | None = None,
     account: str | None = None, public_url: str | None = None,
+    metrics_port: int | None = None, log_format: str = "text",
 ) -> int:
     _with_fast_handoff()
     return run_process("sqsq server", run_server(
         data_dir, host, grpc_port, http_port, sync=sync, credentials_file=credentials_file,
-        region=region, account=account, public_url=public_url))
+        region=region, account=account, public_url=public_url, metrics_port=metrics_port),
+        log_format)
 
 
-def serve_node(**kwargs: object) -> int:
+def serve_node(log_format: str = "text", **kwargs: object) -> int:
     _with_fast_handoff()
     if kwargs.get("etcd"):
         kwargs.pop("peers", None)
         kwargs.pop("bootstrap", None)
-        return run_process("sqsq node", run_cluster_node(**kwargs))  # type: ignore[arg-type]
+        return run_process("sqsq node", run_cluster_node(**kwargs),  # type: ignore[arg-type]
+                           log_format)
     for name in ("etcd", "node_id", "shards", "advertise", "replace_after_s", "initial_nodes"):
         kwargs.pop(name, None)
-    return run_process("sqsq node", run_node(**kwargs))  # type: ignore[arg-type]
+    return run_process("sqsq node", run_node(**kwargs), log_format)  # type: ignore[arg-type]
 

@@ -16,11 +16,15 @@ from typing import Any
 
 import grpc
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from sqsq.api import Endpoint, QueueService
+from sqsq.gateway import logs
 from sqsq.gateway.auth import Authenticator, GrpcAuthInterceptor
-from sqsq.gateway.grpc_service import QueuesService
+from sqsq.gateway.grpc_service import GRPC_ACTIONS, QueuesService
 from sqsq.gateway.http import AppRunner, make_app
+from sqsq.gateway.http.actions import ACTIONS
+from sqsq.gateway.metrics import ApiMetrics
 from sqsq.v1 import queues_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sqsq.server")
@@ -48,11 +52,13 @@ async def start_fronts(
     api: QueueService, auth: Authenticator, host: str, grpc_port: int, http_port: int | None,
     add_services: Callable[[grpc.aio.Server], None] | None = None,
     select: Callable[[grpc.aio.ServicerContext], QueueService] | None = None,
+    metrics: ApiMetrics | None = None,
 ) -> Fronts:
     """HTTP first: tests and scripts take the gRPC port listening as "ready"."""
     runner = None
     if http_port is not None:
-        runner = AppRunner(make_app(api, auth), access_log=None, shutdown_timeout=2.0)
+        runner = AppRunner(make_app(api, auth, metrics), access_log=None,
+                           shutdown_timeout=2.0)
         await runner.setup()
         await web.TCPSite(runner, host, http_port).start()
     # An open server's interceptor would pass every call through unchanged, at the cost of an
@@ -62,7 +68,8 @@ async def start_fronts(
     server = grpc.aio.server(interceptors=[] if auth.open else [GrpcAuthInterceptor(auth)],
                              options=[("grpc.so_reuseport", 0)])
     # ``select``: a node hosting several shards picks the shard's service per call.
-    queues = QueuesService(api) if select is None else QueuesService(select=select)
+    queues = QueuesService(api, metrics=metrics) if select is None else \
+        QueuesService(select=select, metrics=metrics)
     pb_grpc.add_QueuesServicer_to_server(queues, server)
     if add_services is not None:
         add_services(server)
@@ -102,15 +109,31 @@ def _bind_grpc(server: grpc.aio.Server, host: str, port: int) -> int:
         raise OSError(f"{where}: the port is in use or the address is not available") from None
 
 
+ACTION_NAMES = frozenset(ACTIONS) | GRPC_ACTIONS  # the action label's values
+
+
+def api_metrics(registry: CollectorRegistry) -> ApiMetrics:
+    return ApiMetrics(registry, ACTION_NAMES)
+
+
+def announce(text: str, *, warning: bool = False) -> None:
+    """A line about the process itself (listening, stopped): on stdout as it is, or, with
+    ``--log-format json``, as a log line like every other."""
+    if logs.json_mode():
+        log.log(logging.WARNING if warning else logging.INFO, "%s", text)
+    else:
+        print(text, flush=True)
+
+
 def announce_auth(name: str, auth: Authenticator) -> None:
     if auth.open:
-        print(f"{name}: WARNING: no credentials configured - authentication is OFF, "
-              "anyone who can reach these ports can use every queue. Set "
-              "SQSQ_CREDENTIALS_FILE or SQSQ_ACCESS_KEY_ID/SQSQ_SECRET_ACCESS_KEY to require "
-              "SigV4 (HTTP) and signed tokens (gRPC).", flush=True)
+        announce(f"{name}: WARNING: no credentials configured - authentication is OFF, "
+                 "anyone who can reach these ports can use every queue. Set "
+                 "SQSQ_CREDENTIALS_FILE or SQSQ_ACCESS_KEY_ID/SQSQ_SECRET_ACCESS_KEY to "
+                 "require SigV4 (HTTP) and signed tokens (gRPC).", warning=True)
     else:
-        print(f"{name}: authentication ON ({len(auth.credentials)} access key(s)); "
-              "HTTP requires SigV4, gRPC a signed token", flush=True)
+        announce(f"{name}: authentication ON ({len(auth.credentials)} access key(s)); "
+                 "HTTP requires SigV4, gRPC a signed token")
 
 
 async def until_signalled() -> None:
@@ -121,13 +144,15 @@ async def until_signalled() -> None:
     await stop.wait()
 
 
-def run_process(name: str, main: Coroutine[Any, Any, None]) -> int:
+def run_process(name: str, main: Coroutine[Any, Any, None], log_format: str = "text") -> int:
     """Run a server coroutine with logging set up; 1 with a one-line error if it cannot."""
-    logging.basicConfig(level=os.environ.get("SQSQ_LOG_LEVEL", "INFO"), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup(log_format)
     try:
         asyncio.run(main)
     except (OSError, ValueError) as e:  # unreadable credentials file, port in use, ...
-        print(f"{name}: error: {e}", file=sys.stderr, flush=True)
+        if logs.json_mode():
+            log.error("%s: error: %s", name, e)
+        else:
+            print(f"{name}: error: {e}", file=sys.stderr, flush=True)
         return 1
     return 0

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import functools
 import logging
+import uuid
 from collections.abc import Callable
 
 import grpc
+from prometheus_client import CollectorRegistry
 
 from sqsq.api import REGION_METADATA_KEY, QueueService
 from sqsq.core import regions
 from sqsq.core.errors import ErrorCode
 from sqsq.errors import InvalidParameterValue, QueueError, from_rejection
+from sqsq.gateway import logs
 from sqsq.gateway.auth import ERROR_CODE_KEY
 from sqsq.gateway.convert import (
     entry_from_pb,
@@ -27,10 +30,12 @@ from sqsq.gateway.convert import (
     sent_fields,
     task_to_pb,
 )
+from sqsq.gateway.metrics import ApiMetrics
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.v1 import queues_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sqsq.gateway")
+GRPC_ACTIONS = frozenset(pb.DESCRIPTOR.services_by_name["Queues"].methods_by_name)
 
 
 def caller_region(context: grpc.aio.ServicerContext) -> str | None:
@@ -49,20 +54,36 @@ def _status(code: ErrorCode) -> grpc.StatusCode:
     return getattr(grpc.StatusCode, code.spec.grpc_status)
 
 
+def _about(request: object) -> tuple[str, str]:
+    """A call's request id (the caller's, or a new one) and queue, for its log lines."""
+    request_id = getattr(request, "request_id", "") or uuid.uuid4().hex
+    queue = getattr(request, "queue_url", "") or getattr(request, "queue_name", "")
+    return request_id, queue.rstrip("/").rsplit("/", 1)[-1][:80]
+
+
 def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
+    action = method.__name__
+
     @functools.wraps(method)
     async def run(self, request, context):  # noqa: ANN001, ANN202
-        try:
-            return await method(self, request, context)
-        except QueueError as e:
-            await context.abort(_status(e.error_code), e.message,
-                                trailing_metadata=((ERROR_CODE_KEY, e.code),))
-        except Exception as e:  # noqa: BLE001 - every failure leaves with an SQS code
-            if isinstance(e, grpc.aio.AbortError):
-                raise
-            log.exception("internal error in %s", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {e}",
-                                trailing_metadata=((ERROR_CODE_KEY, "InternalError"),))
+        with self.metrics.request(action, "grpc") as outcome:
+            request_id, queue = _about(request)
+            token = logs.bind(request_id, action, queue)
+            try:
+                return await method(self, request, context)
+            except QueueError as e:
+                outcome.code = e.code
+                await context.abort(_status(e.error_code), e.message,
+                                    trailing_metadata=((ERROR_CODE_KEY, e.code),))
+            except Exception as e:  # noqa: BLE001 - every failure leaves with an SQS code
+                if isinstance(e, grpc.aio.AbortError):
+                    raise
+                outcome.code = "InternalError"
+                log.exception("internal error in %s", action)
+                await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {e}",
+                                    trailing_metadata=((ERROR_CODE_KEY, "InternalError"),))
+            finally:
+                logs.unbind(token)
 
     return run
 
@@ -73,11 +94,12 @@ class QueuesService(pb_grpc.QueuesServicer):
 
     def __init__(self, api: QueueService | None = None, *,
                  select: Callable[[grpc.aio.ServicerContext], QueueService] | None = None,
-                 ) -> None:
+                 metrics: ApiMetrics | None = None) -> None:
         if (api is None) == (select is None):
             raise ValueError("one of api and select")
         self.api = api
         self._select = select
+        self.metrics = metrics or ApiMetrics(CollectorRegistry(), GRPC_ACTIONS)
 
     def api_for(self, context: grpc.aio.ServicerContext) -> QueueService:
         return self.api if self._select is None else self._select(context)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -23,7 +24,7 @@ from sqsq.api import SHARD_METADATA_KEY
 from sqsq.client import _auth, _call
 from sqsq.client.aio import open_stub
 from sqsq.control.partition_map import PartitionMap
-from sqsq.errors import ServiceUnavailable
+from sqsq.errors import NotLeader, ServiceUnavailable
 from sqsq.v1 import queues_pb2_grpc
 
 CALL_TIMEOUT_S = 30.0
@@ -37,6 +38,8 @@ class ShardCaller:
         self._creds = _auth.resolve(credentials)
         self._stubs: dict[str, tuple[grpc.aio.Channel, queues_pb2_grpc.QueuesStub]] = {}
         self._answered: dict[int, str] = {}  # shard -> the node that answered it last
+        # (shard, was it NotLeader) per retry: the gateway's metrics
+        self.on_retry: Callable[[int, bool], None] | None = None
 
     async def close(self) -> None:
         for channel, _ in self._stubs.values():
@@ -90,5 +93,7 @@ class ShardCaller:
                 error, delay = route.retry_after(call, err, attempt, time.monotonic() - started)
                 if delay is None:
                     raise error from None
+                if self.on_retry is not None:
+                    self.on_retry(shard_id, isinstance(error, NotLeader))
                 attempt += 1
                 await asyncio.sleep(delay)

@@ -84,12 +84,23 @@ class Waiters:
 
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
+        self.parked = 0  # receives waiting right now (metrics)
 
     def event(self, queue: str) -> asyncio.Event:
         ev = self._events.get(queue)
         if ev is None:
             ev = self._events[queue] = asyncio.Event()
         return ev
+
+    async def park(self, event: asyncio.Event, timeout_s: float) -> None:
+        """Wait until ``event`` is set or ``timeout_s`` passes, counted in ``parked``."""
+        self.parked += 1
+        try:
+            await asyncio.wait_for(event.wait(), timeout=timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            self.parked -= 1
 
     def wake(self, queue: str) -> None:
         ev = self._events.pop(queue, None)
@@ -134,6 +145,7 @@ class ShardEngine:
         self._tasks: list[asyncio.Task] = []
         self._answering: set[asyncio.Task] = set()
         self._closing = False
+        self.on_group_commit: Callable[[int], None] | None = None  # commands per entry
 
     @property
     def store(self) -> Any:
@@ -267,6 +279,8 @@ class ShardEngine:
                 batch.append(self._queue.get_nowait())
             now = self.clock.stamp(self.machine.last_now_ms)
             data, batch = _encode(now, batch)
+            if self.on_group_commit is not None:
+                self.on_group_commit(sum(1 for cmd, _ in batch if cmd is not _BARRIER))
             done: asyncio.Future = loop.create_future()
 
             def on_done(status: Proposal, result: Any, done: asyncio.Future = done) -> None:

@@ -37,6 +37,7 @@ import enum
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +82,7 @@ class DurableJournal(FileJournal):
         self.dirty = False
         self.syncs = 0
         self.synced_index = self[-1][1] if len(self) else 0  # last index known durable
+        self.on_sync: Callable[[float], None] | None = None  # seconds per flush (metrics)
 
     def add(self, command: bytes, idx: int, term: int) -> None:
         super().add(command, idx, term)
@@ -112,9 +114,12 @@ class DurableJournal(FileJournal):
 
     def sync(self) -> None:
         if self.dirty:
+            started = time.perf_counter()
             os.fdatasync(self._fd)  # entries and the end-of-log header (see the class doc)
             self.dirty = False
             self.syncs += 1
+            if self.on_sync is not None:
+                self.on_sync(time.perf_counter() - started)
         self.synced_index = self[-1][1] if len(self) else 0
 
 
@@ -197,6 +202,8 @@ class ShardReplica(SyncObj):
         self.settings = settings
         self.machine = machine
         self.fatal: BaseException | None = None
+        self.snapshots_written = 0  # since start (metrics)
+        self.snapshot_bytes = 0  # the last one's size
         directory = settings.directory
         directory.mkdir(parents=True, exist_ok=True)
         member = directory / MEMBER_FILE
@@ -294,6 +301,22 @@ class ShardReplica(SyncObj):
         leader = self._getLeader()
         return None if leader is None else leader.id
 
+    def leader_in_touch(self) -> str | None:
+        """The leader's address if this replica leads or has heard from it within an election
+        timeout; None otherwise. (A follower cut off from every peer never campaigns, so it
+        would name its old leader forever: ``leader_address`` alone cannot say it is gone.)"""
+        leader = self.leader_address()
+        if leader is None or self.is_leader():
+            return leader
+        if _syncobj.monotonicTime() > self._SyncObj__raftElectionDeadline:  # type: ignore[attr-defined]
+            return None
+        return leader
+
+    def behind(self) -> int:
+        """Entries committed, as the leader last said, that this replica has not applied."""
+        leader_commit = self._SyncObj__leaderCommitIndex or 0  # type: ignore[attr-defined]
+        return max(leader_commit, self.raftCommitIndex) - self.raftLastApplied
+
     def status(self) -> dict:
         return self.getStatus()
 
@@ -360,6 +383,8 @@ class ShardReplica(SyncObj):
     def _serialize(self, path: str, raft_data: Any) -> None:
         last, prev, cluster = raft_data
         self.machine.write_snapshot(path, _pack_raft_data(last, prev, cluster))
+        self.snapshot_bytes = os.path.getsize(path)
+        self.snapshots_written += 1
 
     def _deserialize(self, path: str) -> tuple:
         last, prev, members = _unpack_raft_data(self.machine.read_snapshot(path))

@@ -8,7 +8,6 @@ long polls until the leader's effects wake them.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterable, Mapping
 
@@ -208,10 +207,7 @@ class ShardService:
             left = deadline - time.monotonic()
             if result.messages or left <= 0 or not self.engine.long_polls_allowed:
                 break
-            try:
-                await asyncio.wait_for(woken.wait(), timeout=min(left, 1.0))
-            except TimeoutError:
-                pass
+            await self.engine.waiters.park(woken, min(left, 1.0))
         message_names = [_all_spelled(n) for n in message_attribute_names]
         return [_select(m, attribute_names, message_names) for m in result.messages]
 

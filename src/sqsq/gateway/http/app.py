@@ -17,10 +17,12 @@ from aiohttp import web
 from sqsq.api import QueueService
 from sqsq.core.errors import ErrorCode
 from sqsq.errors import QueueError
+from sqsq.gateway import logs
 from sqsq.gateway.auth import Authenticator, AuthError, SignedRequest, signing_region
 from sqsq.gateway.http import json_protocol, query_protocol, quietlog
 from sqsq.gateway.http.actions import ACTIONS, UNSUPPORTED
 from sqsq.gateway.http.wire import Params, WireError, invalid
+from sqsq.gateway.metrics import ApiMetrics, RequestOutcome
 
 log = logging.getLogger("sqsq.http")
 
@@ -91,13 +93,33 @@ def _path_queue_url(request: web.Request) -> str | None:
     return path if path.count("/") >= 2 else None
 
 
+def _queue_named(data: object, queue_path: str | None) -> str:
+    """The queue a request is about, for its log lines: the last part of its URL or name."""
+    named = data.get("QueueUrl") or data.get("QueueName") if isinstance(data, dict) else None
+    named = named if isinstance(named, str) else queue_path or ""
+    return named.rstrip("/").rsplit("/", 1)[-1][:80]
+
+
 class HttpFront:
-    def __init__(self, api: QueueService, auth: Authenticator) -> None:
+    def __init__(self, api: QueueService, auth: Authenticator,
+                 metrics: ApiMetrics | None = None) -> None:
         self.api = api
         self.auth = auth
+        self.metrics = metrics
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         request_id = str(uuid.uuid4())
+        token = logs.bind(request_id, "")
+        try:
+            if self.metrics is None:
+                return await self._handle(request, request_id, RequestOutcome(""))
+            with self.metrics.request("", "http") as outcome:
+                return await self._handle(request, request_id, outcome)
+        finally:
+            logs.unbind(token)
+
+    async def _handle(self, request: web.Request, request_id: str,
+                      outcome: RequestOutcome) -> web.StreamResponse:
         target = request.headers.get("X-Amz-Target")
         action = ""
         try:
@@ -116,6 +138,8 @@ class HttpFront:
                 if queue_path and action in _SERVICE_ONLY:
                     raise invalid(f"The action {action} is not valid for this endpoint.",
                                   ErrorCode.INVALID_ACTION)
+            outcome.action = action
+            logs.bind(request_id, action[:40], _queue_named(data, queue_path))
             handler = ACTIONS.get(action)
             if handler is None:
                 raise self._unknown_action(action)
@@ -124,22 +148,24 @@ class HttpFront:
             result = await handler(self.api,
                                    Params(data, queue_path, self.api.endpoint, region))
         except QueueError as e:
-            return self._error(request, target, WireError.of(e), request_id)
+            return self._error(request, target, WireError.of(e), request_id, outcome)
         except AuthError as e:
             return self._error(request, target,
-                               WireError(e.code, e.code, e.http_status, e.message), request_id)
+                               WireError(e.code, e.code, e.http_status, e.message), request_id,
+                               outcome)
         except WireError as e:
-            return self._error(request, target, e, request_id)
+            return self._error(request, target, e, request_id, outcome)
         except web.HTTPException:
             raise
         except ConnectionError as e:  # the client hung up: one line, not a traceback
             log.info("client %s went away during %s: %s", request.remote, action or "request",
-                     type(e).__name__, extra={"mishap": True})
+                     type(e).__name__, extra={"mishap": True, "mishap_kind": type(e).__name__})
             return web.Response(status=400)
         except Exception as e:  # noqa: BLE001 - every failure leaves as an SQS error
             log.exception("internal error in %s", action or "request")
             return self._error(request, target, WireError(
-                "InternalError", "InternalError", 500, f"internal error: {e}", False), request_id)
+                "InternalError", "InternalError", 500, f"internal error: {e}", False), request_id,
+                outcome)
         if target is not None:
             return json_protocol.respond(result, request_id)
         return query_protocol.respond(action, result, request_id, _wants_json(request))
@@ -154,15 +180,17 @@ class HttpFront:
 
     @staticmethod
     def _error(request: web.Request, target: str | None, err: WireError,
-               request_id: str) -> web.Response:
+               request_id: str, outcome: RequestOutcome) -> web.Response:
+        outcome.code = err.code
         log.debug("request %s failed: %s %s", request_id, err.code, err.message)
         if target is not None:
             return json_protocol.respond_error(err, request_id)
         return query_protocol.respond_error(err, request_id, _wants_json(request))
 
 
-def make_app(api: QueueService, auth: Authenticator) -> web.Application:
+def make_app(api: QueueService, auth: Authenticator,
+             metrics: ApiMetrics | None = None) -> web.Application:
     quietlog.install("aiohttp.server", "sqsq.http")
     app = web.Application(client_max_size=MAX_BODY)
-    app.router.add_route("*", "/{tail:.*}", HttpFront(api, auth).handle)
+    app.router.add_route("*", "/{tail:.*}", HttpFront(api, auth, metrics).handle)
     return app

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 
 from aiohttp.http_exceptions import HttpProcessingError
 
@@ -15,6 +16,10 @@ MISHAPS: tuple[type[BaseException], ...] = (ConnectionError, HttpProcessingError
 # is reported with the next line that gets through.
 LINES_PER_WINDOW = 5
 WINDOW_S = 60.0
+
+# Every mishap seen in this process, shown or suppressed, by kind (the exception's type name,
+# or the ``mishap_kind`` a record was logged with): exported as sqsq_client_mishaps_total.
+COUNTS: Counter[str] = Counter()
 
 
 class OneLineRateLimited(logging.Filter):
@@ -32,6 +37,8 @@ class OneLineRateLimited(logging.Filter):
         mishap = isinstance(exc, MISHAPS) or getattr(record, "mishap", False)
         if not mishap:
             return True  # real errors keep their traceback and are never dropped
+        COUNTS[getattr(record, "mishap_kind", None) or
+               (type(exc).__name__ if exc is not None else "other")] += 1
         now = self.clock()
         start, shown, dropped = self.windows.get(str(record.msg), (now, 0, 0))
         if now - start >= WINDOW_S:
