@@ -261,12 +261,14 @@ class LocalCluster:
         body = {
             "gateway": {"pid": self.gateway.proc.pid if self.gateway.proc else None,
                         "grpc_port": self.gateway.grpc_port,
-                        "http_port": self.gateway.http_port},
+                        "http_port": self.gateway.http_port,
+                        "metrics_port": self.gateway.metrics_port},
             "etcd": {"pid": self.etcd.proc.pid if self.etcd.proc else None,
                      "client_port": self.etcd.client_port},
             "nodes": [{"id": n.node_id, "pid": n.proc.pid if n.proc else None,
                        "grpc_port": n.grpc_port, "raft_port": n.raft_port,
-                       "data_dir": str(n.root)} for n in self.nodes],
+                       "metrics_port": n.metrics_port, "data_dir": str(n.root)}
+                      for n in self.nodes],
             "shards": self.shards,
             "supervisor_pid": self.supervisor_pid,
         }
