@@ -22,6 +22,8 @@ server-setup: $(BASE) $(GEN)
 # start a real one and fail (never skip) without it.
 # iptables (with iproute2's `ip netns`) makes the chaos tests' network partitions inside
 # namespaces of their own; without it system-deps fails, and so would those tests.
+# Chromium and its driver (Debian's chromium, chromium-driver) run the web console's browser
+# test (tests/console, Selenium pointed at /usr/bin); without them that test fails, never skips.
 system-deps:
 	@command -v java >/dev/null 2>&1 || { apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless; } \
@@ -33,6 +35,9 @@ system-deps:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q iptables iproute2; } \
 		|| { echo "ERROR: could not install iptables/iproute2: the chaos tests need them" >&2; \
 		     exit 1; }
+	@{ test -x /usr/bin/chromium && test -x /usr/bin/chromedriver; } || { apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; } \
+		|| echo "WARNING: could not install chromium/chromium-driver: the console's browser test will fail"
 
 $(BASE): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

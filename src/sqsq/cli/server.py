@@ -27,6 +27,7 @@ from sqsq.control.etcd import Etcd, EtcdError
 from sqsq.control.keys import NodeRecord
 from sqsq.core.state import ShardConfig
 from sqsq.gateway.auth import Authenticator, load_credentials
+from sqsq.gateway.console import LocalSource
 from sqsq.gateway.fronts import (
     announce,
     announce_auth,
@@ -88,10 +89,11 @@ async def _serve(name: str, engine: ShardEngine, endpoint: Endpoint, auth: Authe
                  banner: str, registry: CollectorRegistry, ops: OpsPort | None,
                  serving: list[bool]) -> None:
     admin = AdminService({0: engine}, root / "snapshots")
+    service = ShardService(engine, endpoint)
     fronts = await start_fronts(
-        ShardService(engine, endpoint), auth, host, grpc_port, http_port,
+        service, auth, host, grpc_port, http_port,
         lambda server: admin_pb2_grpc.add_AdminServicer_to_server(admin, server),
-        metrics=api_metrics(registry))
+        metrics=api_metrics(registry), console=LocalSource(service, f"{host}:{grpc_port}"))
     serving[0] = True
     announce(f"{name}: gRPC on {host}:{fronts.grpc_port}{banner}")
     announce_auth(name, auth)

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from sqsq.api import Endpoint, QueueService
 from sqsq.gateway import logs
 from sqsq.gateway.auth import Authenticator, GrpcAuthInterceptor
+from sqsq.gateway.console import ConsoleSource
 from sqsq.gateway.grpc_service import GRPC_ACTIONS, QueuesService
 from sqsq.gateway.http import AppRunner, make_app
 from sqsq.gateway.http.actions import ACTIONS
@@ -53,11 +54,12 @@ async def start_fronts(
     add_services: Callable[[grpc.aio.Server], None] | None = None,
     select: Callable[[grpc.aio.ServicerContext], QueueService] | None = None,
     metrics: ApiMetrics | None = None,
+    console: ConsoleSource | None = None,
 ) -> Fronts:
     """HTTP first: tests and scripts take the gRPC port listening as "ready"."""
     runner = None
     if http_port is not None:
-        runner = AppRunner(make_app(api, auth, metrics), access_log=None,
+        runner = AppRunner(make_app(api, auth, metrics, console), access_log=None,
                            shutdown_timeout=2.0)
         await runner.setup()
         await web.TCPSite(runner, host, http_port).start()

@@ -24,6 +24,7 @@ from sqsq.errors import NotLeader, QueueError, ServiceUnavailable
 from sqsq.gateway.admin import ClusterAdmin
 from sqsq.gateway.auth import Authenticator, load_credentials
 from sqsq.gateway.cluster import ClusterApi
+from sqsq.gateway.console import ClusterSource, NodeSource
 from sqsq.gateway.forwarding import ForwardingApi
 from sqsq.gateway.fronts import (
     announce,
@@ -110,7 +111,8 @@ async def run_gateway(
         api.caller.on_retry = RoutingMetrics(registry).retried
     fronts = await start_fronts(api, auth, host, grpc_port, http_port,
                                 add_services=admin.register if admin is not None else None,
-                                metrics=api_metrics(registry))
+                                metrics=api_metrics(registry),
+                                console=ClusterSource(api) if etcd else NodeSource(api))
     ops = None
     if metrics_port is not None:
         checked = api

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import grpc
 
-from sqsq.core import records
+from sqsq.api import SHARD_METADATA_KEY
+from sqsq.core import peek, records, regions
 from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.errors import not_leader_message
 from sqsq.gateway.auth import ERROR_CODE_KEY
@@ -181,6 +182,43 @@ class AdminService(pb_grpc.AdminServicer):
                 commit_index=replica.raftCommitIndex, applied_index=replica.raftLastApplied,
                 leader_raft=replica.leader_address() or ""))
         return pb.ReplicaStatusResponse(replicas=out)
+
+
+    async def PeekMessages(  # noqa: N802 (gRPC method name)
+        self, request: pb.PeekMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PeekMessagesResponse:
+        """A queue's oldest messages, read as any client read is (the leader, after a
+        barrier), changing nothing: for the gateway's web console."""
+        engine = self._current().get(_shard_named(context))
+        if engine is None:
+            await _abort(context, Rejection(ErrorCode.NOT_LEADER, not_leader_message(None)))
+        home = engine.config.region
+        if request.region and not regions.valid_region(request.region):
+            await _abort(context, Rejection(ErrorCode.INVALID_PARAMETER_VALUE,
+                                            f"{request.region!r} is not a region name."))
+        key = regions.queue_key(request.region or home, request.queue_name, home)
+        result = await engine.read(peek.peek_messages, key, request.max_number_of_messages)
+        if isinstance(result, Rejection):
+            await _abort(context, result)
+        return peek_to_pb(result)
+
+
+def _shard_named(context: grpc.aio.ServicerContext) -> int:
+    """The shard a call names in its metadata (shard 0 when none, or a malformed one)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == SHARD_METADATA_KEY:
+            return int(value) if str(value).isdigit() else -1
+    return 0
+
+
+def peek_to_pb(p: peek.Peek) -> pb.PeekMessagesResponse:
+    return pb.PeekMessagesResponse(
+        messages=[pb.PeekedMessage(
+            message_id=m.message_id, body=m.body, body_truncated=m.body_truncated,
+            sent_ms=m.sent_ms, state=m.state, receive_count=m.receive_count,
+            visible_at_ms=m.visible_at_ms, group_id=m.group_id,
+            dead_letter_source_arn=m.dead_letter_source_arn) for m in p.messages],
+        oldest_sent_ms=p.oldest_sent_ms, now_ms=p.now_ms)
 
 
 def _snapshot_files(path: Path) -> list[tuple[str, Path]]:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from sqsq.api import SYSTEM_ATTRIBUTE_NAMES, Endpoint, wants_attribute
 from sqsq.core import commands as c
-from sqsq.core import limits, queries, redrive, sending
+from sqsq.core import limits, peek, queries, redrive, sending
 from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.messages import (
     md5_of_message_attributes,
@@ -106,6 +106,11 @@ class ShardService:
         keys = await self._query(lambda st, k, now: queries.dead_letter_source_queues(st, k),
                                  queue)
         return [self.endpoint.queue_url(k) for k in keys]
+
+    async def peek_messages(self, queue: str, max_number_of_messages: int) -> peek.Peek:
+        """Not an SQS action: the web console's look at a queue's oldest messages, read as
+        GetQueueAttributes is and changing nothing."""
+        return await self._query(peek.peek_messages, queue, max_number_of_messages)
 
     # ---- dead-letter redrive ----
     async def start_message_move_task(

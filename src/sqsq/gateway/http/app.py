@@ -19,6 +19,8 @@ from sqsq.core.errors import ErrorCode
 from sqsq.errors import QueueError
 from sqsq.gateway import logs
 from sqsq.gateway.auth import Authenticator, AuthError, SignedRequest, signing_region
+from sqsq.gateway.console import ConsoleSource
+from sqsq.gateway.console import install as install_console
 from sqsq.gateway.http import json_protocol, query_protocol, quietlog
 from sqsq.gateway.http.actions import ACTIONS, UNSUPPORTED
 from sqsq.gateway.http.wire import Params, WireError, invalid
@@ -189,8 +191,11 @@ class HttpFront:
 
 
 def make_app(api: QueueService, auth: Authenticator,
-             metrics: ApiMetrics | None = None) -> web.Application:
+             metrics: ApiMetrics | None = None,
+             console: ConsoleSource | None = None) -> web.Application:
     quietlog.install("aiohttp.server", "sqsq.http")
     app = web.Application(client_max_size=MAX_BODY)
+    if console is not None:  # /console first: the SQS route below takes every path
+        install_console(app, console, auth)
     app.router.add_route("*", "/{tail:.*}", HttpFront(api, auth, metrics).handle)
     return app
