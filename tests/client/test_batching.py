@@ -235,3 +235,20 @@ def _until(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
     while not cond():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.001)
+
+
+def test_a_retried_batch_send_is_not_applied_twice(server: ServerProcess) -> None:
+    """What the client's retry on UNAVAILABLE does with a batch the SDK made: the same call,
+    same request id, again. The server answers it with the first result."""
+    from sqsq.client import _ops
+    from sqsq.client.batching import _send_batch
+
+    with Client(server.endpoint) as c:
+        url = c.create_queue(_name())
+        singles = [_ops.send_message(url, f"r{i}").request for i in range(5)]
+        call = _send_batch(url, singles)
+        first = c._run(call)
+        again = c._run(call)
+        assert [e.message_id for e in again.successful] == \
+            [e.message_id for e in first.successful]
+        assert _depth(c, url) == (5, 0)

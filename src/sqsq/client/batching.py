@@ -14,7 +14,9 @@ Order: entries go in call order, and a FIFO queue's sends keep one call in fligh
 message group keeps the order of its calls. Idempotency: a batch send carries one request id
 for all its attempts, and the server answers a retried entry with the first result, as for a
 single send. A call that cannot legally share a batch (a message bigger than ``max_bytes``)
-goes alone, as the single RPC, and gets the same error a single call gets.
+goes alone, as the single RPC, and gets the same error a single call gets. Two calls with
+one receipt handle may share a batch: the server takes the entries in order, as it would
+take the two calls.
 """
 
 from __future__ import annotations
@@ -241,8 +243,8 @@ class _Lane:
         return batch
 
 
-def _lane_key(queue: str, call: Call) -> tuple[str, str]:
-    return call.method, queue
+def _lane_key(queue: str, call: Call) -> tuple[str, str, str]:
+    return call.method, queue, call.region or ""  # a queue name means one queue per region
 
 
 def _limit(settings: BatchSettings, queue: str, call: Call) -> int:
@@ -263,7 +265,7 @@ class Batcher:
         self._run = run
         self.settings = settings
         self._lock = threading.Lock()
-        self._lanes: dict[tuple[str, str], _Lane] = {}
+        self._lanes: dict[tuple[str, str, str], _Lane] = {}
 
     def waiting(self) -> int:
         """How many calls wait for a slot (all queues)."""
@@ -289,7 +291,7 @@ class Batcher:
             raise me.error
         return me.value
 
-    def _send(self, key: tuple[str, str], lane: _Lane, batch: list[_Waiter]) -> None:
+    def _send(self, key: tuple[str, str, str], lane: _Lane, batch: list[_Waiter]) -> None:
         try:
             if len(batch) == 1:
                 outcomes: list[Outcome] = [(self._run(batch[0].call), None)]
@@ -328,7 +330,7 @@ class AsyncBatcher:
     def __init__(self, run: Callable[[Call], Awaitable[Any]], settings: BatchSettings) -> None:
         self._run = run
         self.settings = settings
-        self._lanes: dict[tuple[str, str], _Lane] = {}
+        self._lanes: dict[tuple[str, str, str], _Lane] = {}
         self._tasks: set[asyncio.Task] = set()
 
     def waiting(self) -> int:
@@ -360,19 +362,19 @@ class AsyncBatcher:
                     self._lanes.pop(key, None)
             raise
 
-    def _spawn(self, key: tuple[str, str], lane: _Lane, started: list[list[_Waiter]]) -> None:
+    def _spawn(self, key: tuple[str, str, str], lane: _Lane, started: list[list[_Waiter]]) -> None:
         for batch in started:
             task = asyncio.ensure_future(self._send(key, lane, batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    def _release(self, key: tuple[str, str], lane: _Lane) -> None:
+    def _release(self, key: tuple[str, str, str], lane: _Lane) -> None:
         lane.in_flight -= 1
         self._spawn(key, lane, lane.start(self.settings))
         if lane.idle and self._lanes.get(key) is lane:
             del self._lanes[key]
 
-    async def _send(self, key: tuple[str, str], lane: _Lane, batch: list[_Waiter]) -> None:
+    async def _send(self, key: tuple[str, str, str], lane: _Lane, batch: list[_Waiter]) -> None:
         try:
             if len(batch) == 1:
                 outcomes: list[Outcome] = [(await self._run(batch[0].call), None)]
