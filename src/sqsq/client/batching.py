@@ -51,7 +51,9 @@ class BatchSettings:
 
     max_entries: int = SQS_MAX_ENTRIES
     max_bytes: int = SQS_MAX_BATCH_BYTES
-    max_in_flight: int = 4
+    # 2: at 16 concurrent senders, about 5 entries per call (4 gave 3, 1 gave 8 but no
+    # overlap of one batch's round trip with the next); every call costs ~0.4 ms of CPU.
+    max_in_flight: int = 2
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_entries <= SQS_MAX_ENTRIES:
