@@ -141,6 +141,17 @@ def _clock_back(cc: ChaosCluster, rng: random.Random) -> bool:
     return True
 
 
+def _rolling_restarts(cc: ChaosCluster, rng: random.Random, until: float) -> int:
+    """``sqsq cluster restart --rolling``'s restart, over and over: every node stopped with
+    SIGTERM and started again in turn, leaders last, each caught up before the next (a
+    fault per node restarted)."""
+    restarts = 0
+    while _wait(2, until):
+        cc.check()
+        restarts += len(cc.c.rolling_restart())
+    return restarts
+
+
 def _heal_all(cc: ChaosCluster) -> None:
     cc.recover()
 
@@ -173,6 +184,9 @@ SCENARIOS = [
              _repeat(_kill_etcd, gap_s=4, hold_s=5, heal=_heal_all)),
     Scenario("kill-gateway", "the gateway killed with -9, restarted 1 s later",
              _repeat(_kill_gateway, gap_s=4, hold_s=1, heal=_heal_all)),
+    Scenario("rolling-restart", "every node restarted in turn (SIGTERM, same data), leaders "
+             "last, each caught up before the next, as `sqsq cluster restart --rolling` does",
+             _rolling_restarts),
     Scenario("clock-back", "a leader's wall clock stepped back an hour (and kept so); a "
              "stepped leader is killed, so leadership moves",
              _repeat(_clock_back, gap_s=4, hold_s=3, heal=_heal_clock)),

@@ -13,7 +13,7 @@ short of an up-to-date replica.
 
 pysyncobj can hand leadership over (``transferLeadership``), but a graceful stop already
 gives a leader's followers an election within about one election timeout; asking it to step
-down first is left out (see the rolling restart's figures in ``docs/operations.md``).
+down first is left out (``docs/backup.md``).
 """
 
 from __future__ import annotations
