@@ -242,6 +242,13 @@ def _fire(st: ShardState, q: QueueRecord, index: str, until: int, offset_ms: int
     return n
 
 
+def settle_floors(st: ShardState, q: QueueRecord) -> None:
+    """Raise the timer indexes' floors to their first live keys (or to empty), so the queue's
+    place in the sweep schedule is when its next timer is really due."""
+    for index in ("w", "y", "r") if q.attributes.fifo_queue else ("w", "r"):
+        next(iter(st.scan_index(index, q.qid)), None)
+
+
 def drop_expired(st: ShardState, q: QueueRecord, now: int, budget: int) -> int:
     """Retention: messages sent more than MessageRetentionPeriod ago are gone."""
     cutoff = now - q.attributes.message_retention_period_s * 1000

@@ -37,14 +37,26 @@ def sweep(st: ShardState, cmd: c.Sweep, now: int) -> c.Outcome:
     """Bounded time-driven work; ``Swept.more`` asks the leader to sweep again soon."""
     budget = limits.SWEEP_MAX_ITEMS
     woken: list[c.WakeReceivers] = []
-    for q in list(st.queues()):
+    if not st.meta.sweep_scheduled:  # state from before the schedule: enter every queue once
+        for q in st.queues():
+            st.schedule(q)
+        st.meta.sweep_scheduled = 1
+        return c.Outcome(c.Swept(more=True))  # their places are written with this command
+    for key, qid, name in list(st.due_queues(now)):
+        if budget <= 0:
+            return c.Outcome(c.Swept(more=True), tuple(woken))
+        q = st.queue(name)
+        if q is None or q.qid != qid:  # deleted or purged since: the entry is stale
+            st.txn.delete(key)
+            continue
+        budget -= 1  # a visit costs even when it finds nothing: the bound holds
         promoted = delivery.promote_due(st, q, now, budget)
         budget -= promoted
         if promoted:
             woken.append(c.WakeReceivers(q.name))
         budget -= delivery.drop_expired(st, q, now, budget)
-        if budget <= 0:
-            return c.Outcome(c.Swept(more=True), tuple(woken))
+        delivery.settle_floors(st, q)
+        st.schedule(q)
     for task in redrive.running(st):
         if budget <= 0:
             return c.Outcome(c.Swept(more=True), tuple(woken))
@@ -74,16 +86,10 @@ def sweep(st: ShardState, cmd: c.Sweep, now: int) -> c.Outcome:
 
 
 def sweep_needed(st: ShardState, now: int) -> bool:
-    """Whether a Sweep would change anything: a read-only check so idle shards write nothing."""
-    for q in st.queues():
-        if any(True for _ in st.scan_index("w", q.qid, now)):
-            return True
-        cutoff = delivery.fifo_delay_cutoff(q, now)
-        if cutoff is not None and any(True for _ in st.scan_index("y", q.qid, cutoff)):
-            return True
-        cutoff = now - q.attributes.message_retention_period_s * 1000
-        if cutoff >= 0 and any(True for _ in st.scan_index("r", q.qid, cutoff)):
-            return True
+    """Whether a Sweep would change anything: a read-only check so idle shards write nothing.
+    It reads the schedule's head, not every queue (a shard may hold thousands)."""
+    if not st.meta.sweep_scheduled or any(True for _ in st.due_queues(now)):
+        return True
     if any(True for _ in sending.due_dedup(st, now)) or any(True for _ in st.scan_prefix(b"z")):
         return True
     if redrive.running(st):

@@ -113,7 +113,7 @@ def create(st: ShardState, cmd: CreateQueue, now: int) -> Outcome:
         return Outcome(rej)
     q = QueueRecord(st.next_qid(), cmd.name, attrs, now, now, tags)
     st.put_queue(q)
-    st.counters(q.qid)  # materialise zero counters: the sweep walks live queues by them
+    st.start_counters(q.qid)
     st.txn.delete(r.deleted_key(cmd.name))
     return Outcome(QueueCreated(cmd.name))
 
@@ -167,7 +167,7 @@ def purge(st: ShardState, cmd: PurgeQueue, now: int) -> Outcome:
     _retire(st, q)
     q.dedup_qid = q.dedup_scope_qid
     q.qid, q.last_purge_ms = st.next_qid(), now
-    st.counters(q.qid)
+    st.start_counters(q.qid)
     st.put_queue(q)
     return Outcome(Ok())
 

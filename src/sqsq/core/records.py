@@ -155,6 +155,12 @@ def garbage_key(qid: int) -> bytes:
     return b"z" + u64(qid)
 
 
+def sweep_key(due_ms: int, qid: int) -> bytes:
+    """The sweep schedule: a queue is looked at once ``due_ms`` has come (the value is its
+    name). One entry per queue, so the sweep visits only queues with timers due, never all."""
+    return b"S" + u64(due_ms) + u64(qid)
+
+
 NO_FLOOR = 2**63  # an empty index: any insert lowers the floor again
 
 # Every prefix whose keys start with the queue id: what garbage collection clears. Dedup
@@ -172,14 +178,16 @@ class Meta:
     last_now_ms: int = 0
     applied_index: int = 0
     e_floor: int = 0  # dedup expiry index: no live entry expires earlier
+    # 1 once every queue is in the sweep schedule (state written before it existed has none).
+    sweep_scheduled: int = 0
 
     def encode(self) -> bytes:
         return pack([self.next_seq, self.next_qid, self.last_now_ms, self.applied_index,
-                     self.e_floor])
+                     self.e_floor, self.sweep_scheduled])
 
     @classmethod
     def decode(cls, raw: bytes | None) -> Meta:
-        return cls(*unpack(raw)) if raw else cls()
+        return cls(*unpack(raw)) if raw else cls(sweep_scheduled=1)  # new: nothing to enter
 
 
 def _encode_attributes(a: QueueAttributes) -> list:
@@ -284,10 +292,11 @@ class Counters:
     r_floor: int = 0  # retention index: enqueued_ms
     k_floor: int = 0  # FIFO ready groups: receivable since (ms)
     y_floor: int = 0  # FIFO delayed messages: sent_ms
+    sweep_at: int = NO_FLOOR  # where the queue is in the sweep schedule (NO_FLOOR: nowhere)
 
     def encode(self) -> bytes:
         return pack([self.visible, self.in_flight, self.delayed, self.v_floor, self.w_floor,
-                     self.r_floor, self.k_floor, self.y_floor])
+                     self.r_floor, self.k_floor, self.y_floor, self.sweep_at])
 
     @classmethod
     def decode(cls, raw: bytes | None) -> Counters:

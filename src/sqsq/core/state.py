@@ -39,6 +39,18 @@ class ShardConfig:
         return regions.region_of(key, self.region)
 
 
+def sweep_due(q: QueueRecord, c: Counters) -> int:
+    """The earliest time the sweep could have work in the queue, from its index floors: a
+    timer (delay, visibility timeout) coming due, a FIFO message passing the queue's delay,
+    a message reaching the retention period. ``NO_FLOOR`` when its timer indexes are empty."""
+    due = c.w_floor
+    if q.attributes.fifo_queue and c.y_floor != r.NO_FLOOR:
+        due = min(due, c.y_floor + q.attributes.delay_seconds * 1000)
+    if c.r_floor != r.NO_FLOOR:
+        due = min(due, c.r_floor + q.attributes.message_retention_period_s * 1000)
+    return min(due, r.NO_FLOOR)
+
+
 class Writer(KVReader):
     def put(self, key: bytes, value: bytes) -> None: ...
     def delete(self, key: bytes) -> None: ...
@@ -55,6 +67,7 @@ class ShardState:
         self.config = config
         self._meta: Meta | None = None
         self._counters: dict[int, Counters] = {}
+        self._queues: dict[int, QueueRecord] = {}  # the records this command has seen, by qid
 
     # ---- meta ----
     @property
@@ -77,22 +90,57 @@ class ShardState:
         if self._meta is not None:
             self.txn.put(r.META_KEY, self._meta.encode())
         for qid, c in self._counters.items():
-            if c is not None:
-                self.txn.put(r.counters_key(qid), c.encode())
+            self._reschedule(qid, c)
+            self.txn.put(r.counters_key(qid), c.encode())
         self._counters.clear()
+
+    # ---- the sweep schedule (records.sweep_key) ----
+    def _reschedule(self, qid: int, c: Counters) -> None:
+        """Keep the queue's place in the sweep schedule at its earliest possible due time. The
+        floors are lower bounds, so the place is never late; a visit that finds nothing due
+        settles the floors (``delivery.settle_floors``) and moves the place on."""
+        q = self._queues.get(qid)
+        if q is None or q.qid != qid:
+            # Every command reads the record of a queue whose timers it touches; should one
+            # not have, find it rather than leave the queue out of the schedule.
+            q = next((x for x in self.queues() if x.qid == qid), None)
+        due = r.NO_FLOOR if q is None else sweep_due(q, c)
+        if due != c.sweep_at:
+            if c.sweep_at != r.NO_FLOOR:
+                self.txn.delete(r.sweep_key(c.sweep_at, qid))
+            if q is not None and due != r.NO_FLOOR:
+                self.txn.put(r.sweep_key(due, qid), q.name.encode())
+            c.sweep_at = due
+
+    def schedule(self, q: QueueRecord) -> None:
+        """Put the queue in the sweep schedule when this command's writes are flushed."""
+        self._queues[q.qid] = q
+        self.counters(q.qid)
+
+    def due_queues(self, now: int) -> Iterator[tuple[bytes, int, str]]:
+        """(schedule key, qid, name) of queues whose sweep is due at ``now``, earliest first."""
+        for key, name in self.txn.scan(b"S", b"S" + r.u64(now + 1)):
+            yield key, r.read_u64(key, 9), name.decode()
 
     # ---- queues ----
     def queue(self, name: str) -> QueueRecord | None:
         raw = self.txn.get(r.queue_key(name))
-        return QueueRecord.decode(raw) if raw else None
+        if not raw:
+            return None
+        q = QueueRecord.decode(raw)
+        self._queues[q.qid] = q
+        return q
 
     def put_queue(self, q: QueueRecord) -> None:
         self.txn.put(r.queue_key(q.name), q.encode())
+        self.schedule(q)  # its delay or retention may have changed when it is due
 
     def queues(self, prefix: str = "") -> Iterator[QueueRecord]:
         start = r.queue_key(prefix)
         for _, raw in self.txn.scan(start, prefix_end(start)):
-            yield QueueRecord.decode(raw)
+            q = QueueRecord.decode(raw)
+            self._queues[q.qid] = q
+            yield q
 
     def counters(self, qid: int) -> Counters:
         c = self._counters.get(qid)
@@ -101,7 +149,16 @@ class ShardState:
             self._counters[qid] = c
         return c
 
+    def start_counters(self, qid: int) -> None:
+        """A new queue incarnation's counters: every index is empty, so no floor holds it in
+        the sweep schedule."""
+        c = self.counters(qid)
+        c.v_floor = c.w_floor = c.r_floor = c.k_floor = c.y_floor = r.NO_FLOOR
+
     def drop_counters(self, qid: int) -> None:
+        c = self.counters(qid)
+        if c.sweep_at != r.NO_FLOOR:
+            self.txn.delete(r.sweep_key(c.sweep_at, qid))
         self._counters.pop(qid, None)
         self.txn.delete(r.counters_key(qid))
 
