@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from serverproc import REPO, free_port, wait_for_port
 
+from serverproc import REPO, free_port, wait_for_port
 from sqsq.cli.localprocs import terminate
 from sqsq.client import Client
 

@@ -266,7 +266,10 @@ def run_restore(args: argparse.Namespace) -> int:
     except (restore.RestoreError, OSError) as exc:
         print(f"sqsq restore: error: {exc}", file=sys.stderr)
         return 1
-    flags = f" --region {backup.region} --account {backup.account}"
-    print(f"restored {len(backup.shards)} shard(s) from {args.source}; start it with: "
-          f"{where}{flags}")
+    # the nodes or server must run with the region and account the state was written in
+    if args.data_dir is not None:
+        where += f" --region {backup.region} --account {backup.account}"
+    else:
+        where += f" (region {backup.region}, account {backup.account})"
+    print(f"restored {len(backup.shards)} shard(s) from {args.source}; start it with: {where}")
     return 0
