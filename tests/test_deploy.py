@@ -274,3 +274,72 @@ def test_dockerfile_installs_the_repository() -> None:
     assert entrypoint == [["sqsq"]]
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert "sqsq" in scripts
+
+
+# -- metrics: Prometheus and the Grafana dashboard -------------------------------------------
+
+def _prometheus_targets() -> dict[str, set[str]]:
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    return {job["job_name"]: {t for sc in job["static_configs"] for t in sc["targets"]}
+            for job in config["scrape_configs"]}
+
+
+def dashboard_metric_names(deploy: Path = DEPLOY) -> set[str]:
+    """The sqsq metric names every query of the Grafana dashboard uses."""
+    dashboard = json.loads((deploy / "grafana" / "dashboards" / "sqsq.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert exprs, "the dashboard has no queries"
+    return {name for e in exprs for name in re.findall(r"\bsqsq_[a-z0-9_]+", e)}
+
+
+def test_prometheus_scrapes_every_sqsq_process() -> None:
+    """Each node and the gateway serve metrics on the port the scrape config names, and
+    expose it on the compose network."""
+    targets = _prometheus_targets()
+    expected = {"sqsq-node": {f"{n}:{_node(n).metrics_port}" for n in NODES},
+                "sqsq-gateway": {f"gateway:{_gateway().metrics_port}"}}
+    assert targets == expected
+    for name in (*NODES, "gateway"):
+        args = _node(name) if name in NODES else _gateway()
+        assert args.metrics_port is not None, f"{name} serves no metrics"
+        assert args.metrics_port in _expose(_service(name)), f"{name}: metrics port not exposed"
+        assert args.log_format == "json", f"{name}: logs for a collector are JSON lines"
+    prometheus = _service("prometheus")
+    mounts = {target: source for source, target, *_ in
+              (str(v).split(":") for v in prometheus["volumes"])}
+    config = mounts["/etc/prometheus/prometheus.yml"]
+    assert (DEPLOY / config).resolve() == DEPLOY / "prometheus" / "prometheus.yml"
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prometheus["command"]
+
+
+def test_grafana_is_provisioned_with_the_dashboard() -> None:
+    grafana = _service("grafana")
+    mounts = {target: (DEPLOY / source).resolve() for source, target, *_ in
+              (str(v).split(":") for v in grafana["volumes"]) if source.startswith(".")}
+    provisioning = mounts["/etc/grafana/provisioning"]
+    datasource = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())
+    (source,) = datasource["datasources"]
+    assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
+    provider = yaml.safe_load((provisioning / "dashboards" / "sqsq.yml").read_text())
+    (dashboards,) = provider["providers"]
+    assert mounts[dashboards["options"]["path"]] == DEPLOY / "grafana" / "dashboards"
+    dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "sqsq.json").read_text())
+    uids = {t["datasource"]["uid"] for p in dashboard["panels"] for t in p["targets"]}
+    assert uids == {source["uid"]}, "every query reads the provisioned Prometheus"
+    jobs = {j for p in dashboard["panels"] for t in p["targets"]
+            for j in re.findall(r'job="([^"]+)"', t["expr"])}
+    assert jobs <= set(_prometheus_targets()), jobs
+
+
+def test_dashboard_queries_name_metrics_that_exist(cluster) -> None:  # noqa: ANN001 - conftest's
+    """Every metric the dashboard queries is in a real scrape of a cluster's nodes and
+    gateway (parsed with Prometheus' own parser)."""
+    from ops.opssupport import scrape
+
+    c = cluster.cluster
+    names: set[str] = set()
+    for url in (c.gateway.metrics_url, *(n.metrics_url for n in c.nodes)):
+        names |= scrape(url).names()
+    wanted = dashboard_metric_names()
+    assert len(wanted) >= 10
+    assert wanted <= names, sorted(wanted - names)

@@ -37,8 +37,12 @@ class Scrape:
         return {lab: v for (n, lab), v in self.samples.items() if n == name and want <= lab}
 
     def names(self) -> set[str]:
-        """Every family name and every sample name (``_total``, ``_bucket``...)."""
-        return set(self.families) | {n for n, _ in self.samples}
+        """Every name a query may use: families, their samples' names, and the suffixed names
+        of a family declared with no sample yet (a labelled counter nothing has counted)."""
+        suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+        declared = {f.name + s for f in self.families.values()
+                    for s in suffixes.get(f.type, ())}
+        return set(self.families) | declared | {n for n, _ in self.samples}
 
 
 def scrape(base_url: str) -> Scrape:

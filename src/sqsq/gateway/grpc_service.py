@@ -54,11 +54,11 @@ def _status(code: ErrorCode) -> grpc.StatusCode:
     return getattr(grpc.StatusCode, code.spec.grpc_status)
 
 
-def _about(request: object) -> tuple[str, str]:
-    """A call's request id (the caller's, or a new one) and queue, for its log lines."""
+def _about(request: object, action: str) -> tuple[str, str, str]:
+    """A call's request id (the caller's, or a new one), action and queue, for its logs."""
     request_id = getattr(request, "request_id", "") or uuid.uuid4().hex
     queue = getattr(request, "queue_url", "") or getattr(request, "queue_name", "")
-    return request_id, queue.rstrip("/").rsplit("/", 1)[-1][:80]
+    return request_id, action, queue.rstrip("/").rsplit("/", 1)[-1][:80]
 
 
 def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
@@ -66,24 +66,24 @@ def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
 
     @functools.wraps(method)
     async def run(self, request, context):  # noqa: ANN001, ANN202
-        with self.metrics.request(action, "grpc") as outcome:
-            request_id, queue = _about(request)
-            token = logs.bind(request_id, action, queue)
-            try:
-                return await method(self, request, context)
-            except QueueError as e:
-                outcome.code = e.code
-                await context.abort(_status(e.error_code), e.message,
-                                    trailing_metadata=((ERROR_CODE_KEY, e.code),))
-            except Exception as e:  # noqa: BLE001 - every failure leaves with an SQS code
-                if isinstance(e, grpc.aio.AbortError):
-                    raise
-                outcome.code = "InternalError"
-                log.exception("internal error in %s", action)
-                await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {e}",
-                                    trailing_metadata=((ERROR_CODE_KEY, "InternalError"),))
-            finally:
-                logs.unbind(token)
+        token = logs.bind(*_about(request, action))  # the request's line names it too
+        try:
+            with self.metrics.request(action, "grpc") as outcome:
+                try:
+                    return await method(self, request, context)
+                except QueueError as e:
+                    outcome.code = e.code
+                    await context.abort(_status(e.error_code), e.message,
+                                        trailing_metadata=((ERROR_CODE_KEY, e.code),))
+                except Exception as e:  # noqa: BLE001 - every failure leaves with an SQS code
+                    if isinstance(e, grpc.aio.AbortError):
+                        raise
+                    outcome.code = "InternalError"
+                    log.exception("internal error in %s", action)
+                    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {e}",
+                                        trailing_metadata=((ERROR_CODE_KEY, "InternalError"),))
+        finally:
+            logs.unbind(token)
 
     return run
 
