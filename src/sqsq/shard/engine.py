@@ -46,6 +46,10 @@ MAX_GROUP = 512  # commands per entry: bounds one entry's size and apply time
 MAX_IN_FLIGHT = 4  # entries proposed and not yet answered
 PROPOSAL_TIMEOUT_S = 10.0  # then the outcome is unknown
 LEADER_WAIT_S = 3.0  # a request that finds no leader waits this long for an election
+# ... but in a group of several, no longer than this: a node that knows no leader may be the
+# one cut off (a deposed leader sees no election), and its callers do better trying another
+# node (they rotate on a NotLeader without a hint) than waiting here for seconds.
+GROUP_LEADER_WAIT_S = 0.5
 SWEEP_INTERVAL_S = 0.1
 
 _BARRIER = object()  # a read waiting for the next entry to commit
@@ -226,7 +230,8 @@ class ShardEngine:
             return Rejection(ErrorCode.SERVICE_UNAVAILABLE, "The shard replica has stopped.")
         if self.replica.is_leader():
             return None
-        deadline = time.monotonic() + LEADER_WAIT_S
+        alone = len(self.replica.members()) <= 1
+        deadline = time.monotonic() + (LEADER_WAIT_S if alone else GROUP_LEADER_WAIT_S)
         while self.replica.leader_address() is None and time.monotonic() < deadline:
             await asyncio.sleep(0.02)  # an election is under way: wait for its outcome
         return None if self.replica.is_leader() else self.not_leader()
