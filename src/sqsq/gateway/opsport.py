@@ -42,7 +42,10 @@ class OpsPort:
 def make_ops_app(registry: CollectorRegistry, readiness: Readiness) -> web.Application:
     async def metrics(request: web.Request) -> web.Response:
         encode, content_type = choose_encoder(request.headers.get("Accept", ""))
-        return web.Response(body=encode(registry), headers={"Content-Type": content_type})
+        # Off the event loop: with thousands of queues a scrape takes a good fraction of a
+        # second of reads (docs/operations.md), which clients must not wait behind.
+        body = await asyncio.to_thread(encode, registry)
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def healthz(request: web.Request) -> web.Response:
         return web.json_response({"alive": True})
