@@ -67,10 +67,15 @@ class NodeProcess:
     raft_port: int
     proc: subprocess.Popen | None = None
     host: str = LOOPBACK
+    metrics_port: int = field(default_factory=free_port)  # /metrics, /healthz, /readyz
 
     @property
     def endpoint(self) -> str:
         return f"{self.host}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}"
 
     @property
     def alive(self) -> bool:
@@ -83,6 +88,12 @@ class GatewayProcess:
     http_port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
     host: str = LOOPBACK
+    metrics_port: int = field(default_factory=free_port)
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}"
+
     @property
     def endpoint(self) -> str:
         return f"{self.host}:{self.grpc_port}"
@@ -152,7 +163,8 @@ class LocalCluster:
             "--data-dir", str(node.root), "--host", node.host,
             "--grpc-port", str(node.grpc_port), "--raft-port", str(node.raft_port),
             "--shards", str(self.shards), "--initial-nodes", str(len(self.nodes)),
-            "--secret-file", str(self.secret), *self.node_args])
+            "--secret-file", str(self.secret), "--metrics-port", str(node.metrics_port),
+            *self.node_args])
         wait_for_port(node.grpc_port, node.proc, host=node.host, wrap=self._wrap(node.node_id))
 
     def start_gateway(self) -> None:
@@ -160,7 +172,7 @@ class LocalCluster:
         g.proc = self._spawn("gateway", [
             "gateway", "--etcd", self.etcd.endpoint, "--host", g.host,
             "--grpc-port", str(g.grpc_port), "--http-port", str(g.http_port),
-            "--partitions", str(self.partitions)])
+            "--partitions", str(self.partitions), "--metrics-port", str(g.metrics_port)])
         wait_for_port(g.grpc_port, g.proc, host=g.host, wrap=self._wrap("gateway"))
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> LocalCluster:
