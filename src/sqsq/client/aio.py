@@ -22,10 +22,15 @@ from sqsq.v1 import queues_pb2_grpc
 def open_stub(target: str, creds: tuple[str, str] | None,
               ) -> tuple[grpc.aio.Channel, queues_pb2_grpc.QueuesStub]:
     """A channel to ``target`` and the Queues stub over it; with credentials, a signed token
-    on every call (see sqsq.gateway.auth)."""
+    on every call (see sqsq.gateway.auth). The stub multiplexes its calls over one stream
+    (``sqsq.client._stream``; env ``SQSQ_STREAM=0``: one unary RPC per call)."""
+    from sqsq.client import _stream
+
     channel = grpc.aio.insecure_channel(
         target, options=_call.CHANNEL_OPTIONS,
         interceptors=[_auth.AioTokenInterceptor(creds)] if creds else None)
+    if _stream.enabled():
+        return channel, _stream.AsyncStreamStub(channel, creds)  # type: ignore[return-value]
     return channel, queues_pb2_grpc.QueuesStub(channel)
 
 

@@ -54,10 +54,15 @@ class Client:
     def _stub(self) -> queues_pb2_grpc.QueuesStub:
         target = self.route.current
         if target not in self._stubs:
+            from sqsq.client import _stream
+
             channel = grpc.insecure_channel(target, options=_call.CHANNEL_OPTIONS)
             if self._creds is not None:  # a signed token on every call (sqsq.gateway.auth)
                 channel = grpc.intercept_channel(channel, _auth.TokenInterceptor(self._creds))
-            self._stubs[target] = (channel, queues_pb2_grpc.QueuesStub(channel))
+            # Calls multiplexed over one stream (env SQSQ_STREAM=0: one unary RPC per call).
+            stub = _stream.StreamStub(channel, self._creds) if _stream.enabled() else \
+                queues_pb2_grpc.QueuesStub(channel)
+            self._stubs[target] = (channel, stub)  # type: ignore[assignment]
         return self._stubs[target][1]
 
     def close(self) -> None:

@@ -42,10 +42,13 @@ class Fronts:
     runner: web.AppRunner | None  # None: no HTTP door (a node serves gRPC only)
     grpc_server: grpc.aio.Server
     grpc_port: int
+    queues: QueuesService | None = None
 
     async def stop(self) -> None:
         if self.runner is not None:
             await self.runner.cleanup()
+        if self.queues is not None:  # else open streams would hold the stop for its grace
+            self.queues.drain_streams()
         await self.grpc_server.stop(grace=2)
 
 
@@ -82,7 +85,7 @@ async def start_fronts(
             await runner.cleanup()
         raise
     await server.start()
-    return Fronts(runner, server, bound)
+    return Fronts(runner, server, bound, queues)
 
 
 def _bind_grpc(server: grpc.aio.Server, host: str, port: int) -> int:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry
@@ -21,20 +23,26 @@ from sqsq.core import regions
 from sqsq.core.errors import ErrorCode
 from sqsq.errors import InvalidParameterValue, QueueError, from_rejection
 from sqsq.gateway import logs
+from sqsq.gateway.auth import ERROR_CODE_KEY
 from sqsq.gateway.convert import (
     entry_from_pb,
     failed_to_pb,
     message_to_pb,
     opt,
     sent_fields,
+    task_to_pb,
 )
 from sqsq.gateway.metrics import ApiMetrics
+from sqsq.gateway.streaming import Aborted, CallContext, StreamSession
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.v1 import queues_pb2_grpc as pb_grpc
-from sqsq.wire import ERROR_CODE_KEY, task_to_pb
 
 log = logging.getLogger("sqsq.gateway")
 GRPC_ACTIONS = frozenset(pb.DESCRIPTOR.services_by_name["Queues"].methods_by_name)
+# A call on the stream names its unary method in snake case (StreamRequest's oneof member).
+STREAM_CALLS = {re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower(): name
+                for name in pb.DESCRIPTOR.services_by_name["Queues"].methods_by_name
+                if name != "Stream"}
 
 
 def caller_region(context: grpc.aio.ServicerContext) -> str | None:
@@ -98,7 +106,38 @@ class QueuesService(pb_grpc.QueuesServicer):
             raise ValueError("one of api and select")
         self.api = api
         self._select = select
+        self._streams: set[StreamSession] = set()
+        self._draining = False
         self.metrics = metrics or ApiMetrics(CollectorRegistry(), GRPC_ACTIONS)
+
+    async def Stream(self, request_iterator, context):  # noqa: ANN001, ANN201, N802
+        if self._draining:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "The server is shutting down.")
+        session = StreamSession(self._stream_call, context.invocation_metadata() or ())
+        self._streams.add(session)
+        try:
+            async for reply in session.replies(request_iterator):
+                yield reply
+        finally:
+            self._streams.discard(session)
+
+    def drain_streams(self) -> None:
+        """Shutting down: open streams finish the calls under way and end; no new ones."""
+        self._draining = True
+        for session in self._streams:
+            session.drain()
+
+    async def _stream_call(self, kind: str, request: Any, context: CallContext
+                           ) -> pb.StreamReply:
+        """One call off a stream, through its unary method: the same checks, metrics and
+        errors (``context.abort`` raises ``Aborted`` here)."""
+        try:
+            response = await getattr(self, STREAM_CALLS[kind])(request, context)
+        except Aborted as e:
+            return e.reply(ERROR_CODE_KEY)
+        reply = pb.StreamReply()
+        getattr(reply, kind).CopyFrom(response)
+        return reply
 
     def api_for(self, context: grpc.aio.ServicerContext) -> QueueService:
         return self.api if self._select is None else self._select(context)

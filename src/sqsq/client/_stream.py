@@ -1,0 +1,380 @@
+"""Calls over one long-lived gRPC stream per channel (``Queues.Stream``), behind a stub with
+``QueuesStub``'s method names: ``stub.SendMessage(request, timeout=..., metadata=...)``.
+
+A unary call costs an HTTP/2 stream and Python gRPC's per-call work on both sides (about
+0.4 ms each here); on the stream a call is one protobuf message each way, matched to its
+caller by an id. The stub keeps the unary API's contract, so ``_call.Route``'s retry rules
+apply unchanged:
+
+- a failed call raises a ``grpc.RpcError`` with the code, details and ``sqs-error-code``
+  trailer the unary call would have ended with;
+- a call in flight when the stream breaks fails UNAVAILABLE (never resent here: whether it
+  may be repeated is the caller's rule), with the stream's own details when it never
+  connected ("failed to connect": nothing was sent); the next call opens a new stream;
+- a server without the stream (UNIMPLEMENTED) gets unary calls from then on, and the calls
+  that met the refusal are made unary at once (the server ran none of them);
+- a request too large for one gRPC message goes unary, where the size error is its own.
+
+The stream's metadata carries the signed token (checked when it opens); a call's own
+metadata (region, shard) travels in its request. Env ``SQSQ_STREAM=0`` turns the stream off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import os
+import queue
+import re
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from sqsq.client import _auth
+from sqsq.client._call import ERROR_CODE_KEY
+from sqsq.v1 import queues_pb2 as pb
+from sqsq.v1 import queues_pb2_grpc
+
+ENV_STREAM = "SQSQ_STREAM"
+STREAM_METHOD = "/sqsq.v1.Queues/Stream"
+# gRPC's default limit on a received message, less room for the stream's own fields.
+MAX_REQUEST_BYTES = 4 * 1024 * 1024 - 1024
+# unary method -> its field in StreamRequest.call / StreamReply.result (snake case)
+FIELDS = {name: re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+          for name in pb.DESCRIPTOR.services_by_name["Queues"].methods_by_name
+          if name != "Stream"}
+_STATUS = {code.value[0]: code for code in grpc.StatusCode}
+Metadata = Sequence[tuple[str, str]] | None
+
+
+def enabled() -> bool:
+    """Whether clients use the stream (env ``SQSQ_STREAM=0``: unary calls only)."""
+    return os.environ.get(ENV_STREAM, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class CallError(grpc.RpcError):
+    """A failed call off the stream, read as a unary call's error is (``_call.map_rpc_error``,
+    ``_call.may_retry``): ``code()``, ``details()``, ``trailing_metadata()``."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, sqs_code: str = "") -> None:
+        super().__init__(details)
+        self._code, self._details, self._sqs_code = code, details, sqs_code
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ((ERROR_CODE_KEY, self._sqs_code),) if self._sqs_code else ()
+
+    def __str__(self) -> str:
+        return f"{self._code.name}: {self._details}"
+
+
+class _Unimplemented(Exception):
+    """The server has no stream: make the call unary."""
+
+
+def _reply_error(error: pb.StreamError) -> CallError:
+    return CallError(_STATUS.get(error.status, grpc.StatusCode.UNKNOWN), error.message,
+                     error.code)
+
+
+def _sqs_code(err: grpc.RpcError | None) -> str:
+    trailing_fn = getattr(err, "trailing_metadata", None)
+    for key, value in (trailing_fn() if callable(trailing_fn) else None) or ():
+        if key == ERROR_CODE_KEY:
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return ""
+
+
+def _ended(err: grpc.RpcError | None) -> CallError | _Unimplemented:
+    """What a call in flight gets when its stream ends (``err``: how; None: it closed)."""
+    code = err.code() if err is not None else grpc.StatusCode.OK
+    details = (err.details() if err is not None else "") or ""
+    if code == grpc.StatusCode.UNIMPLEMENTED and not _sqs_code(err):
+        return _Unimplemented()
+    sqs_code = _sqs_code(err)
+    if sqs_code:  # refused when it opened (authentication): the call's own answer
+        return CallError(code, details, sqs_code)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return CallError(code, details)
+    return CallError(grpc.StatusCode.UNAVAILABLE,
+                     f"the stream ended before the reply ({code.name}: {details})")
+
+
+def _request(call_id: int, field: str, request: Any, timeout: float | None,
+             metadata: Metadata) -> pb.StreamRequest:
+    out = pb.StreamRequest(id=call_id)
+    if metadata:
+        out.metadata.update(metadata)
+    if timeout is not None:
+        out.timeout_ms = max(1, math.ceil(timeout * 1000))
+    getattr(out, field).CopyFrom(request)
+    return out
+
+
+def _response(reply: pb.StreamReply) -> Any:
+    kind = reply.WhichOneof("result")
+    if kind == "error":
+        raise _reply_error(reply.error)
+    return getattr(reply, kind)
+
+
+def _deadline_exceeded() -> CallError:
+    return CallError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+
+def _token(credentials: _auth.Credentials | None) -> tuple[tuple[str, str], ...]:
+    if credentials is None:
+        return ()
+    return ((_auth.GRPC_METADATA_KEY, _auth.grpc_token(*credentials, STREAM_METHOD)),)
+
+
+def _serializers() -> dict[str, Callable]:
+    return dict(request_serializer=pb.StreamRequest.SerializeToString,
+                response_deserializer=pb.StreamReply.FromString)
+
+
+class _Method:
+    __slots__ = ("_stub", "_name")
+
+    def __init__(self, stub: Any, name: str) -> None:
+        self._stub, self._name = stub, name
+
+    def __call__(self, request: Any, timeout: float | None = None, metadata: Metadata = None,
+                 **_: Any) -> Any:
+        return self._stub.call(self._name, request, timeout, metadata)
+
+
+# ---- asyncio -----------------------------------------------------------------------------
+
+
+class _AioStream:
+    """One open stream: a writer task (gRPC allows one write at a time) and a reader task
+    that hands each reply to the future waiting for its id."""
+
+    def __init__(self, channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]]) -> None:
+        self._call = channel.stream_stream(STREAM_METHOD, **_serializers())(metadata=metadata)
+        self.pending: dict[int, asyncio.Future] = {}
+        self._ids = itertools.count(1)
+        self._outbox: asyncio.Queue[pb.StreamRequest] = asyncio.Queue()
+        self.done = False
+        self._writer = asyncio.create_task(self._write())
+        self._reader = asyncio.create_task(self._read())
+
+    async def call(self, field: str, request: Any, timeout: float | None,
+                   metadata: Metadata) -> Any:
+        loop = asyncio.get_running_loop()
+        call_id = next(self._ids)
+        fut = loop.create_future()
+        self.pending[call_id] = fut
+        self._outbox.put_nowait(_request(call_id, field, request, timeout, metadata))
+        timer = None if timeout is None else loop.call_later(timeout, _expire, fut)
+        try:
+            reply = await fut
+        except (asyncio.CancelledError, CallError):
+            # Given up on (cancelled, or its deadline passed; not a broken stream, which
+            # leaves nothing pending): the server stops working on it too.
+            if self.pending.pop(call_id, None) is not None and not self.done:
+                self._outbox.put_nowait(pb.StreamRequest(id=call_id, cancel=pb.Empty()))
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        return _response(reply)
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                await self._call.write(await self._outbox.get())
+        except (grpc.RpcError, asyncio.InvalidStateError):
+            pass  # the stream ended: the reader says how
+
+    async def _read(self) -> None:
+        err: grpc.RpcError | None = None
+        try:
+            while True:
+                reply = await self._call.read()
+                if reply is grpc.aio.EOF:
+                    break
+                fut = self.pending.pop(reply.id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(reply)
+        except grpc.RpcError as e:
+            err = e
+        except asyncio.CancelledError:  # the channel closed
+            err = CallError(grpc.StatusCode.CANCELLED, "the channel was closed")
+        finally:
+            self.done = True
+            self._writer.cancel()
+            self._call.cancel()
+            pending, self.pending = self.pending, {}
+            for fut in pending.values():
+                if not fut.done():
+                    fut.set_exception(_ended(err))
+
+
+def _expire(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_exception(_deadline_exceeded())
+
+
+class AsyncStreamStub:
+    """``QueuesStub`` for a ``grpc.aio`` channel, its calls multiplexed over one stream.
+    Create it inside the running event loop (the stream opens at the first call)."""
+
+    def __init__(self, channel: grpc.aio.Channel,
+                 credentials: _auth.Credentials | None = None) -> None:
+        self._channel = channel
+        self._creds = credentials
+        self._unary = queues_pb2_grpc.QueuesStub(channel)
+        self._stream: _AioStream | None = None
+        self.unary_only = False  # the server has no stream
+        self.streams_opened = 0
+        for name in FIELDS:
+            setattr(self, name, _Method(self, name))
+
+    @property
+    def in_flight(self) -> int:
+        """Calls on the stream waiting for their replies."""
+        return 0 if self._stream is None else len(self._stream.pending)
+
+    async def call(self, method: str, request: Any, timeout: float | None,
+                   metadata: Metadata) -> Any:
+        if not self.unary_only and request.ByteSize() <= MAX_REQUEST_BYTES:
+            stream = self._stream
+            if stream is None or stream.done:
+                stream = self._stream = _AioStream(self._channel, _token(self._creds))
+                self.streams_opened += 1
+            try:
+                return await stream.call(FIELDS[method], request, timeout, metadata)
+            except _Unimplemented:
+                self.unary_only = True
+        return await getattr(self._unary, method)(request, timeout=timeout, metadata=metadata)
+
+
+# ---- blocking ----------------------------------------------------------------------------
+
+
+class _Waiter:
+    """One blocking caller's slot: a lock held until its reply (or error) is put in."""
+
+    __slots__ = ("_lock", "reply", "error")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self.reply: pb.StreamReply | None = None
+        self.error: BaseException | None = None
+
+    def put(self, reply: pb.StreamReply | None, error: BaseException | None = None) -> None:
+        self.reply, self.error = reply, error
+        self._lock.release()
+
+    def wait(self, timeout: float | None) -> bool:
+        return self._lock.acquire(timeout=-1 if timeout is None else timeout)
+
+
+class _Closed(Exception):
+    """The stream ended before the call was put on it: open another."""
+
+
+class _SyncStream:
+    """One open stream: gRPC's own thread writes the requests queued here; a reader thread
+    hands each reply to the waiter for its id. Whoever pops a waiter fills it."""
+
+    def __init__(self, channel: grpc.Channel, metadata: Sequence[tuple[str, str]]) -> None:
+        self._outbox: queue.SimpleQueue[pb.StreamRequest | None] = queue.SimpleQueue()
+        self.pending: dict[int, _Waiter] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()  # done and the pending set change together
+        self.done = False
+        self._replies = channel.stream_stream(STREAM_METHOD, **_serializers())(
+            self._requests(), metadata=metadata)
+        threading.Thread(target=self._read, name="sqsq-stream", daemon=True).start()
+
+    def _requests(self) -> Iterator[pb.StreamRequest]:
+        while (request := self._outbox.get()) is not None:
+            yield request
+
+    def call(self, field: str, request: Any, timeout: float | None, metadata: Metadata) -> Any:
+        waiter = _Waiter()
+        with self._lock:
+            if self.done:
+                raise _Closed
+            call_id = next(self._ids)
+            self.pending[call_id] = waiter
+        self._outbox.put(_request(call_id, field, request, timeout, metadata))
+        if not waiter.wait(timeout):
+            if self.pending.pop(call_id, None) is not None:
+                self._outbox.put(pb.StreamRequest(id=call_id, cancel=pb.Empty()))
+                raise _deadline_exceeded()
+            waiter.wait(None)  # being filled right now
+        if waiter.error is not None:
+            raise waiter.error
+        return _response(waiter.reply)  # type: ignore[arg-type]
+
+    def _read(self) -> None:
+        err: grpc.RpcError | None = None
+        try:
+            for reply in self._replies:
+                waiter = self.pending.pop(reply.id, None)
+                if waiter is not None:
+                    waiter.put(reply)
+        except grpc.RpcError as e:
+            err = e
+        finally:
+            with self._lock:
+                self.done = True
+                pending, self.pending = self.pending, {}
+            self._outbox.put(None)  # ends gRPC's request thread
+            self._replies.cancel()
+            for waiter in pending.values():
+                waiter.put(None, _ended(err))
+
+
+class StreamStub:
+    """``QueuesStub`` for a blocking channel, its calls multiplexed over one stream; safe to
+    share between threads (the stream opens at the first call)."""
+
+    def __init__(self, channel: grpc.Channel,
+                 credentials: _auth.Credentials | None = None) -> None:
+        self._channel = channel
+        self._creds = credentials
+        self._unary = queues_pb2_grpc.QueuesStub(channel)
+        self._stream: _SyncStream | None = None
+        self._open_lock = threading.Lock()
+        self.unary_only = False  # the server has no stream
+        self.streams_opened = 0
+        for name in FIELDS:
+            setattr(self, name, _Method(self, name))
+
+    @property
+    def in_flight(self) -> int:
+        """Calls on the stream waiting for their replies."""
+        return 0 if self._stream is None else len(self._stream.pending)
+
+    def _open(self) -> _SyncStream:
+        with self._open_lock:
+            if self._stream is None or self._stream.done:
+                self._stream = _SyncStream(self._channel, _token(self._creds))
+                self.streams_opened += 1
+            return self._stream
+
+    def call(self, method: str, request: Any, timeout: float | None,
+             metadata: Metadata) -> Any:
+        while not self.unary_only and request.ByteSize() <= MAX_REQUEST_BYTES:
+            try:
+                return self._open().call(FIELDS[method], request, timeout, metadata)
+            except _Closed:
+                continue
+            except _Unimplemented:
+                self.unary_only = True
+        return getattr(self._unary, method)(request, timeout=timeout, metadata=metadata)

@@ -1,0 +1,157 @@
+"""The server side of the multiplexed stream (``Queues.Stream``): many calls, one gRPC stream.
+
+Each request read from the stream runs as a task of its own (a long poll holds only its
+own), through the handler its unary method runs, with a context whose metadata is the
+stream's (the authorization token, checked once when the stream opened) followed by the
+call's own (region, shard). Its reply carries its id. The session ends when the client
+half-closes and every call is answered, or when the server drains it on shutdown (calls
+under way finish; a request read after that is answered UNAVAILABLE, never run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import grpc
+
+from sqsq.v1 import queues_pb2 as pb
+
+# What gRPC lets a client receive by default: a reply past it would end the whole stream,
+# so it ends only its own call (RESOURCE_EXHAUSTED, as the unary call would).
+MAX_REPLY_BYTES = 4 * 1024 * 1024
+Metadata = Sequence[tuple[str, Any]]
+# kind (the oneof field, the unary method in snake case), request, context -> its reply
+CallFn = Callable[[str, Any, "CallContext"], Awaitable[pb.StreamReply]]
+
+
+class Aborted(Exception):
+    """A call off a stream ended as ``context.abort`` ends a unary one."""
+
+    def __init__(self, status: grpc.StatusCode, details: str, trailing: Metadata) -> None:
+        super().__init__(details)
+        self.status, self.details, self.trailing = status, details, trailing
+
+    def reply(self, error_code_key: str) -> pb.StreamReply:
+        code = next((str(v) for k, v in self.trailing if k == error_code_key), "")
+        return error_reply(self.status, code, self.details)
+
+
+class CallContext:
+    """What the unary handlers use of a gRPC servicer context: the metadata, and ``abort``
+    (which here raises ``Aborted`` for the stream to turn into the call's reply)."""
+
+    __slots__ = ("_metadata",)
+
+    def __init__(self, metadata: Metadata) -> None:
+        self._metadata = metadata
+
+    def invocation_metadata(self) -> Metadata:
+        return self._metadata
+
+    async def abort(self, code: grpc.StatusCode, details: str = "",
+                    trailing_metadata: Metadata = ()) -> None:
+        raise Aborted(code, details, trailing_metadata)
+
+
+def error_reply(status: grpc.StatusCode, code: str, message: str) -> pb.StreamReply:
+    """A failed call's reply: what the unary call would have ended with."""
+    return pb.StreamReply(error=pb.StreamError(status=status.value[0], code=code,
+                                               message=message))
+
+
+def too_large(reply: pb.StreamReply) -> pb.StreamReply:
+    return error_reply(grpc.StatusCode.RESOURCE_EXHAUSTED, "",
+                       f"the response is {reply.ByteSize()} bytes, more than the "
+                       f"{MAX_REPLY_BYTES} a gRPC message may carry")
+
+
+class StreamSession:
+    """One open stream: reads requests, runs each as a task, yields replies as they come."""
+
+    def __init__(self, call: CallFn, metadata: Metadata) -> None:
+        self._call = call
+        self._metadata = tuple(metadata)
+        self._replies: asyncio.Queue[pb.StreamReply | None] = asyncio.Queue()
+        self._tasks: dict[int, asyncio.Task] = {}
+        self._read_all = False  # the client half-closed
+        self._closing = False  # the server drains
+
+    async def replies(self, requests: AsyncIterator[pb.StreamRequest],
+                      ) -> AsyncIterator[pb.StreamReply]:
+        reader = asyncio.create_task(self._read(requests))
+        try:
+            while True:
+                reply = await self._replies.get()
+                if reply is None:
+                    return
+                yield reply
+        finally:
+            reader.cancel()
+            for task in list(self._tasks.values()):
+                task.cancel()
+
+    def drain(self) -> None:
+        """Finish the calls under way, run no more, then end the stream."""
+        self._closing = True
+        self._end_if_idle()
+
+    def _end_if_idle(self) -> None:
+        if (self._read_all or self._closing) and not self._tasks:
+            self._replies.put_nowait(None)
+
+    async def _read(self, requests: AsyncIterator[pb.StreamRequest]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            async for request in requests:
+                kind = request.WhichOneof("call")
+                if kind == "cancel":
+                    task = self._tasks.get(request.id)
+                    if task is not None:
+                        task.cancel()
+                    continue
+                refusal = self._refusal(request, kind)
+                if refusal is not None:
+                    refusal.id = request.id
+                    self._replies.put_nowait(refusal)
+                    continue
+                metadata = self._metadata
+                if request.metadata:
+                    metadata = metadata + tuple(request.metadata.items())
+                task = loop.create_task(self._run(request.id, kind, getattr(request, kind),
+                                                  CallContext(metadata)))
+                self._tasks[request.id] = task
+                if request.timeout_ms:  # the caller stops waiting then: so does the call
+                    timer = loop.call_later(request.timeout_ms / 1000, task.cancel)
+                    task.add_done_callback(lambda _, timer=timer: timer.cancel())
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001
+            pass  # the stream broke or ended under the reader: replies() ends too
+        finally:
+            self._read_all = True
+            self._end_if_idle()
+
+    def _refusal(self, request: pb.StreamRequest, kind: str | None) -> pb.StreamReply | None:
+        if self._closing:
+            return error_reply(grpc.StatusCode.UNAVAILABLE, "ServiceUnavailable",
+                               "The server is shutting down; the call was not run.")
+        if kind is None:
+            return error_reply(grpc.StatusCode.INVALID_ARGUMENT, "InvalidParameterValue",
+                               "A stream request must carry a call.")
+        if request.id in self._tasks:
+            return error_reply(grpc.StatusCode.INVALID_ARGUMENT, "InvalidParameterValue",
+                               f"Call id {request.id} is already in use on this stream.")
+        return None
+
+    async def _run(self, call_id: int, kind: str, request: Any, context: CallContext) -> None:
+        try:
+            reply = await self._call(kind, request, context)
+            if reply.ByteSize() > MAX_REPLY_BYTES:
+                reply = too_large(reply)
+            reply.id = call_id
+            self._replies.put_nowait(reply)
+        except asyncio.CancelledError:
+            pass  # abandoned by its caller (deadline or cancel): nobody waits for a reply
+        finally:
+            del self._tasks[call_id]
+            self._end_if_idle()

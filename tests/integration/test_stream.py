@@ -1,0 +1,297 @@
+"""The multiplexed stream (``Queues.Stream``): many SDK calls over one gRPC stream, each
+answered to its own caller, failing and falling back the way unary calls do."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import grpc.aio
+import pytest
+
+from serverproc import ServerProcess, free_port
+from sqsq.client import AsyncClient, Client, _stream
+from sqsq.client._call import map_rpc_error
+from sqsq.errors import (
+    InvalidParameterValue,
+    QueueDoesNotExist,
+    QueueError,
+    ServiceUnavailable,
+)
+from sqsq.gateway.auth import ERROR_CODE_KEY
+from sqsq.v1 import queues_pb2 as pb
+
+from .conftest import unique_name
+
+KEY, SECRET = "AKIDSTREAM", "stream-secret"
+
+
+def md5(text: str) -> str:
+    return hashlib.md5(text.encode()).hexdigest()  # noqa: S324 - SQS's own checksum
+
+
+def send(queue: str, body: str, **fields: int) -> pb.SendMessageRequest:
+    return pb.SendMessageRequest(queue_url=queue, message_body=body, **fields)
+
+
+def receive(queue: str, wait_s: int) -> pb.ReceiveMessageRequest:
+    return pb.ReceiveMessageRequest(queue_url=queue, wait_time_seconds=wait_s,
+                                    max_number_of_messages=10)
+
+
+def aio_stub(endpoint: str, creds: tuple[str, str] | None = None,
+             ) -> tuple[grpc.aio.Channel, _stream.AsyncStreamStub]:
+    channel = grpc.aio.insecure_channel(endpoint)
+    return channel, _stream.AsyncStreamStub(channel, creds)
+
+
+async def new_queue(stub: _stream.AsyncStreamStub) -> str:
+    reply = await stub.CreateQueue(pb.CreateQueueRequest(queue_name=unique_name("stream")))
+    return reply.queue_url
+
+
+@pytest.fixture
+def streaming(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients made in the test use the stream, whatever the environment says."""
+    monkeypatch.setenv(_stream.ENV_STREAM, "1")
+
+
+def test_the_stream_carries_every_unary_call_with_its_own_types() -> None:
+    service = pb.DESCRIPTOR.services_by_name["Queues"]
+    unary = [m for m in service.methods if m.name != "Stream"]
+    assert sorted(_stream.FIELDS) == sorted(m.name for m in unary)
+    for method in unary:
+        field = _stream.FIELDS[method.name]
+        assert pb.StreamRequest.DESCRIPTOR.fields_by_name[field].message_type is \
+            method.input_type
+        assert pb.StreamReply.DESCRIPTOR.fields_by_name[field].message_type is \
+            method.output_type
+
+
+def test_concurrent_calls_on_one_stream_each_get_their_own_reply(server: ServerProcess) -> None:
+    async def main() -> None:
+        channel, stub = aio_stub(server.endpoint)
+        queue = await new_queue(stub)
+        bodies = [f"message {i} " + "x" * i for i in range(40)]
+        replies = await asyncio.gather(*(stub.SendMessage(send(queue, b)) for b in bodies))
+        assert [r.md5_of_message_body for r in replies] == [md5(b) for b in bodies]
+        assert len({r.message_id for r in replies}) == len(bodies)
+        assert (stub.streams_opened, stub.unary_only, stub.in_flight) == (1, False, 0)
+        await channel.close()
+
+    asyncio.run(main())
+
+
+def test_blocking_callers_on_many_threads_share_one_stream(server: ServerProcess) -> None:
+    channel = grpc.insecure_channel(server.endpoint)
+    stub = _stream.StreamStub(channel)
+    try:
+        queue = stub.CreateQueue(pb.CreateQueueRequest(queue_name=unique_name("stream")),
+                                 timeout=30).queue_url
+        bodies = [f"thread message {i}" for i in range(64)]
+        with futures.ThreadPoolExecutor(16) as pool:
+            replies = list(pool.map(lambda b: stub.SendMessage(send(queue, b), timeout=30),
+                                    bodies))
+        assert [r.md5_of_message_body for r in replies] == [md5(b) for b in bodies]
+        assert (stub.streams_opened, stub.unary_only, stub.in_flight) == (1, False, 0)
+    finally:
+        channel.close()
+
+
+def test_a_failed_call_fails_only_its_caller_with_its_sqs_code(server: ServerProcess) -> None:
+    async def main() -> None:
+        channel, stub = aio_stub(server.endpoint)
+        queue = await new_queue(stub)
+        calls = [stub.SendMessage(send(queue, f"fine {i}")) for i in range(8)]
+        calls.append(stub.SendMessage(send(queue + "-missing", "lost")))
+        calls.append(stub.SendMessage(send(queue, "too late", delay_seconds=100_000)))
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert [r.md5_of_message_body for r in results[:8]] == [md5(f"fine {i}")
+                                                               for i in range(8)]
+        missing, invalid = results[8], results[9]
+        assert isinstance(missing, grpc.RpcError) and isinstance(invalid, grpc.RpcError)
+        assert missing.code() == grpc.StatusCode.NOT_FOUND
+        assert isinstance(map_rpc_error(missing), QueueDoesNotExist)
+        assert isinstance(map_rpc_error(invalid), InvalidParameterValue)
+        assert "DelaySeconds" in invalid.details()
+        # The stream outlived both failures.
+        assert (await stub.SendMessage(send(queue, "after"))).md5_of_message_body == \
+            md5("after")
+        assert stub.streams_opened == 1
+        await channel.close()
+
+    asyncio.run(main())
+
+
+def test_a_long_poll_does_not_hold_up_other_calls_on_the_stream(server: ServerProcess) -> None:
+    async def main() -> None:
+        channel, stub = aio_stub(server.endpoint)
+        empty, other = await new_queue(stub), await new_queue(stub)
+        poll = asyncio.create_task(stub.ReceiveMessage(receive(empty, 10), timeout=30))
+        await stub.SendMessage(send(other, "while the poll waits"))
+        got = await stub.ReceiveMessage(receive(other, 0))
+        assert [m.body for m in got.messages] == ["while the poll waits"]
+        assert not poll.done()
+        await stub.SendMessage(send(empty, "wake up"))
+        assert [m.body for m in (await poll).messages] == ["wake up"]
+        assert stub.streams_opened == 1
+        await channel.close()
+
+    asyncio.run(main())
+
+
+def test_a_call_past_its_deadline_is_abandoned_on_the_server_too(server: ServerProcess) -> None:
+    """A long poll whose caller gave up must not take the next message."""
+
+    async def main() -> None:
+        channel, stub = aio_stub(server.endpoint)
+        queue = await new_queue(stub)
+        with pytest.raises(grpc.RpcError) as err:
+            await stub.ReceiveMessage(receive(queue, 10), timeout=0.3)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert isinstance(map_rpc_error(err.value), ServiceUnavailable)
+        await stub.SendMessage(send(queue, "for the next caller"))
+        got = await stub.ReceiveMessage(receive(queue, 5))
+        assert [m.body for m in got.messages] == ["for the next caller"]
+        await channel.close()
+
+    asyncio.run(main())
+
+
+def test_a_broken_stream_fails_calls_in_flight_and_the_next_call_reconnects(
+        fresh_server: ServerProcess, streaming: None) -> None:
+    async def main() -> None:
+        client = AsyncClient(fresh_server.endpoint, timeout=30)
+        name = unique_name("broken")
+        queue = await client.create_queue(name)
+        stub = client._stub()
+        assert isinstance(stub, _stream.AsyncStreamStub)
+        poll = asyncio.create_task(client.receive_message(queue, wait_time_seconds=20))
+        while stub.in_flight == 0:
+            await asyncio.sleep(0)
+        # Answered after the poll on the same stream: the server holds the poll now.
+        await client.get_queue_url(name)
+        fresh_server.kill9()
+        with pytest.raises(ServiceUnavailable):
+            await poll
+        fresh_server.start()
+        await client.send_message(queue, "after the restart")
+        messages = await client.receive_message(queue, wait_time_seconds=5)
+        assert [m.body for m in messages] == ["after the restart"]
+        assert stub.streams_opened >= 2 and not stub.unary_only
+        await client.close()
+
+    asyncio.run(main())
+
+
+# ---- a server that has only the unary methods --------------------------------------------
+
+
+def _fake_send(request: pb.SendMessageRequest, context: grpc.ServicerContext,
+               ) -> pb.SendMessageResponse:
+    return pb.SendMessageResponse(message_id=f"id-{request.message_body}",
+                                  md5_of_message_body=md5(request.message_body))
+
+
+def _fake_get_queue_url(request: pb.GetQueueUrlRequest, context: grpc.ServicerContext,
+                        ) -> pb.GetQueueUrlResponse:
+    context.abort_with_status(_Status(grpc.StatusCode.NOT_FOUND, "no such queue",
+                                      ((ERROR_CODE_KEY, "QueueDoesNotExist"),)))
+    raise AssertionError("abort raises")
+
+
+class _Status(grpc.Status):
+    def __init__(self, code: grpc.StatusCode, details: str, trailing: tuple) -> None:
+        self.code, self.details, self.trailing_metadata = code, details, trailing
+
+
+@pytest.fixture
+def unary_only_server() -> Iterator[str]:
+    """An in-process gRPC server offering SendMessage and GetQueueUrl, and no Stream."""
+    handlers = {
+        "SendMessage": grpc.unary_unary_rpc_method_handler(
+            _fake_send, request_deserializer=pb.SendMessageRequest.FromString,
+            response_serializer=pb.SendMessageResponse.SerializeToString),
+        "GetQueueUrl": grpc.unary_unary_rpc_method_handler(
+            _fake_get_queue_url, request_deserializer=pb.GetQueueUrlRequest.FromString,
+            response_serializer=pb.GetQueueUrlResponse.SerializeToString),
+    }
+    port = free_port()
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("sqsq.v1.Queues", handlers),))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(None)
+
+
+def test_a_server_without_the_stream_gets_unary_calls(unary_only_server: str,
+                                                      streaming: None) -> None:
+    with Client(unary_only_server, timeout=10, batching=False) as client:
+        assert client.send_message("q", "one").message_id == "id-one"
+        assert client.send_message("q", "two").message_id == "id-two"
+        with pytest.raises(QueueDoesNotExist):
+            client.get_queue_url("nowhere")
+        stub = client._stub()
+        assert isinstance(stub, _stream.StreamStub) and stub.unary_only
+
+    async def main() -> None:
+        client = AsyncClient(unary_only_server, timeout=10, batching=False)
+        sent = await asyncio.gather(*(client.send_message("q", f"m{i}") for i in range(5)))
+        assert [s.message_id for s in sent] == [f"id-m{i}" for i in range(5)]
+        with pytest.raises(QueueDoesNotExist):
+            await client.get_queue_url("nowhere")
+        assert client._stub().unary_only
+        await client.close()
+
+    asyncio.run(main())
+
+
+# ---- authentication -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def locked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root: Path = tmp_path_factory.mktemp("stream-locked")
+    srv = ServerProcess(root / "data", env={"SQSQ_ACCESS_KEY_ID": KEY,
+                                            "SQSQ_SECRET_ACCESS_KEY": SECRET}).start()
+    yield srv
+    srv.stop()
+
+
+def test_the_stream_is_signed_and_a_bad_signature_refused(locked: ServerProcess,
+                                                          streaming: None) -> None:
+    with Client(locked.endpoint, credentials=(KEY, SECRET), timeout=10) as client:
+        queue = client.create_queue(unique_name("signed"))
+        client.send_message(queue, "signed")
+        assert [m.body for m in client.receive_message(queue, wait_time_seconds=1)] == \
+            ["signed"]
+        stub = client._stub()
+        assert stub.streams_opened == 1 and not stub.unary_only
+
+    for credentials, code in (((KEY, "wrong-secret"), "SignatureDoesNotMatch"),
+                              (("AKIDNOBODY", SECRET), "InvalidClientTokenId")):
+        with Client(locked.endpoint, credentials=credentials, timeout=10) as client, \
+                pytest.raises(QueueError) as err:
+            client.list_queues()
+        assert err.value.code == code
+        assert not client._stub().unary_only
+
+    async def main() -> None:
+        anonymous = AsyncClient(locked.endpoint, credentials=None, timeout=10)
+        anonymous._creds = None  # not even from the environment
+        with pytest.raises(QueueError) as err:
+            await anonymous.list_queues()
+        assert err.value.code == "MissingAuthenticationToken"
+        await anonymous.close()
+        signed = AsyncClient(locked.endpoint, credentials=(KEY, SECRET), timeout=10)
+        assert await signed.list_queues() is not None
+        assert signed._stub().streams_opened == 1
+        await signed.close()
+
+    asyncio.run(main())
