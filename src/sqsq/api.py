@@ -17,13 +17,7 @@ from urllib.parse import urlparse
 
 from sqsq.core import commands as c
 from sqsq.core import regions
-
-# gRPC metadata: which of a node's shards a call is for (absent: shard 0, as a node of a
-# single group is called by the SDK directly).
-SHARD_METADATA_KEY = "sqsq-shard"
-# gRPC metadata: the caller's region, what the SigV4 credential scope says over HTTP (absent:
-# the configured region). Queues of other regions are other queues.
-REGION_METADATA_KEY = "sqsq-region"
+from sqsq.wire import REGION_METADATA_KEY, SHARD_METADATA_KEY  # noqa: F401 - re-exported
 
 SYSTEM_ATTRIBUTE_NAMES = frozenset({
     "All",

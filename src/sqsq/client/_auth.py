@@ -3,7 +3,7 @@
 Credentials are ``(access_key_id, secret)``, given explicitly or taken from the environment
 (``SQSQ_ACCESS_KEY_ID`` / ``SQSQ_SECRET_ACCESS_KEY``, the same variables the server reads).
 The secret never leaves the process: each call carries an HMAC over the key id, the time and
-the method (see ``sqsq.gateway.auth``).
+the method (see ``sqsq.wire``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from sqsq.gateway.auth import ENV_KEY_ID, ENV_SECRET, GRPC_METADATA_KEY, grpc_token
+from sqsq.wire import ENV_KEY_ID, ENV_SECRET, GRPC_METADATA_KEY, grpc_token
 
 Credentials = tuple[str, str]
 

@@ -10,9 +10,8 @@ from typing import Any
 
 import grpc
 
-from sqsq.api import REGION_METADATA_KEY
 from sqsq.errors import NotLeader, QueueError, ServiceUnavailable, error_for, leader_of
-from sqsq.gateway.auth import ERROR_CODE_KEY  # where the server puts the SQS error code
+from sqsq.wire import ERROR_CODE_KEY, REGION_METADATA_KEY
 
 DEFAULT_ENDPOINT = "127.0.0.1:7400"
 MAX_WAIT_SECONDS = 20  # SQS's longest long poll; the default when the queue decides

@@ -22,8 +22,8 @@ from sqsq.client.types import (
     SendResult,
 )
 from sqsq.errors import error_for
-from sqsq.gateway.convert import task_from_pb
 from sqsq.v1 import queues_pb2 as pb
+from sqsq.wire import task_from_pb
 
 # -- conversions ---------------------------------------------------------------------------
 

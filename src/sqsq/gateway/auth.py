@@ -7,9 +7,8 @@ the env pair ``SQSQ_ACCESS_KEY_ID`` + ``SQSQ_SECRET_ACCESS_KEY``. The file is ei
 shared-credentials INI file (``aws_access_key_id`` / ``aws_secret_access_key`` per section)
 or plain lines ``ACCESS_KEY_ID SECRET`` (also ``:`` or ``=`` separated; ``#`` comments).
 
-gRPC token (metadata ``authorization``): ``SQSQ1 <key id>:<unix time>:<hex signature>``, the
-signature being HMAC-SHA256(secret, "sqsq-grpc-v1\\n<key id>\\n<time>\\n<method>"), so the
-secret never travels and a captured token only replays the same method for a few minutes.
+gRPC token (metadata ``authorization``): made by the SDK, its format in ``sqsq.wire``; verified
+here.
 """
 
 from __future__ import annotations
@@ -29,16 +28,20 @@ from urllib.parse import parse_qsl, quote, unquote
 import grpc
 
 from sqsq.core import regions
+from sqsq.wire import (  # noqa: F401 - the token format is shared with the SDK
+    ENV_KEY_ID,
+    ENV_SECRET,
+    ERROR_CODE_KEY,
+    GRPC_METADATA_KEY,
+    GRPC_SCHEME,
+    grpc_signature,
+    grpc_token,
+)
 
 ENV_FILE = "SQSQ_CREDENTIALS_FILE"
-ENV_KEY_ID = "SQSQ_ACCESS_KEY_ID"
-ENV_SECRET = "SQSQ_SECRET_ACCESS_KEY"
-GRPC_METADATA_KEY = "authorization"
-GRPC_SCHEME = "SQSQ1"
 MAX_SKEW_S = 15 * 60  # what AWS allows between the signer's clock and ours
 GRPC_MAX_SKEW_S = 5 * 60
 MAX_PRESIGNED_S = 7 * 24 * 3600  # SigV4's longest presigned URL
-ERROR_CODE_KEY = "sqs-error-code"  # gRPC trailing metadata: the SQS error code of a failure
 
 
 @dataclass
@@ -304,17 +307,6 @@ class Authenticator:
         if not hmac.compare_digest(grpc_signature(secret, key_id, int(ts), method), sig):
             raise _bad_signature()
         return key_id
-
-
-def grpc_signature(secret: str, key_id: str, ts: int, method: str) -> str:
-    msg = f"sqsq-grpc-v1\n{key_id}\n{ts}\n{method}".encode()
-    return hmac.new(secret.encode(), msg, hashlib.sha256).hexdigest()
-
-
-def grpc_token(key_id: str, secret: str, method: str, now: float | None = None) -> str:
-    """The metadata value a client sends with each call (see the module docstring)."""
-    ts = int(time.time() if now is None else now)
-    return f"{GRPC_SCHEME} {key_id}:{ts}:{grpc_signature(secret, key_id, ts, method)}"
 
 
 class GrpcAuthInterceptor(grpc.aio.ServerInterceptor):

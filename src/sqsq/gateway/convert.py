@@ -125,37 +125,3 @@ def message_from_pb(m: pb.Message) -> c.ReceivedMessage:
         m.md5_of_message_attributes or None, attrs_from_pb(m.message_attributes),
         tuple(sorted(m.attributes.items())),
     )
-
-
-# ---- message move tasks -----------------------------------------------------------------
-
-# ListMessageMoveTasks result members: SQS's names -> the protobuf fields.
-TASK_FIELDS = {
-    "TaskHandle": "task_handle",
-    "Status": "status",
-    "SourceArn": "source_arn",
-    "DestinationArn": "destination_arn",
-    "MaxNumberOfMessagesPerSecond": "max_number_of_messages_per_second",
-    "ApproximateNumberOfMessagesMoved": "approximate_number_of_messages_moved",
-    "ApproximateNumberOfMessagesToMove": "approximate_number_of_messages_to_move",
-    "FailureReason": "failure_reason",
-    "StartedTimestamp": "started_timestamp",
-}
-
-
-def task_to_pb(task: dict[str, Any]) -> pb.MessageMoveTask:
-    return pb.MessageMoveTask(**{TASK_FIELDS[k]: v for k, v in task.items() if v is not None})
-
-
-def task_from_pb(t: pb.MessageMoveTask) -> dict[str, Any]:
-    """A task in SQS's (and boto3's) shape; members proto3 cannot mark absent are left out
-    when empty, as ``describe`` leaves them out."""
-    out: dict[str, Any] = {}
-    for member, name in TASK_FIELDS.items():
-        value = getattr(t, name)
-        if name == "max_number_of_messages_per_second":
-            if t.HasField(name):
-                out[member] = value
-        elif value != "" or isinstance(value, int):
-            out[member] = value
-    return out

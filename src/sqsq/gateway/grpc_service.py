@@ -23,19 +23,18 @@ from sqsq.core import regions
 from sqsq.core.errors import ErrorCode
 from sqsq.errors import InvalidParameterValue, QueueError, from_rejection
 from sqsq.gateway import logs
-from sqsq.gateway.auth import ERROR_CODE_KEY
 from sqsq.gateway.convert import (
     entry_from_pb,
     failed_to_pb,
     message_to_pb,
     opt,
     sent_fields,
-    task_to_pb,
 )
 from sqsq.gateway.metrics import ApiMetrics
 from sqsq.gateway.streaming import Aborted, CallContext, StreamSession
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.v1 import queues_pb2_grpc as pb_grpc
+from sqsq.wire import ERROR_CODE_KEY, task_to_pb
 
 log = logging.getLogger("sqsq.gateway")
 GRPC_ACTIONS = frozenset(pb.DESCRIPTOR.services_by_name["Queues"].methods_by_name)

@@ -32,11 +32,11 @@ from sqsq.api import SHARD_METADATA_KEY
 from sqsq.core import peek, records, regions
 from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.errors import not_leader_message
-from sqsq.gateway.auth import ERROR_CODE_KEY
 from sqsq.shard.engine import ShardEngine
 from sqsq.shard.store import MemoryStore, RocksStore
 from sqsq.v1 import admin_pb2 as pb
 from sqsq.v1 import admin_pb2_grpc as pb_grpc
+from sqsq.wire import ERROR_CODE_KEY
 
 Engines = Mapping[int, ShardEngine] | Callable[[], Mapping[int, ShardEngine]]
 CHUNK_BYTES = 1 << 20  # one ReadSnapshot message's data (gRPC's default limit is 4 MiB)

@@ -1,0 +1,76 @@
+"""What the SDK and the server share, and nothing else: the gRPC metadata keys, the signed
+token a client sends with each call, and the wire shape of the few values both sides convert
+(message move tasks). The SDK (``sqsq.client``) imports this, never the gateway or shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from typing import Any
+
+from sqsq.v1 import queues_pb2 as pb
+
+# gRPC metadata: which of a node's shards a call is for (absent: shard 0, as a node of a
+# single group is called by the SDK directly).
+SHARD_METADATA_KEY = "sqsq-shard"
+# gRPC metadata: the caller's region, what the SigV4 credential scope says over HTTP (absent:
+# the configured region). Queues of other regions are other queues.
+REGION_METADATA_KEY = "sqsq-region"
+# gRPC trailing metadata: the SQS error code of a failure.
+ERROR_CODE_KEY = "sqs-error-code"
+
+# ---- the gRPC token (verified by sqsq.gateway.auth) ----------------------------------------
+# Metadata ``authorization``: ``SQSQ1 <key id>:<unix time>:<hex signature>``, the signature
+# being HMAC-SHA256(secret, "sqsq-grpc-v1\n<key id>\n<time>\n<method>"), so the secret never
+# travels and a captured token only replays the same method for a few minutes.
+GRPC_METADATA_KEY = "authorization"
+GRPC_SCHEME = "SQSQ1"
+ENV_KEY_ID = "SQSQ_ACCESS_KEY_ID"
+ENV_SECRET = "SQSQ_SECRET_ACCESS_KEY"
+
+
+def grpc_signature(secret: str, key_id: str, ts: int, method: str) -> str:
+    msg = f"sqsq-grpc-v1\n{key_id}\n{ts}\n{method}".encode()
+    return hmac.new(secret.encode(), msg, hashlib.sha256).hexdigest()
+
+
+def grpc_token(key_id: str, secret: str, method: str, now: float | None = None) -> str:
+    """The metadata value a client sends with each call."""
+    ts = int(time.time() if now is None else now)
+    return f"{GRPC_SCHEME} {key_id}:{ts}:{grpc_signature(secret, key_id, ts, method)}"
+
+
+# ---- message move tasks ------------------------------------------------------------------
+
+# ListMessageMoveTasks result members: SQS's names -> the protobuf fields.
+TASK_FIELDS = {
+    "TaskHandle": "task_handle",
+    "Status": "status",
+    "SourceArn": "source_arn",
+    "DestinationArn": "destination_arn",
+    "MaxNumberOfMessagesPerSecond": "max_number_of_messages_per_second",
+    "ApproximateNumberOfMessagesMoved": "approximate_number_of_messages_moved",
+    "ApproximateNumberOfMessagesToMove": "approximate_number_of_messages_to_move",
+    "FailureReason": "failure_reason",
+    "StartedTimestamp": "started_timestamp",
+}
+
+
+def task_to_pb(task: dict[str, Any]) -> pb.MessageMoveTask:
+    return pb.MessageMoveTask(**{TASK_FIELDS[k]: v for k, v in task.items() if v is not None})
+
+
+def task_from_pb(t: pb.MessageMoveTask) -> dict[str, Any]:
+    """A task in SQS's (and boto3's) shape; members proto3 cannot mark absent are left out
+    when empty, as ``describe`` leaves them out."""
+    out: dict[str, Any] = {}
+    for member, name in TASK_FIELDS.items():
+        value = getattr(t, name)
+        if name == "max_number_of_messages_per_second":
+            if t.HasField(name):
+                out[member] = value
+        elif value != "" or isinstance(value, int):
+            out[member] = value
+    return out
