@@ -102,6 +102,30 @@ def test_blocking_callers_on_many_threads_share_one_stream(server: ServerProcess
         channel.close()
 
 
+def test_calls_larger_together_than_a_grpc_message_all_get_through(server: ServerProcess,
+                                                                   ) -> None:
+    """Calls ready at once share a frame (one gRPC message, at most 4 MiB): eight sends of
+    700 kB, and then two receives of 2.8 MB each, need two frames each way."""
+
+    async def main() -> None:
+        channel, stub = aio_stub(server.endpoint)
+        queue = await new_queue(stub)
+        bodies = [f"{i}" * 700_000 for i in range(8)]
+        sent = await asyncio.gather(*(stub.SendMessage(send(queue, b)) for b in bodies))
+        assert [s.md5_of_message_body for s in sent] == [md5(b) for b in bodies]
+        got: list[str] = []
+        while len(got) < len(bodies):
+            replies = await asyncio.gather(*(stub.ReceiveMessage(pb.ReceiveMessageRequest(
+                queue_url=queue, max_number_of_messages=4, wait_time_seconds=1))
+                for _ in range(2)))
+            got += [m.body for r in replies for m in r.messages]
+        assert sorted(got) == bodies
+        assert stub.streams_opened == 1
+        await channel.close()
+
+    asyncio.run(main())
+
+
 def test_a_failed_call_fails_only_its_caller_with_its_sqs_code(server: ServerProcess) -> None:
     async def main() -> None:
         channel, stub = aio_stub(server.endpoint)

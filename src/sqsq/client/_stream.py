@@ -41,8 +41,12 @@ from sqsq.v1 import queues_pb2_grpc
 
 ENV_STREAM = "SQSQ_STREAM"
 STREAM_METHOD = "/sqsq.v1.Queues/Stream"
-# gRPC's default limit on a received message, less room for the stream's own fields.
-MAX_REQUEST_BYTES = 4 * 1024 * 1024 - 1024
+# gRPC's default limit on a received message: a frame (a gRPC message) never exceeds it,
+# and a request that would not fit in a frame of its own goes unary.
+MAX_FRAME_BYTES = 4 * 1024 * 1024
+MAX_REQUEST_BYTES = MAX_FRAME_BYTES - 1024
+MAX_FRAME_CALLS = 256
+_NOTHING = object()
 # unary method -> its field in StreamRequest.call / StreamReply.result (snake case)
 FIELDS = {name: re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
           for name in pb.DESCRIPTOR.services_by_name["Queues"].methods_by_name
@@ -109,15 +113,42 @@ def _ended(err: grpc.RpcError | None) -> CallError | _Unimplemented:
                      f"the stream ended before the reply ({code.name}: {details})")
 
 
-def _request(call_id: int, field: str, request: Any, timeout: float | None,
-             metadata: Metadata) -> pb.StreamRequest:
+Outgoing = tuple[pb.StreamRequest, int]  # a call for the stream, and (at most) its size
+
+
+def _request(call_id: int, field: str, request: Any, size: int, timeout: float | None,
+             metadata: Metadata) -> Outgoing:
     out = pb.StreamRequest(id=call_id)
     if metadata:
         out.metadata.update(metadata)
+        size += sum(len(k) + len(v) + 16 for k, v in metadata)
     if timeout is not None:
         out.timeout_ms = max(1, math.ceil(timeout * 1000))
     getattr(out, field).CopyFrom(request)
-    return out
+    return out, size + 48  # id, timeout, the oneof's tag and length, the frame's
+
+
+def _cancel(call_id: int) -> Outgoing:
+    return pb.StreamRequest(id=call_id, cancel=pb.Empty()), 32
+
+
+def _frame(first: Outgoing, take: Callable[[], Outgoing | None],
+           ) -> tuple[pb.StreamRequestFrame, Any]:
+    """A frame of ``first`` and whatever else ``take`` has ready that fits; and what was taken
+    but does not fit (``_NOTHING`` if none)."""
+    frame = pb.StreamRequestFrame()
+    frame.calls.append(first[0])
+    size = first[1]
+    while len(frame.calls) < MAX_FRAME_CALLS:
+        try:
+            more = take()
+        except (asyncio.QueueEmpty, queue.Empty):
+            break
+        if more is None or size + more[1] > MAX_FRAME_BYTES:
+            return frame, more
+        frame.calls.append(more[0])
+        size += more[1]
+    return frame, _NOTHING
 
 
 def _response(reply: pb.StreamReply) -> Any:
@@ -138,8 +169,8 @@ def _token(credentials: _auth.Credentials | None) -> tuple[tuple[str, str], ...]
 
 
 def _serializers() -> dict[str, Callable]:
-    return dict(request_serializer=pb.StreamRequest.SerializeToString,
-                response_deserializer=pb.StreamReply.FromString)
+    return dict(request_serializer=pb.StreamRequestFrame.SerializeToString,
+                response_deserializer=pb.StreamReplyFrame.FromString)
 
 
 class _Method:
@@ -164,18 +195,18 @@ class _AioStream:
         self._call = channel.stream_stream(STREAM_METHOD, **_serializers())(metadata=metadata)
         self.pending: dict[int, asyncio.Future] = {}
         self._ids = itertools.count(1)
-        self._outbox: asyncio.Queue[pb.StreamRequest] = asyncio.Queue()
+        self._outbox: asyncio.Queue[Outgoing] = asyncio.Queue()
         self.done = False
         self._writer = asyncio.create_task(self._write())
         self._reader = asyncio.create_task(self._read())
 
-    async def call(self, field: str, request: Any, timeout: float | None,
+    async def call(self, field: str, request: Any, size: int, timeout: float | None,
                    metadata: Metadata) -> Any:
         loop = asyncio.get_running_loop()
         call_id = next(self._ids)
         fut = loop.create_future()
         self.pending[call_id] = fut
-        self._outbox.put_nowait(_request(call_id, field, request, timeout, metadata))
+        self._outbox.put_nowait(_request(call_id, field, request, size, timeout, metadata))
         timer = None if timeout is None else loop.call_later(timeout, _expire, fut)
         try:
             reply = await fut
@@ -183,7 +214,7 @@ class _AioStream:
             # Given up on (cancelled, or its deadline passed; not a broken stream, which
             # leaves nothing pending): the server stops working on it too.
             if self.pending.pop(call_id, None) is not None and not self.done:
-                self._outbox.put_nowait(pb.StreamRequest(id=call_id, cancel=pb.Empty()))
+                self._outbox.put_nowait(_cancel(call_id))
             raise
         finally:
             if timer is not None:
@@ -191,9 +222,12 @@ class _AioStream:
         return _response(reply)
 
     async def _write(self) -> None:
+        held: Any = _NOTHING
         try:
             while True:
-                await self._call.write(await self._outbox.get())
+                first = await self._outbox.get() if held is _NOTHING else held
+                frame, held = _frame(first, self._outbox.get_nowait)
+                await self._call.write(frame)
         except (grpc.RpcError, asyncio.InvalidStateError):
             pass  # the stream ended: the reader says how
 
@@ -201,12 +235,13 @@ class _AioStream:
         err: grpc.RpcError | None = None
         try:
             while True:
-                reply = await self._call.read()
-                if reply is grpc.aio.EOF:
+                frame = await self._call.read()
+                if frame is grpc.aio.EOF:
                     break
-                fut = self.pending.pop(reply.id, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(reply)
+                for reply in frame.replies:
+                    fut = self.pending.pop(reply.id, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(reply)
         except grpc.RpcError as e:
             err = e
         except asyncio.CancelledError:  # the channel closed
@@ -248,13 +283,14 @@ class AsyncStreamStub:
 
     async def call(self, method: str, request: Any, timeout: float | None,
                    metadata: Metadata) -> Any:
-        if not self.unary_only and request.ByteSize() <= MAX_REQUEST_BYTES:
+        size = request.ByteSize()
+        if not self.unary_only and size <= MAX_REQUEST_BYTES:
             stream = self._stream
             if stream is None or stream.done:
                 stream = self._stream = _AioStream(self._channel, _token(self._creds))
                 self.streams_opened += 1
             try:
-                return await stream.call(FIELDS[method], request, timeout, metadata)
+                return await stream.call(FIELDS[method], request, size, timeout, metadata)
             except _Unimplemented:
                 self.unary_only = True
         return await getattr(self._unary, method)(request, timeout=timeout, metadata=metadata)
@@ -291,7 +327,7 @@ class _SyncStream:
     hands each reply to the waiter for its id. Whoever pops a waiter fills it."""
 
     def __init__(self, channel: grpc.Channel, metadata: Sequence[tuple[str, str]]) -> None:
-        self._outbox: queue.SimpleQueue[pb.StreamRequest | None] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[Outgoing | None] = queue.SimpleQueue()
         self.pending: dict[int, _Waiter] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()  # done and the pending set change together
@@ -300,21 +336,28 @@ class _SyncStream:
             self._requests(), metadata=metadata)
         threading.Thread(target=self._read, name="sqsq-stream", daemon=True).start()
 
-    def _requests(self) -> Iterator[pb.StreamRequest]:
-        while (request := self._outbox.get()) is not None:
-            yield request
+    def _requests(self) -> Iterator[pb.StreamRequestFrame]:
+        """Frames for gRPC's request thread, until None (the stream ended)."""
+        held: Any = _NOTHING
+        while True:
+            first = self._outbox.get() if held is _NOTHING else held
+            if first is None:
+                return
+            frame, held = _frame(first, self._outbox.get_nowait)
+            yield frame
 
-    def call(self, field: str, request: Any, timeout: float | None, metadata: Metadata) -> Any:
+    def call(self, field: str, request: Any, size: int, timeout: float | None,
+             metadata: Metadata) -> Any:
         waiter = _Waiter()
         with self._lock:
             if self.done:
                 raise _Closed
             call_id = next(self._ids)
             self.pending[call_id] = waiter
-        self._outbox.put(_request(call_id, field, request, timeout, metadata))
+        self._outbox.put(_request(call_id, field, request, size, timeout, metadata))
         if not waiter.wait(timeout):
             if self.pending.pop(call_id, None) is not None:
-                self._outbox.put(pb.StreamRequest(id=call_id, cancel=pb.Empty()))
+                self._outbox.put(_cancel(call_id))
                 raise _deadline_exceeded()
             waiter.wait(None)  # being filled right now
         if waiter.error is not None:
@@ -324,10 +367,11 @@ class _SyncStream:
     def _read(self) -> None:
         err: grpc.RpcError | None = None
         try:
-            for reply in self._replies:
-                waiter = self.pending.pop(reply.id, None)
-                if waiter is not None:
-                    waiter.put(reply)
+            for frame in self._replies:
+                for reply in frame.replies:
+                    waiter = self.pending.pop(reply.id, None)
+                    if waiter is not None:
+                        waiter.put(reply)
         except grpc.RpcError as e:
             err = e
         finally:
@@ -370,9 +414,10 @@ class StreamStub:
 
     def call(self, method: str, request: Any, timeout: float | None,
              metadata: Metadata) -> Any:
-        while not self.unary_only and request.ByteSize() <= MAX_REQUEST_BYTES:
+        size = request.ByteSize()
+        while not self.unary_only and size <= MAX_REQUEST_BYTES:
             try:
-                return self._open().call(FIELDS[method], request, timeout, metadata)
+                return self._open().call(FIELDS[method], request, size, timeout, metadata)
             except _Closed:
                 continue
             except _Unimplemented:

@@ -3,9 +3,11 @@
 Each request read from the stream runs as a task of its own (a long poll holds only its
 own), through the handler its unary method runs, with a context whose metadata is the
 stream's (the authorization token, checked once when the stream opened) followed by the
-call's own (region, shard). Its reply carries its id. The session ends when the client
-half-closes and every call is answered, or when the server drains it on shutdown (calls
-under way finish; a request read after that is answered UNAVAILABLE, never run).
+call's own (region, shard). Its reply carries its id. Replies ready together leave in one
+frame: a gRPC message costs far more here than a protobuf one, so under load many calls
+share one. The session ends when the client half-closes and every call is answered, or
+when the server drains it on shutdown (calls under way finish; a request read after that
+is answered UNAVAILABLE, never run).
 """
 
 from __future__ import annotations
@@ -18,9 +20,14 @@ import grpc
 
 from sqsq.v1 import queues_pb2 as pb
 
-# What gRPC lets a client receive by default: a reply past it would end the whole stream,
-# so it ends only its own call (RESOURCE_EXHAUSTED, as the unary call would).
-MAX_REPLY_BYTES = 4 * 1024 * 1024
+# What gRPC lets a client receive by default: a frame past it would end the whole stream, so
+# a reply too large for a frame of its own ends only its call (RESOURCE_EXHAUSTED, as the
+# unary call would).
+MAX_FRAME_BYTES = 4 * 1024 * 1024
+FRAME_OVERHEAD = 6  # per reply in a frame: its tag and length
+MAX_REPLY_BYTES = MAX_FRAME_BYTES - FRAME_OVERHEAD
+MAX_FRAME_REPLIES = 256
+_NOTHING = object()
 Metadata = Sequence[tuple[str, Any]]
 # kind (the oneof field, the unary method in snake case), request, context -> its reply
 CallFn = Callable[[str, Any, "CallContext"], Awaitable[pb.StreamReply]]
@@ -73,20 +80,33 @@ class StreamSession:
     def __init__(self, call: CallFn, metadata: Metadata) -> None:
         self._call = call
         self._metadata = tuple(metadata)
-        self._replies: asyncio.Queue[pb.StreamReply | None] = asyncio.Queue()
+        # (reply, its size) ready to send; None: the stream ends
+        self._replies: asyncio.Queue[tuple[pb.StreamReply, int] | None] = asyncio.Queue()
         self._tasks: dict[int, asyncio.Task] = {}
         self._read_all = False  # the client half-closed
         self._closing = False  # the server drains
 
-    async def replies(self, requests: AsyncIterator[pb.StreamRequest],
-                      ) -> AsyncIterator[pb.StreamReply]:
-        reader = asyncio.create_task(self._read(requests))
+    async def replies(self, frames: AsyncIterator[pb.StreamRequestFrame],
+                      ) -> AsyncIterator[pb.StreamReplyFrame]:
+        reader = asyncio.create_task(self._read(frames))
+        held: Any = _NOTHING  # taken from the queue, but past the last frame's budget
         try:
             while True:
-                reply = await self._replies.get()
-                if reply is None:
+                ready = await self._replies.get() if held is _NOTHING else held
+                held = _NOTHING
+                if ready is None:
                     return
-                yield reply
+                frame = pb.StreamReplyFrame()
+                frame.replies.append(ready[0])
+                size = ready[1] + FRAME_OVERHEAD
+                while len(frame.replies) < MAX_FRAME_REPLIES and not self._replies.empty():
+                    more = self._replies.get_nowait()
+                    if more is None or size + more[1] + FRAME_OVERHEAD > MAX_FRAME_BYTES:
+                        held = more
+                        break
+                    frame.replies.append(more[0])
+                    size += more[1] + FRAME_OVERHEAD
+                yield frame
         finally:
             reader.cancel()
             for task in list(self._tasks.values()):
@@ -101,35 +121,39 @@ class StreamSession:
         if (self._read_all or self._closing) and not self._tasks:
             self._replies.put_nowait(None)
 
-    async def _read(self, requests: AsyncIterator[pb.StreamRequest]) -> None:
-        loop = asyncio.get_running_loop()
+    async def _read(self, frames: AsyncIterator[pb.StreamRequestFrame]) -> None:
         try:
-            async for request in requests:
-                kind = request.WhichOneof("call")
-                if kind == "cancel":
-                    task = self._tasks.get(request.id)
-                    if task is not None:
-                        task.cancel()
-                    continue
-                refusal = self._refusal(request, kind)
-                if refusal is not None:
-                    refusal.id = request.id
-                    self._replies.put_nowait(refusal)
-                    continue
-                metadata = self._metadata
-                if request.metadata:
-                    metadata = metadata + tuple(request.metadata.items())
-                task = loop.create_task(self._run(request.id, kind, getattr(request, kind),
-                                                  CallContext(metadata)))
-                self._tasks[request.id] = task
-                if request.timeout_ms:  # the caller stops waiting then: so does the call
-                    timer = loop.call_later(request.timeout_ms / 1000, task.cancel)
-                    task.add_done_callback(lambda _, timer=timer: timer.cancel())
+            async for frame in frames:
+                for request in frame.calls:
+                    self._start(request)
         except (asyncio.CancelledError, Exception):  # noqa: BLE001
             pass  # the stream broke or ended under the reader: replies() ends too
         finally:
             self._read_all = True
             self._end_if_idle()
+
+    def _start(self, request: pb.StreamRequest) -> None:
+        kind = request.WhichOneof("call")
+        if kind == "cancel":
+            task = self._tasks.get(request.id)
+            if task is not None:
+                task.cancel()
+            return
+        refusal = self._refusal(request, kind)
+        if refusal is not None:
+            refusal.id = request.id
+            self._replies.put_nowait((refusal, refusal.ByteSize()))
+            return
+        metadata = self._metadata
+        if request.metadata:
+            metadata = metadata + tuple(request.metadata.items())
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._run(request.id, kind, getattr(request, kind),
+                                          CallContext(metadata)))
+        self._tasks[request.id] = task
+        if request.timeout_ms:  # the caller stops waiting then: so does the call
+            timer = loop.call_later(request.timeout_ms / 1000, task.cancel)
+            task.add_done_callback(lambda _, timer=timer: timer.cancel())
 
     def _refusal(self, request: pb.StreamRequest, kind: str | None) -> pb.StreamReply | None:
         if self._closing:
@@ -146,10 +170,13 @@ class StreamSession:
     async def _run(self, call_id: int, kind: str, request: Any, context: CallContext) -> None:
         try:
             reply = await self._call(kind, request, context)
-            if reply.ByteSize() > MAX_REPLY_BYTES:
-                reply = too_large(reply)
             reply.id = call_id
-            self._replies.put_nowait(reply)
+            size = reply.ByteSize()
+            if size > MAX_REPLY_BYTES:
+                reply = too_large(reply)
+                reply.id = call_id
+                size = reply.ByteSize()
+            self._replies.put_nowait((reply, size))
         except asyncio.CancelledError:
             pass  # abandoned by its caller (deadline or cancel): nobody waits for a reply
         finally:
