@@ -221,6 +221,12 @@ class _AioStream:
                 timer.cancel()
         return _response(reply)
 
+    async def close(self) -> None:
+        """End the stream and wait until its last read and write are over: gRPC must not
+        finish them after the event loop is gone."""
+        self._call.cancel()
+        await asyncio.gather(self._reader, self._writer, return_exceptions=True)
+
     async def _write(self) -> None:
         held: Any = _NOTHING
         try:
@@ -281,6 +287,10 @@ class AsyncStreamStub:
         """Calls on the stream waiting for their replies."""
         return 0 if self._stream is None else len(self._stream.pending)
 
+    async def close(self) -> None:
+        if self._stream is not None:
+            await self._stream.close()
+
     async def call(self, method: str, request: Any, timeout: float | None,
                    metadata: Metadata) -> Any:
         size = request.ByteSize()
@@ -294,6 +304,21 @@ class AsyncStreamStub:
             except _Unimplemented:
                 self.unary_only = True
         return await getattr(self._unary, method)(request, timeout=timeout, metadata=metadata)
+
+
+class AioChannel:
+    """A ``grpc.aio`` channel whose ``close()`` first ends the stub's stream, so that gRPC
+    answers its last read while the event loop still runs; otherwise the channel itself."""
+
+    def __init__(self, channel: grpc.aio.Channel, stub: AsyncStreamStub) -> None:
+        self._channel, self._stub = channel, stub
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._channel, name)
+
+    async def close(self, grace: float | None = None) -> None:
+        await self._stub.close()
+        await self._channel.close(grace)
 
 
 # ---- blocking ----------------------------------------------------------------------------

@@ -31,7 +31,8 @@ def open_stub(target: str, creds: tuple[str, str] | None,
         target, options=_call.CHANNEL_OPTIONS,
         interceptors=[_auth.AioTokenInterceptor(creds)] if creds else None)
     if _stream.enabled():
-        return channel, _stream.AsyncStreamStub(channel, creds)  # type: ignore[return-value]
+        stub = _stream.AsyncStreamStub(channel, creds)
+        return _stream.AioChannel(channel, stub), stub  # type: ignore[return-value]
     return channel, queues_pb2_grpc.QueuesStub(channel)
 
 
