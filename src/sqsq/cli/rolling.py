@@ -7,9 +7,9 @@ and data. The next node is always one leading no shard while one is left, so lea
 (by then the others are fresh, and a leader's stop costs one election: the shard is
 unavailable for about an election timeout, which the SDK's retries cover). After each
 restart it waits until the node is ready: it is alive in etcd, every shard has a live
-leader, and each of the node's replicas has applied the commit index its leader reported
-when the node came back (``Admin.ReplicaStatus``), so no step starts while a shard is
-short of an up-to-date replica.
+leader, each of the node's replicas has applied the commit index its leader reported when
+the node came back (``Admin.ReplicaStatus``), and the node's own ``/readyz`` says ready, so
+no step starts while a shard is short of an up-to-date replica.
 
 pysyncobj can hand leadership over (``transferLeadership``), but a graceful stop already
 gives a leader's followers an election within about one election timeout; asking it to step
@@ -70,7 +70,8 @@ def wait_caught_up(cluster: LocalCluster, node: NodeProcess, timeout_s: float = 
             status = None
         if status is not None:
             targets = catch_up_targets(status, node.node_id, targets)
-            if targets is not None and caught_up(status, node.node_id, targets):
+            if targets is not None and caught_up(status, node.node_id, targets) \
+                    and node_ready(node.metrics_url):
                 return status
         if time.monotonic() > deadline:
             raise OSError(f"node {node.node_id} was not ready within {timeout_s}s after "
@@ -104,6 +105,18 @@ def caught_up(status: dict[str, Any], node_id: str, targets: dict[int, int]) -> 
     return node_id in alive \
         and all(s["leader"] in alive for s in status["shards"]) \
         and all(s in mine and mine[s]["applied"] >= target for s, target in targets.items())
+
+
+def node_ready(metrics_url: str) -> bool:
+    """The node's ``/readyz`` answers 200 (see docs/operations.md for what it checks)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(metrics_url + "/readyz", timeout=1.0) as answer:
+            return answer.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
 
 
 def read_replicas(nodes: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
