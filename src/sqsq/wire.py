@@ -20,6 +20,9 @@ SHARD_METADATA_KEY = "sqsq-shard"
 REGION_METADATA_KEY = "sqsq-region"
 # gRPC trailing metadata: the SQS error code of a failure.
 ERROR_CODE_KEY = "sqs-error-code"
+# In an UNAVAILABLE failure's message: the server never started the call (it was shutting
+# down), so any call, even one that is not idempotent, may be sent again.
+NOT_RUN = "the call was not run"
 
 # ---- the gRPC token (verified by sqsq.gateway.auth) ----------------------------------------
 # Metadata ``authorization``: ``SQSQ1 <key id>:<unix time>:<hex signature>``, the signature

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 
 from sqsq.errors import NotLeader, QueueError, ServiceUnavailable, error_for, leader_of
-from sqsq.wire import ERROR_CODE_KEY, REGION_METADATA_KEY
+from sqsq.wire import ERROR_CODE_KEY, NOT_RUN, REGION_METADATA_KEY
 
 DEFAULT_ENDPOINT = "127.0.0.1:7400"
 MAX_WAIT_SECONDS = 20  # SQS's longest long poll; the default when the queue decides
@@ -154,11 +154,13 @@ def _unavailable(err: grpc.RpcError) -> bool:
 
 def may_retry(call: Call, err: grpc.RpcError) -> bool:
     """UNAVAILABLE may be retried for a call that is safe to repeat, and for any call that
-    never left this process (no connection: the server cannot have applied it)."""
+    never left this process (no connection: the server cannot have applied it) or that the
+    server says it did not run (it was shutting down)."""
     if not _unavailable(err):
         return False
     if call.retry:
         return True
     details_fn = getattr(err, "details", None)
     details = (details_fn() if callable(details_fn) else None) or ""
-    return "failed to connect" in details.lower()
+    details = details.lower()
+    return "failed to connect" in details or NOT_RUN in details

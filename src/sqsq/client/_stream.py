@@ -11,6 +11,9 @@ apply unchanged:
 - a call in flight when the stream breaks fails UNAVAILABLE (never resent here: whether it
   may be repeated is the caller's rule), with the stream's own details when it never
   connected ("failed to connect": nothing was sent); the next call opens a new stream;
+- a server that drains the stream (shutting down) says so in a frame: the stub opens another
+  stream for new calls and half-closes this one; every call it had sent is still answered
+  (run, or refused "not run", which ``_call.may_retry`` lets any call repeat);
 - a server without the stream (UNIMPLEMENTED) gets unary calls from then on, and the calls
   that met the refusal are made unary at once (the server ran none of them);
 - a request too large for one gRPC message goes unary, where the size error is its own.
@@ -195,8 +198,9 @@ class _AioStream:
         self._call = channel.stream_stream(STREAM_METHOD, **_serializers())(metadata=metadata)
         self.pending: dict[int, asyncio.Future] = {}
         self._ids = itertools.count(1)
-        self._outbox: asyncio.Queue[Outgoing] = asyncio.Queue()
+        self._outbox: asyncio.Queue[Outgoing | None] = asyncio.Queue()  # None: half-close
         self.done = False
+        self.draining = False  # the server asked for no more calls here
         self._writer = asyncio.create_task(self._write())
         self._reader = asyncio.create_task(self._read())
 
@@ -232,6 +236,9 @@ class _AioStream:
         try:
             while True:
                 first = await self._outbox.get() if held is _NOTHING else held
+                if first is None:  # draining: the server reads until this half-close
+                    await self._call.done_writing()
+                    return
                 frame, held = _frame(first, self._outbox.get_nowait)
                 await self._call.write(frame)
         except (grpc.RpcError, asyncio.InvalidStateError):
@@ -248,6 +255,9 @@ class _AioStream:
                     fut = self.pending.pop(reply.id, None)
                     if fut is not None and not fut.done():
                         fut.set_result(reply)
+                if frame.draining and not self.draining:
+                    self.draining = True  # new calls go on a new stream
+                    self._outbox.put_nowait(None)
         except grpc.RpcError as e:
             err = e
         except asyncio.CancelledError:  # the channel closed
@@ -296,7 +306,7 @@ class AsyncStreamStub:
         size = request.ByteSize()
         if not self.unary_only and size <= MAX_REQUEST_BYTES:
             stream = self._stream
-            if stream is None or stream.done:
+            if stream is None or stream.done or stream.draining:
                 stream = self._stream = _AioStream(self._channel, _token(self._creds))
                 self.streams_opened += 1
             try:
@@ -355,8 +365,9 @@ class _SyncStream:
         self._outbox: queue.SimpleQueue[Outgoing | None] = queue.SimpleQueue()
         self.pending: dict[int, _Waiter] = {}
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()  # done and the pending set change together
+        self._lock = threading.Lock()  # done, draining, pending and the outbox change together
         self.done = False
+        self.draining = False  # the server asked for no more calls here
         self._replies = channel.stream_stream(STREAM_METHOD, **_serializers())(
             self._requests(), metadata=metadata)
         threading.Thread(target=self._read, name="sqsq-stream", daemon=True).start()
@@ -374,12 +385,12 @@ class _SyncStream:
     def call(self, field: str, request: Any, size: int, timeout: float | None,
              metadata: Metadata) -> Any:
         waiter = _Waiter()
-        with self._lock:
-            if self.done:
+        with self._lock:  # queued before a half-close, or not at all
+            if self.done or self.draining:
                 raise _Closed
             call_id = next(self._ids)
             self.pending[call_id] = waiter
-        self._outbox.put(_request(call_id, field, request, size, timeout, metadata))
+            self._outbox.put(_request(call_id, field, request, size, timeout, metadata))
         if not waiter.wait(timeout):
             if self.pending.pop(call_id, None) is not None:
                 self._outbox.put(_cancel(call_id))
@@ -397,6 +408,11 @@ class _SyncStream:
                     waiter = self.pending.pop(reply.id, None)
                     if waiter is not None:
                         waiter.put(reply)
+                if frame.draining:
+                    with self._lock:
+                        if not self.draining:
+                            self.draining = True  # new calls go on a new stream
+                            self._outbox.put(None)  # half-close after what is queued
         except grpc.RpcError as e:
             err = e
         finally:
@@ -432,7 +448,7 @@ class StreamStub:
 
     def _open(self) -> _SyncStream:
         with self._open_lock:
-            if self._stream is None or self._stream.done:
+            if self._stream is None or self._stream.done or self._stream.draining:
                 self._stream = _SyncStream(self._channel, _token(self._creds))
                 self.streams_opened += 1
             return self._stream

@@ -34,7 +34,7 @@ from sqsq.gateway.metrics import ApiMetrics
 from sqsq.gateway.streaming import Aborted, CallContext, StreamSession
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.v1 import queues_pb2_grpc as pb_grpc
-from sqsq.wire import ERROR_CODE_KEY, task_to_pb
+from sqsq.wire import ERROR_CODE_KEY, NOT_RUN, task_to_pb
 
 log = logging.getLogger("sqsq.gateway")
 GRPC_ACTIONS = frozenset(pb.DESCRIPTOR.services_by_name["Queues"].methods_by_name)
@@ -111,7 +111,8 @@ class QueuesService(pb_grpc.QueuesServicer):
 
     async def Stream(self, request_iterator, context):  # noqa: ANN001, ANN201, N802
         if self._draining:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "The server is shutting down.")
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"The server is shutting down; {NOT_RUN}.")
         session = StreamSession(self._stream_call, context.invocation_metadata() or ())
         self._streams.add(session)
         try:

@@ -5,9 +5,13 @@ own), through the handler its unary method runs, with a context whose metadata i
 stream's (the authorization token, checked once when the stream opened) followed by the
 call's own (region, shard). Its reply carries its id. Replies ready together leave in one
 frame: a gRPC message costs far more here than a protobuf one, so under load many calls
-share one. The session ends when the client half-closes and every call is answered, or
-when the server drains it on shutdown (calls under way finish; a request read after that
-is answered UNAVAILABLE, never run).
+share one. The session ends when the client half-closes and every call is answered.
+
+On shutdown the server drains it: it tells the client (a frame with ``draining``), which
+sends nothing more on it and half-closes; calls under way finish, and a request that was
+already on its way is answered UNAVAILABLE "not run" (``sqsq.wire.NOT_RUN``), which any
+client may send again. The server reads until the half-close, so no call is left without
+an answer (a client that never half-closes is cut off by the gRPC server's stop grace).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 import grpc
 
 from sqsq.v1 import queues_pb2 as pb
+from sqsq.wire import NOT_RUN
 
 # What gRPC lets a client receive by default: a frame past it would end the whole stream, so
 # a reply too large for a frame of its own ends only its call (RESOURCE_EXHAUSTED, as the
@@ -28,6 +33,7 @@ FRAME_OVERHEAD = 6  # per reply in a frame: its tag and length
 MAX_REPLY_BYTES = MAX_FRAME_BYTES - FRAME_OVERHEAD
 MAX_FRAME_REPLIES = 256
 _NOTHING = object()
+_DRAINING = object()  # in the reply queue: tell the client, in the next frame
 Metadata = Sequence[tuple[str, Any]]
 # kind (the oneof field, the unary method in snake case), request, context -> its reply
 CallFn = Callable[[str, Any, "CallContext"], Awaitable[pb.StreamReply]]
@@ -97,10 +103,17 @@ class StreamSession:
                 if ready is None:
                     return
                 frame = pb.StreamReplyFrame()
-                frame.replies.append(ready[0])
-                size = ready[1] + FRAME_OVERHEAD
+                size = FRAME_OVERHEAD
+                if ready is _DRAINING:
+                    frame.draining = True
+                else:
+                    frame.replies.append(ready[0])
+                    size += ready[1]
                 while len(frame.replies) < MAX_FRAME_REPLIES and not self._replies.empty():
                     more = self._replies.get_nowait()
+                    if more is _DRAINING:
+                        frame.draining = True
+                        continue
                     if more is None or size + more[1] + FRAME_OVERHEAD > MAX_FRAME_BYTES:
                         held = more
                         break
@@ -113,12 +126,14 @@ class StreamSession:
                 task.cancel()
 
     def drain(self) -> None:
-        """Finish the calls under way, run no more, then end the stream."""
-        self._closing = True
-        self._end_if_idle()
+        """Finish the calls under way, run no more, ask the client to half-close; the stream
+        ends once it has and every call is answered."""
+        if not self._closing:
+            self._closing = True
+            self._replies.put_nowait(_DRAINING)  # type: ignore[arg-type]
 
     def _end_if_idle(self) -> None:
-        if (self._read_all or self._closing) and not self._tasks:
+        if self._read_all and not self._tasks:
             self._replies.put_nowait(None)
 
     async def _read(self, frames: AsyncIterator[pb.StreamRequestFrame]) -> None:
@@ -158,7 +173,7 @@ class StreamSession:
     def _refusal(self, request: pb.StreamRequest, kind: str | None) -> pb.StreamReply | None:
         if self._closing:
             return error_reply(grpc.StatusCode.UNAVAILABLE, "ServiceUnavailable",
-                               "The server is shutting down; the call was not run.")
+                               f"The server is shutting down; {NOT_RUN}.")
         if kind is None:
             return error_reply(grpc.StatusCode.INVALID_ARGUMENT, "InvalidParameterValue",
                                "A stream request must carry a call.")
