@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqsq.client.types import Message
 from sqsq.errors import error_for
@@ -94,12 +94,11 @@ def _release_entries(messages: list[Message]) -> list[list[dict[str, object]]]:
     return [entries[i:i + 10] for i in range(0, len(entries), 10)]
 
 
-class Prefetcher:
-    """Prefetch for the blocking ``Client`` (see the module's docstring); safe to share
-    between threads (they take turns fetching). Made by ``Client.prefetcher``."""
+class _Settings:
+    """What both prefetchers are given (see ``Client.prefetcher``)."""
 
     def __init__(
-        self, client: Client, queue: str, *, buffer: int = MAX_BUFFER,
+        self, client: Any, queue: str, *, buffer: int = MAX_BUFFER,
         visibility_timeout: int | None = None, wait_time_seconds: int = DEFAULT_WAIT_S,
         safety_margin_s: float | None = None,
         attribute_names: Iterable[str] | str | None = None,
@@ -116,6 +115,14 @@ class Prefetcher:
         self._attrs = attribute_names
         self._mattrs = message_attribute_names
         self._held = _Held(clock)
+
+
+class Prefetcher(_Settings):
+    """Prefetch for the blocking ``Client`` (see the module's docstring); safe to share
+    between threads (they take turns fetching). Made by ``Client.prefetcher``."""
+
+    def __init__(self, client: Client, queue: str, **settings: Any) -> None:
+        super().__init__(client, queue, **settings)
         self._lock = threading.Lock()  # the buffer
         self._fetching = threading.Lock()  # one ReceiveMessage at a time
         self._closed = False
@@ -185,28 +192,12 @@ class Prefetcher:
         self.close()
 
 
-class AsyncPrefetcher:
+class AsyncPrefetcher(_Settings):
     """Prefetch for ``AsyncClient`` (see the module's docstring): ``await receive(...)``,
     ``async for``, ``await close()``. Made by ``AsyncClient.prefetcher``."""
 
-    def __init__(
-        self, client: AsyncClient, queue: str, *, buffer: int = MAX_BUFFER,
-        visibility_timeout: int | None = None, wait_time_seconds: int = DEFAULT_WAIT_S,
-        safety_margin_s: float | None = None,
-        attribute_names: Iterable[str] | str | None = None,
-        message_attribute_names: Iterable[str] | str | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        _check(buffer, visibility_timeout, safety_margin_s)
-        self.client = client
-        self.queue = queue
-        self.buffer = buffer
-        self.visibility_timeout = visibility_timeout
-        self.wait_time_seconds = wait_time_seconds
-        self.safety_margin_s = safety_margin_s
-        self._attrs = attribute_names
-        self._mattrs = message_attribute_names
-        self._held = _Held(clock)
+    def __init__(self, client: AsyncClient, queue: str, **settings: Any) -> None:
+        super().__init__(client, queue, **settings)
         self._fetching: asyncio.Lock | None = None  # made on the loop that first receives
         self._closed = False
 
