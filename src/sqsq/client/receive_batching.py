@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sqsq.client._call import MAX_WAIT_SECONDS, RECEIVE_DEADLINE_MARGIN, Call
+from sqsq.client._call import RECEIVE_DEADLINE_MARGIN, Call
 from sqsq.errors import QueueError, error_for
 
 SQS_MAX_MESSAGES = 10
@@ -32,18 +32,10 @@ Clock = Callable[[], float]
 
 
 def coalescable(call: Call) -> bool:
-    """Whether the receive may share a call. One the server would refuse (how many or how
-    long out of SQS's range) goes alone, so that it gets exactly the server's answer."""
     req = call.request
     return (call.method == "ReceiveMessage" and req.HasField("wait_time_seconds")
-            and 0 <= req.wait_time_seconds <= MAX_WAIT_SECONDS
-            and 1 <= _wants(req) <= SQS_MAX_MESSAGES
             and not req.receive_request_attempt_id
             and not req.queue_url.rstrip("/").endswith(".fifo"))
-
-
-def _wants(req: Any) -> int:
-    return req.max_number_of_messages if req.HasField("max_number_of_messages") else 1
 
 
 def lane_key(call: Call) -> tuple[str, bytes]:
@@ -60,7 +52,7 @@ class _Receiver:
 
     def __init__(self, call: Call, now: float) -> None:
         self.call = call
-        self.wants = _wants(call.request)
+        self.wants = max(1, min(SQS_MAX_MESSAGES, call.request.max_number_of_messages or 1))
         self.deadline = now + max(0, call.request.wait_time_seconds)
         self.got: list[Any] | None = None
         self.error: BaseException | None = None
