@@ -14,7 +14,6 @@ import grpc.aio
 from sqsq.client import _auth, _call, _ops
 from sqsq.client.batching import AsyncBatcher, BatchSettings, resolve
 from sqsq.client.prefetch import AsyncPrefetcher
-from sqsq.client.receive_batching import AsyncReceiveCoalescer
 from sqsq.client.sync import DEFAULT_TIMEOUT
 from sqsq.client.types import BatchResult, Message, MessageAttributes, SendResult
 from sqsq.v1 import queues_pb2_grpc
@@ -64,8 +63,6 @@ class AsyncClient:
         self._stubs: dict[str, tuple[grpc.aio.Channel, queues_pb2_grpc.QueuesStub]] = {}
         settings = resolve(batching)
         self._batcher = AsyncBatcher(self._run, settings) if settings else None
-        self._receives = (AsyncReceiveCoalescer(self._run, settings.max_in_flight)
-                          if settings else None)
 
     @property
     def target(self) -> str:
@@ -81,8 +78,6 @@ class AsyncClient:
         """Close the channels (after the batch calls under way)."""
         if self._batcher is not None:
             await self._batcher.wait_idle()
-        if self._receives is not None:
-            await self._receives.wait_idle()
         for channel, _ in self._stubs.values():
             await channel.close()
         self._stubs.clear()
@@ -228,13 +223,13 @@ class AsyncClient:
         receive_request_attempt_id: str = "",
     ) -> list[Message]:
         """Receive up to ``max_number_of_messages`` (long polls ``wait_time_seconds``)."""
-        call = _ops.receive_message(
-            queue, max_number_of_messages, visibility_timeout, wait_time_seconds,
-            attribute_names, message_attribute_names, message_system_attribute_names,
-            receive_request_attempt_id)
-        if self._receives is None:
-            return await self._run(call)
-        return await self._receives.receive(call)  # coalesced with concurrent receives
+        return await self._run(
+            _ops.receive_message(
+                queue, max_number_of_messages, visibility_timeout, wait_time_seconds,
+                attribute_names, message_attribute_names, message_system_attribute_names,
+                receive_request_attempt_id,
+            )
+        )
 
     async def delete_message(self, queue: str, receipt_handle: str) -> None:
         """Delete a received message by its latest receipt handle."""

@@ -12,7 +12,6 @@ import grpc
 from sqsq.client import _auth, _call, _ops
 from sqsq.client.batching import Batcher, BatchSettings, resolve
 from sqsq.client.prefetch import Prefetcher
-from sqsq.client.receive_batching import ReceiveCoalescer
 from sqsq.client.types import BatchResult, Message, MessageAttributes, SendResult
 from sqsq.v1 import queues_pb2_grpc
 
@@ -47,7 +46,6 @@ class Client:
         self._stubs: dict[str, tuple[grpc.Channel, queues_pb2_grpc.QueuesStub]] = {}
         settings = resolve(batching)
         self._batcher = Batcher(self._run, settings) if settings else None
-        self._receives = ReceiveCoalescer(self._run, settings.max_in_flight) if settings else None
 
     @property
     def target(self) -> str:
@@ -212,13 +210,13 @@ class Client:
         receive_request_attempt_id: str = "",
     ) -> list[Message]:
         """Receive up to ``max_number_of_messages`` (long polls ``wait_time_seconds``)."""
-        call = _ops.receive_message(
-            queue, max_number_of_messages, visibility_timeout, wait_time_seconds,
-            attribute_names, message_attribute_names, message_system_attribute_names,
-            receive_request_attempt_id)
-        if self._receives is None:
-            return self._run(call)
-        return self._receives.receive(call)  # coalesced with concurrent receives
+        return self._run(
+            _ops.receive_message(
+                queue, max_number_of_messages, visibility_timeout, wait_time_seconds,
+                attribute_names, message_attribute_names, message_system_attribute_names,
+                receive_request_attempt_id,
+            )
+        )
 
     def delete_message(self, queue: str, receipt_handle: str) -> None:
         """Delete a received message by its latest receipt handle."""
