@@ -23,7 +23,6 @@ at the same paths (one machine, as ``sqsq cluster up`` runs it, or a shared file
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 
@@ -36,7 +35,7 @@ from sqsq.client.aio import open_stub
 from sqsq.control import keys
 from sqsq.errors import InternalError, QueueError
 from sqsq.gateway.auth import ERROR_CODE_KEY, GRPC_METADATA_KEY, grpc_token
-from sqsq.gateway.routing import ShardCaller
+from sqsq.gateway.routing import ShardCaller, follow_leader
 from sqsq.v1 import admin_pb2 as pb
 from sqsq.v1 import admin_pb2_grpc as pb_grpc
 
@@ -103,25 +102,13 @@ class ClusterAdmin(pb_grpc.AdminServicer):
                           min_timeout=self.timeout_s)
         route = _call.Route(",".join(self.caller.targets(shard_id)))
         metadata = ((SHARD_METADATA_KEY, str(shard_id)),)
-        started = time.monotonic()
-        attempt = 0
-        while True:
-            target = route.current
-            try:
-                response = await self._stub(target).CreateSnapshot(
-                    request, timeout=self.timeout_s, metadata=metadata)
-            except grpc.RpcError as err:
-                error, delay = route.retry_after(call, err, attempt, time.monotonic() - started)
-                if delay is None:
-                    raise error from None
-                attempt += 1
-                await asyncio.sleep(delay)
-                continue
-            snaps = [s for s in response.snapshots if s.shard_id == shard_id]
-            if len(snaps) != 1:  # a node that broke the contract: not worth a retry
-                raise InternalError(f"node {target} answered a snapshot of shard {shard_id} "
-                                    f"with {len(response.snapshots)} entries")
-            return target, snaps[0]
+        target, response = await follow_leader(route, call, lambda target: self._stub(
+            target).CreateSnapshot(request, timeout=self.timeout_s, metadata=metadata))
+        snaps = [s for s in response.snapshots if s.shard_id == shard_id]
+        if len(snaps) != 1:  # a node that broke the contract: not worth a retry
+            raise InternalError(f"node {target} answered a snapshot of shard {shard_id} "
+                                f"with {len(response.snapshots)} entries")
+        return target, snaps[0]
 
     async def _delete(self, node: str, path: str) -> None:
         await self._stub(node).DeleteSnapshot(pb.DeleteSnapshotRequest(path=path),

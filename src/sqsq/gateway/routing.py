@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -26,6 +26,27 @@ from sqsq.client.aio import open_stub
 from sqsq.control.partition_map import PartitionMap
 from sqsq.errors import NotLeader, ServiceUnavailable
 from sqsq.v1 import queues_pb2_grpc
+
+T = TypeVar("T")
+
+
+async def follow_leader(route: _call.Route, call: _call.Call,
+                        attempt: Callable[[str], Awaitable[T]]) -> tuple[str, T]:
+    """``attempt(address)`` at ``route``'s nodes until one answers, by the SDK's rules for
+    ``call`` (NotLeader followed, an unreachable node passed over when the call is safe to
+    repeat); the address that answered and its answer."""
+    started = time.monotonic()
+    attempts = 0
+    while True:
+        target = route.current
+        try:
+            return target, await attempt(target)
+        except grpc.RpcError as err:
+            error, delay = route.retry_after(call, err, attempts, time.monotonic() - started)
+            if delay is None:
+                raise error from None
+            attempts += 1
+            await asyncio.sleep(delay)
 
 CALL_TIMEOUT_S = 30.0
 

@@ -13,7 +13,6 @@ depth (for the chart's samples) and the shard map. One source per kind of proces
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,6 +25,7 @@ from sqsq.client.aio import open_stub
 from sqsq.core import peek, queries, regions
 from sqsq.core.queues import queue_does_not_exist
 from sqsq.errors import from_rejection
+from sqsq.gateway.routing import follow_leader
 from sqsq.v1 import admin_pb2 as pb
 from sqsq.v1 import admin_pb2_grpc as pb_grpc
 
@@ -144,20 +144,10 @@ class _AdminCaller:
         call = _call.Call("PeekMessages", request, parse=lambda r: r, retry=True)
         route = _call.Route(",".join(targets))
         metadata = ((SHARD_METADATA_KEY, str(shard_id)),) if shard_id is not None else ()
-        started = time.monotonic()
-        attempt = 0
-        while True:
-            try:
-                response = await self._stub(route.current).PeekMessages(
-                    request, timeout=route.attempt_timeout(call, CALL_TIMEOUT_S),
-                    metadata=metadata)
-                return peek_from_pb(response)
-            except grpc.RpcError as err:
-                error, delay = route.retry_after(call, err, attempt, time.monotonic() - started)
-                if delay is None:
-                    raise error from None
-                attempt += 1
-                await asyncio.sleep(delay)
+        _, response = await follow_leader(route, call, lambda target: self._stub(
+            target).PeekMessages(request, timeout=route.attempt_timeout(call, CALL_TIMEOUT_S),
+                                 metadata=metadata))
+        return peek_from_pb(response)
 
 
 def peek_from_pb(r: pb.PeekMessagesResponse) -> peek.Peek:
