@@ -277,16 +277,15 @@ def _expire(fut: asyncio.Future) -> None:
         fut.set_exception(_deadline_exceeded())
 
 
-class AsyncStreamStub:
-    """``QueuesStub`` for a ``grpc.aio`` channel, its calls multiplexed over one stream.
-    Create it inside the running event loop (the stream opens at the first call)."""
+class _StubBase:
+    """What both stream stubs share: ``QueuesStub``'s method names, the unary stub they fall
+    back to, and the stream they open at the first call."""
 
-    def __init__(self, channel: grpc.aio.Channel,
-                 credentials: _auth.Credentials | None = None) -> None:
+    def __init__(self, channel: Any, credentials: _auth.Credentials | None) -> None:
         self._channel = channel
         self._creds = credentials
         self._unary = queues_pb2_grpc.QueuesStub(channel)
-        self._stream: _AioStream | None = None
+        self._stream: Any = None
         self.unary_only = False  # the server has no stream
         self.streams_opened = 0
         for name in FIELDS:
@@ -296,6 +295,17 @@ class AsyncStreamStub:
     def in_flight(self) -> int:
         """Calls on the stream waiting for their replies."""
         return 0 if self._stream is None else len(self._stream.pending)
+
+
+class AsyncStreamStub(_StubBase):
+    """``QueuesStub`` for a ``grpc.aio`` channel, its calls multiplexed over one stream.
+    Create it inside the running event loop (the stream opens at the first call)."""
+
+    _stream: _AioStream | None
+
+    def __init__(self, channel: grpc.aio.Channel,
+                 credentials: _auth.Credentials | None = None) -> None:
+        super().__init__(channel, credentials)
 
     async def close(self) -> None:
         if self._stream is not None:
@@ -425,26 +435,16 @@ class _SyncStream:
                 waiter.put(None, _ended(err))
 
 
-class StreamStub:
+class StreamStub(_StubBase):
     """``QueuesStub`` for a blocking channel, its calls multiplexed over one stream; safe to
     share between threads (the stream opens at the first call)."""
 
+    _stream: _SyncStream | None
+
     def __init__(self, channel: grpc.Channel,
                  credentials: _auth.Credentials | None = None) -> None:
-        self._channel = channel
-        self._creds = credentials
-        self._unary = queues_pb2_grpc.QueuesStub(channel)
-        self._stream: _SyncStream | None = None
+        super().__init__(channel, credentials)
         self._open_lock = threading.Lock()
-        self.unary_only = False  # the server has no stream
-        self.streams_opened = 0
-        for name in FIELDS:
-            setattr(self, name, _Method(self, name))
-
-    @property
-    def in_flight(self) -> int:
-        """Calls on the stream waiting for their replies."""
-        return 0 if self._stream is None else len(self._stream.pending)
 
     def _open(self) -> _SyncStream:
         with self._open_lock:

@@ -94,8 +94,8 @@ def _release_entries(messages: list[Message]) -> list[list[dict[str, object]]]:
     return [entries[i:i + 10] for i in range(0, len(entries), 10)]
 
 
-class _Settings:
-    """What both prefetchers are given (see ``Client.prefetcher``)."""
+class _PrefetcherBase:
+    """What both prefetchers are given (see ``Client.prefetcher``), and what they report."""
 
     def __init__(
         self, client: Any, queue: str, *, buffer: int = MAX_BUFFER,
@@ -116,17 +116,6 @@ class _Settings:
         self._mattrs = message_attribute_names
         self._held = _Held(clock)
 
-
-class Prefetcher(_Settings):
-    """Prefetch for the blocking ``Client`` (see the module's docstring); safe to share
-    between threads (they take turns fetching). Made by ``Client.prefetcher``."""
-
-    def __init__(self, client: Client, queue: str, **settings: Any) -> None:
-        super().__init__(client, queue, **settings)
-        self._lock = threading.Lock()  # the buffer
-        self._fetching = threading.Lock()  # one ReceiveMessage at a time
-        self._closed = False
-
     @property
     def buffered(self) -> int:
         """How many messages are held (some may be too close to their timeout to hand out)."""
@@ -136,6 +125,17 @@ class Prefetcher(_Settings):
     def dropped(self) -> int:
         """How many held messages were dropped for want of visibility time left."""
         return self._held.dropped
+
+
+class Prefetcher(_PrefetcherBase):
+    """Prefetch for the blocking ``Client`` (see the module's docstring); safe to share
+    between threads (they take turns fetching). Made by ``Client.prefetcher``."""
+
+    def __init__(self, client: Client, queue: str, **settings: Any) -> None:
+        super().__init__(client, queue, **settings)
+        self._lock = threading.Lock()  # the buffer
+        self._fetching = threading.Lock()  # one ReceiveMessage at a time
+        self._closed = False
 
     def _timeout(self) -> int:
         if self.visibility_timeout is None:  # the queue's, looked up once
@@ -192,7 +192,7 @@ class Prefetcher(_Settings):
         self.close()
 
 
-class AsyncPrefetcher(_Settings):
+class AsyncPrefetcher(_PrefetcherBase):
     """Prefetch for ``AsyncClient`` (see the module's docstring): ``await receive(...)``,
     ``async for``, ``await close()``. Made by ``AsyncClient.prefetcher``."""
 
@@ -200,16 +200,6 @@ class AsyncPrefetcher(_Settings):
         super().__init__(client, queue, **settings)
         self._fetching: asyncio.Lock | None = None  # made on the loop that first receives
         self._closed = False
-
-    @property
-    def buffered(self) -> int:
-        """How many messages are held (some may be too close to their timeout to hand out)."""
-        return len(self._held.items)
-
-    @property
-    def dropped(self) -> int:
-        """How many held messages were dropped for want of visibility time left."""
-        return self._held.dropped
 
     async def _timeout(self) -> int:
         if self.visibility_timeout is None:  # the queue's, looked up once
