@@ -65,11 +65,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def admin_channel(endpoint: str, credentials: tuple[str, str] | None = None) -> grpc.Channel:
     """A blocking channel for Admin calls, signed when credentials are given or in the env."""
-    from sqsq.client import _auth, _call
+    from sqsq.client import _auth
 
-    channel = grpc.insecure_channel(endpoint, options=_call.CHANNEL_OPTIONS)
-    creds = _auth.resolve(credentials)
-    return grpc.intercept_channel(channel, _auth.TokenInterceptor(creds)) if creds else channel
+    return _auth.signed_channel(endpoint, _auth.resolve(credentials))
 
 
 def take_backup(endpoint: str, out: Path, *,

@@ -26,9 +26,7 @@ def open_stub(target: str, creds: tuple[str, str] | None,
     (``sqsq.client._stream``; env ``SQSQ_STREAM=0``: one unary RPC per call)."""
     from sqsq.client import _stream
 
-    channel = grpc.aio.insecure_channel(
-        target, options=_call.CHANNEL_OPTIONS,
-        interceptors=[_auth.AioTokenInterceptor(creds)] if creds else None)
+    channel = _auth.signed_aio_channel(target, creds)
     if _stream.enabled():
         stub = _stream.AsyncStreamStub(channel, creds)
         return _stream.AioChannel(channel, stub), stub  # type: ignore[return-value]

@@ -56,9 +56,7 @@ class Client:
         if target not in self._stubs:
             from sqsq.client import _stream
 
-            channel = grpc.insecure_channel(target, options=_call.CHANNEL_OPTIONS)
-            if self._creds is not None:  # a signed token on every call (sqsq.gateway.auth)
-                channel = grpc.intercept_channel(channel, _auth.TokenInterceptor(self._creds))
+            channel = _auth.signed_channel(target, self._creds)
             # Calls multiplexed over one stream (env SQSQ_STREAM=0: one unary RPC per call).
             stub = _stream.StreamStub(channel, self._creds) if _stream.enabled() else \
                 queues_pb2_grpc.QueuesStub(channel)

@@ -31,7 +31,6 @@ import grpc.aio
 
 from sqsq.api import SHARD_METADATA_KEY
 from sqsq.client import _auth, _call
-from sqsq.client.aio import open_stub
 from sqsq.control import keys
 from sqsq.errors import InternalError, QueueError
 from sqsq.gateway.auth import ERROR_CODE_KEY, GRPC_METADATA_KEY, grpc_token
@@ -63,7 +62,7 @@ class ClusterAdmin(pb_grpc.AdminServicer):
     def _stub(self, target: str) -> pb_grpc.AdminStub:
         if target not in self._stubs:
             # the channel the gateway's shard calls use (options, signed tokens), for Admin
-            channel, _ = open_stub(target, self._creds)
+            channel = _auth.signed_aio_channel(target, self._creds)
             self._stubs[target] = (channel, pb_grpc.AdminStub(channel))
         return self._stubs[target][1]
 

@@ -21,7 +21,6 @@ import grpc.aio
 
 from sqsq.api import SHARD_METADATA_KEY, QueueService
 from sqsq.client import _auth, _call
-from sqsq.client.aio import open_stub
 from sqsq.core import peek, queries, regions
 from sqsq.core.queues import queue_does_not_exist
 from sqsq.errors import from_rejection
@@ -125,7 +124,7 @@ class _AdminCaller:
 
     def _stub(self, target: str) -> pb_grpc.AdminStub:
         if target not in self._channels:
-            self._channels[target], _ = open_stub(target, self._creds)
+            self._channels[target] = _auth.signed_aio_channel(target, self._creds)
         return pb_grpc.AdminStub(self._channels[target])
 
     async def close(self) -> None:
