@@ -121,6 +121,35 @@ def test_concurrent_calls_share_batch_calls_each_caller_gets_its_own_result() ->
     asyncio.run(main())
 
 
+def test_callers_that_send_again_at_once_join_the_next_batch_not_a_call_alone() -> None:
+    """16 tasks, each sending in a loop: once the loop is under way, every call carries
+    several messages. (A slot freed before its answered callers had run went to the first of
+    them to call again, alone, while the rest waited for the next one: calls of 1 and 10.)"""
+    async def main() -> None:
+        calls: list[Call] = []
+
+        async def run(call: Call) -> Any:
+            calls.append(call)
+            for _ in range(3):  # a round trip: the loop turns a few times before the answer
+                await asyncio.sleep(0)
+            return _reply(call)
+
+        batcher = AsyncBatcher(run, BatchSettings(max_in_flight=2))
+
+        async def sender(i: int) -> list[SendResult]:
+            return [await batcher.call(Q, _ops.send_message(Q, f"{i}-{n}")) for n in range(20)]
+
+        results = await asyncio.gather(*[sender(i) for i in range(16)])
+        assert results == [[SendResult(f"id-{i}-{n}", "md5") for n in range(20)]
+                           for i in range(16)]
+        sizes = [len(_bodies(c)) for c in calls]
+        assert sizes[:2] == [1, 1]  # the first two find a free slot: sent at once, alone
+        assert min(sizes[2:]) >= 5, sizes
+        assert sum(sizes) == 16 * 20
+
+    asyncio.run(main())
+
+
 def test_one_failed_entry_fails_only_its_caller() -> None:
     async def main() -> None:
         fake = FakeAio()
