@@ -8,7 +8,6 @@ same whichever protocol carried it; the per-request log line is written there to
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Iterator
@@ -39,30 +38,59 @@ class ApiMetrics:
                                  "Requests being handled, by action (long polls included).",
                                  ["action"], registry=registry)
         registry.register(_MishapCollector())
+        # (action, protocol) -> its children; bounded: both come from closed sets
+        self._children: dict[tuple[str, str], tuple] = {}
 
     def action_label(self, action: str) -> str:
         return action if action in self.known_actions else UNKNOWN_ACTION
 
-    @contextlib.contextmanager
-    def request(self, action: str, protocol: str) -> Iterator[RequestOutcome]:
-        """Time and count one request; the body sets ``outcome.code`` when it fails."""
-        label = self.action_label(action)
-        outcome = RequestOutcome(label)
-        gauge = self.in_progress.labels(action=label)
-        gauge.inc()
-        started = time.perf_counter()
-        try:
-            yield outcome
-        finally:
-            gauge.dec()
-            elapsed = time.perf_counter() - started
-            label = self.action_label(outcome.action)  # an HTTP action is known once decoded
-            self.requests.labels(action=label, protocol=protocol).inc()
-            self.latency.labels(action=label).observe(elapsed)
-            if outcome.code:
-                self.errors.labels(action=label, code=outcome.code).inc()
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("%s %s in %.1f ms", label, outcome.code or "OK", elapsed * 1000)
+    def request(self, action: str, protocol: str) -> _TimedRequest:
+        """Time and count one request (``with``); the body sets ``outcome.code`` when it
+        fails."""
+        return _TimedRequest(self, self.action_label(action), protocol)
+
+    def children(self, label: str, protocol: str) -> tuple:
+        """The in-progress gauge, request counter and latency histogram of one action and
+        protocol. prometheus_client's ``labels()`` costs a lock and a tuple of strings each
+        call; one request used three, so they are looked up once per action."""
+        key = (label, protocol)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = (
+                self.in_progress.labels(action=label),
+                self.requests.labels(action=label, protocol=protocol),
+                self.latency.labels(action=label))
+        return found
+
+
+class _TimedRequest:
+    """One request under way: counted in progress, then counted and timed when it ends."""
+
+    __slots__ = ("_metrics", "_protocol", "_outcome", "_gauge", "_started")
+
+    def __init__(self, metrics: ApiMetrics, label: str, protocol: str) -> None:
+        self._metrics = metrics
+        self._protocol = protocol
+        self._outcome = RequestOutcome(label)
+
+    def __enter__(self) -> RequestOutcome:
+        self._gauge = self._metrics.children(self._outcome.action, self._protocol)[0]
+        self._gauge.inc()
+        self._started = time.perf_counter()
+        return self._outcome
+
+    def __exit__(self, *exc_info: object) -> None:
+        elapsed = time.perf_counter() - self._started
+        self._gauge.dec()
+        metrics, outcome = self._metrics, self._outcome
+        label = metrics.action_label(outcome.action)  # an HTTP action is known once decoded
+        _, requests, latency = metrics.children(label, self._protocol)
+        requests.inc()
+        latency.observe(elapsed)
+        if outcome.code:
+            metrics.errors.labels(action=label, code=outcome.code).inc()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s %s in %.1f ms", label, outcome.code or "OK", elapsed * 1000)
 
 
 class RequestOutcome:
