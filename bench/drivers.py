@@ -54,16 +54,22 @@ def _fifo_fields(group: str | None) -> dict[str, str]:
 
 class SqsqGrpcDriver(Driver):
     """sqsq's own SDK (``AsyncClient``, gRPC), with its automatic batching of single-message
-    calls unless the spec says ``"batching": False``."""
+    calls unless the spec says ``"batching": False``; with ``"prefetch": True``, receives of
+    one message go through the SDK's opt-in prefetchers (``AsyncClient.prefetcher``), one per
+    consumer loop at most, each receiving up to 10 ahead."""
 
     async def open(self) -> None:
         from sqsq.client import AsyncClient
 
         self.client = AsyncClient(self.spec["endpoint"], timeout=60.0,
                                   batching=self.spec.get("batching", True))
+        self.inboxes: dict[str, list[Any]] = {}  # idle prefetchers per queue
+        self.all_inboxes: list[Any] = []
         await self.client.list_queues(max_results=1)  # connect before the clock starts
 
     async def close(self) -> None:
+        for inbox in self.all_inboxes:
+            await inbox.close()  # releases what each still holds
         await self.client.close()
 
     async def create_queue(self, name: str, fifo: bool) -> str:
@@ -94,8 +100,24 @@ class SqsqGrpcDriver(Driver):
             raise RuntimeError(f"{len(result.failed)} entries failed: {result.failed[0]}")
 
     async def receive(self, ref: str, n: int, wait_s: int) -> list[Any]:
+        if n == 1 and self.spec.get("prefetch"):
+            return await self._prefetched(ref, wait_s)
         msgs = await self.client.receive_message(
             ref, max_number_of_messages=n, wait_time_seconds=wait_s)
+        return [m.receipt_handle for m in msgs]
+
+    async def _prefetched(self, ref: str, wait_s: int) -> list[Any]:
+        idle = self.inboxes.setdefault(ref, [])
+        if idle:  # the one holding the most, so held messages do not wait behind fetches
+            inbox = max(idle, key=lambda i: i.buffered)
+            idle.remove(inbox)
+        else:
+            inbox = self.client.prefetcher(ref, 10, visibility_timeout=VISIBILITY_TIMEOUT_S)
+            self.all_inboxes.append(inbox)
+        try:
+            msgs = await inbox.receive(1, wait_s)
+        finally:
+            idle.append(inbox)
         return [m.receipt_handle for m in msgs]
 
     async def delete(self, ref: str, msgs: list[Any]) -> None:

@@ -60,11 +60,12 @@ class SqsqServer(System):
     durability = "WAL fdatasync covering each group commit before any of its replies"
 
     def __init__(self, via: str = "grpc", endpoint: str | None = None,
-                 batching: bool = True) -> None:
+                 batching: bool = True, prefetch: bool = False) -> None:
         super().__init__()
         self.via = via
         self.endpoint = endpoint
         self.batching = batching
+        self.prefetch = prefetch
 
     def version(self) -> str:
         return _pkg_version("sqsq")
@@ -87,7 +88,8 @@ class SqsqServer(System):
                 _wait_http(hport, proc, 5.0)
         if self.via == "http":
             return {"kind": "boto3", "url": http_url}
-        return {"kind": "sqsq-grpc", "endpoint": grpc_target, "batching": self.batching}
+        return {"kind": "sqsq-grpc", "endpoint": grpc_target, "batching": self.batching,
+                "prefetch": self.prefetch}
 
     def _start_gateway(self, workdir: Path, backend: str) -> str:
         gport, hport = free_port(), free_port()
@@ -106,9 +108,10 @@ class SqsqR3(System):
 
     durability = "Raft: entry fdatasynced on a majority of 3 before any reply"
 
-    def __init__(self, batching: bool = True) -> None:
+    def __init__(self, batching: bool = True, prefetch: bool = False) -> None:
         super().__init__()
         self.batching = batching
+        self.prefetch = prefetch
 
     def version(self) -> str:
         return _pkg_version("sqsq")
@@ -131,7 +134,7 @@ class SqsqR3(System):
         for gport, _ in nodes:
             _wait_port(gport)
         return {"kind": "sqsq-grpc", "endpoint": ",".join(f"127.0.0.1:{g}" for g, _ in nodes),
-                "batching": self.batching}
+                "batching": self.batching, "prefetch": self.prefetch}
 
 
 class SqsqCluster(System):
@@ -228,10 +231,13 @@ def targets(sqsq_endpoint: str | None = None) -> dict[str, Callable[[], System]]
         "sqsq-grpc": lambda: SqsqServer("grpc", sqsq_endpoint),
         # the SDK without its automatic batching: one RPC per single-message call
         "sqsq-grpc-nobatch": lambda: SqsqServer("grpc", sqsq_endpoint, batching=False),
+        # the SDK's opt-in receive prefetch for one-message receives (batching on)
+        "sqsq-grpc-prefetch": lambda: SqsqServer("grpc", sqsq_endpoint, prefetch=True),
         "sqsq-http": lambda: SqsqServer("http", sqsq_endpoint),
         "sqsq-gateway": lambda: SqsqServer("gateway"),
         "sqsq-r3": SqsqR3,
         "sqsq-r3-nobatch": lambda: SqsqR3(batching=False),
+        "sqsq-r3-prefetch": lambda: SqsqR3(prefetch=True),
         "sqsq-cluster": lambda: SqsqCluster(shards=1),
         "sqsq-cluster-4": lambda: SqsqCluster(shards=4, partitions=4),
         "moto": MotoServer,

@@ -30,15 +30,17 @@ def test_bench_runs_against_sqsq_server(bench_server: ServerProcess, tmp_path: P
     from bench.cli import main
 
     out = tmp_path / "out"
-    # sqsq-gateway starts its own server and a gateway in front of it.
-    rc = main(["--sqsq-endpoint", bench_server.endpoint, "--targets", "sqsq-grpc,sqsq-gateway",
+    # sqsq-gateway starts its own server and a gateway in front of it; sqsq-grpc-prefetch
+    # receives one message at a time through the SDK's prefetchers.
+    targets = ("sqsq-grpc", "sqsq-gateway", "sqsq-grpc-prefetch")
+    rc = main(["--sqsq-endpoint", bench_server.endpoint, "--targets", ",".join(targets),
                "--workloads", "send-10x100B,steady-1x100B", "--duration", "1",
                "--producers", "1", "--consumers", "1", "--inflight", "4",
                "--out", str(out), "--no-chart"])
     assert rc == 0
     result = json.loads((out / "result.json").read_text())
     expected = {"send-10x100B": {"send"}, "steady-1x100B": {"send", "receive", "delete"}}
-    for name in ("sqsq-grpc", "sqsq-gateway"):
+    for name in targets:
         target = result["targets"][name]
         assert target["status"] == "ok", (name, target)
         for workload, ops in expected.items():
