@@ -3,14 +3,18 @@ without its fix. Replicas run in this process, ticked by the test under a fake c
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
+import msgpack
 import pysyncobj.pickle
 import pytest
+from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.node import TCPNode
 
 from raftsupport import RecordingMachine, free_port, raft_group
 from sqsq.shard import raft
+from sqsq.shard.dumps import BackgroundSerializer
 from sqsq.shard.raft import MEMBER_FILE, Proposal, RaftSettings, ShardReplica
 
 
@@ -193,3 +197,66 @@ def test_a_wiped_replica_learns_before_it_votes(
         assert (directory / MEMBER_FILE).exists()
         assert group.machines[wiped].payloads() == [b"m%d" % i for i in range(5)]
         assert replica._SyncObj__votedForNodeId == raft.WIPED_VOTE  # noqa: SLF001
+
+
+def test_a_leader_writing_a_snapshot_goes_on_leading_and_committing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fix 7: while a snapshot's file is being written (here: held until the test lets it
+    go), the leader's tick goes on: it commits, its followers hear from it and elect no one
+    else; the journal is compacted only once the dump is on disk, and it holds the state."""
+    release = threading.Event()
+
+    def slow_dump(self: RecordingMachine, path: str, raft_data: bytes):  # noqa: ANN202
+        state = msgpack.packb([self.applied_index, [list(a) for a in self.applied],
+                               raft_data], use_bin_type=True)  # as of this entry
+
+        def write_file() -> None:
+            assert release.wait(30), "the test never let the dump be written"
+            Path(path).write_bytes(state)
+        return write_file
+
+    monkeypatch.setattr(RecordingMachine, "write_snapshot", slow_dump)
+    with raft_group(tmp_path, monkeypatch) as group:
+        leader = group.elect()
+        replica = group.replicas[leader]
+        term = replica.raftCurrentTerm
+        for i in range(12):
+            assert group.commit(leader, b"m%d" % i) is Proposal.COMMITTED
+        replica.forceLogCompaction()
+        group.run(0.1)
+        serializer = replica._SyncObj__serializer  # noqa: SLF001
+        assert serializer.checkSerializing()[0] == SERIALIZER_STATE.SERIALIZING
+        group.run(3.0)  # fake time: well past every follower's election timeout
+        assert group.leaders() == [leader] and replica.raftCurrentTerm == term
+        assert group.commit(leader, b"during") is Proposal.COMMITTED
+        assert len(replica.journal) > 12, "compacted before the dump was written"
+        release.set()
+        assert serializer.wait(30)
+        group.run(0.1)
+        assert len(replica.journal) < 12, "not compacted once the dump was written"
+        index, applied, _ = msgpack.unpackb(Path(replica.settings.directory / "raft.dump")
+                                            .read_bytes(), raw=False)
+        assert [bytes(d) for _, d in applied][-12:] == [b"m%d" % i for i in range(12)]
+
+
+def test_a_dump_from_the_leader_wins_over_the_one_being_written(tmp_path: Path) -> None:
+    """Fix 7: a follower's own dump still being written when the leader's arrives must not
+    replace it afterwards (it is older), nor count as written."""
+    dump = tmp_path / "raft.dump"
+    release = threading.Event()
+
+    def serializer(tmp: str, raft_data: object):  # noqa: ANN202
+        def write_file() -> None:
+            release.wait(30)
+            Path(tmp).write_bytes(b"ours, older")
+        return write_file
+
+    s = BackgroundSerializer(str(dump), 1024, True, serializer, None, None)
+    s.serialize((None, "last", "prev", "members"), 7)
+    assert s.checkSerializing() == (SERIALIZER_STATE.SERIALIZING, 7)
+    assert s.setTransmissionData((b"the leader's", True, True))
+    release.set()
+    assert s.wait(30)
+    assert dump.read_bytes() == b"the leader's"
+    assert s.checkSerializing() == (SERIALIZER_STATE.FAILED, 7)
+    assert not (tmp_path / "raft.dump.tmp").exists()

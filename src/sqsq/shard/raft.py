@@ -26,6 +26,9 @@ each fix with a regression test in ``tests/shard/test_raft_fixes.py``:
 6. **A wiped replica never votes as itself**: a replica whose data directory is new, and that
    was not told it bootstraps a new group, is a non-voting learner until it has applied the
    leader's commit index as first seen; it then records that it voted in the current term.
+7. **Snapshots beside the tick thread**: pysyncobj writes a custom serializer's dump in its
+   tick thread, so a leader stops heartbeating and committing while it writes. Only the
+   checkpoint is taken there; the file is written in a thread of its own (``dumps.py``).
 
 pysyncobj's private state is reached through ``_SyncObj__*`` names in this module only; the
 version is pinned.
@@ -49,6 +52,8 @@ from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.journal import FileJournal
 from pysyncobj.transport import TCPTransport
+
+from sqsq.shard.dumps import BackgroundSerializer
 
 log = logging.getLogger("sqsq.raft")
 
@@ -129,8 +134,10 @@ def _create_journal(journal_file: str | None) -> Any:
     return DurableJournal(journal_file)
 
 
-# pysyncobj builds its journal inside SyncObj.__init__ through this module-level factory.
+# pysyncobj builds its journal and its serializer inside SyncObj.__init__ through these
+# module-level names.
 _syncobj.createJournal = _create_journal
+_syncobj.Serializer = BackgroundSerializer  # fix 7
 
 
 class ReplicaStopped(Exception):
@@ -144,8 +151,9 @@ class StateMachine(Protocol):
         """Apply entry ``index`` once; an index at or below the applied index is skipped."""
         ...
 
-    def write_snapshot(self, path: str, raft_data: bytes) -> None:
-        """Write the whole state (and ``raft_data``) to ``path``, fsynced."""
+    def write_snapshot(self, path: str, raft_data: bytes) -> Callable[[], None] | None:
+        """Write the whole state as of now (and ``raft_data``) to ``path``, fsynced; or
+        capture it now and return what writes the file, to run off the tick thread."""
         ...
 
     def read_snapshot(self, path: str) -> bytes:
@@ -380,11 +388,20 @@ class ShardReplica(SyncObj):
                  target)
 
     # ---- snapshots: the state machine's own checkpoint, plus pysyncobj's raft data ----
-    def _serialize(self, path: str, raft_data: Any) -> None:
+    def _serialize(self, path: str, raft_data: Any) -> Callable[[], None] | None:
         last, prev, cluster = raft_data
-        self.machine.write_snapshot(path, _pack_raft_data(last, prev, cluster))
-        self.snapshot_bytes = os.path.getsize(path)
-        self.snapshots_written += 1
+        finish = self.machine.write_snapshot(path, _pack_raft_data(last, prev, cluster))
+
+        def written() -> None:
+            if finish is not None:
+                finish()
+            self.snapshot_bytes = os.path.getsize(path)
+            self.snapshots_written += 1
+
+        if finish is None:
+            written()
+            return None
+        return written
 
     def _deserialize(self, path: str) -> tuple:
         last, prev, members = _unpack_raft_data(self.machine.read_snapshot(path))

@@ -20,7 +20,7 @@ import shutil
 import struct
 import tarfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import msgpack
@@ -134,13 +134,17 @@ class ShardMachine:
         return outcomes
 
     # ---- snapshots ----
-    def write_snapshot(self, path: str, raft_data: bytes) -> None:
+    def write_snapshot(self, path: str, raft_data: bytes) -> Callable[[], None]:
+        """Take the checkpoint now (the state as of the last applied entry); return what packs
+        it into ``path`` and fsyncs it, which the Raft adapter runs off its tick thread."""
         with self._lock:
             staging = Path(path + ".ckpt")
             _remove(staging)
             self.store.checkpoint(str(staging))
             header = msgpack.packb({"applied_index": self.applied_index, "raft": raft_data,
                                     "memory": self.memory}, use_bin_type=True)
+
+        def write_file() -> None:
             with open(path, "wb") as f:
                 f.write(SNAPSHOT_MAGIC + _HEADER_LEN.pack(len(header)) + header)
                 with tarfile.open(fileobj=f, mode="w|") as tar:
@@ -148,6 +152,8 @@ class ShardMachine:
                 f.flush()
                 os.fsync(f.fileno())
             _remove(staging)
+
+        return write_file
 
     def read_snapshot(self, path: str) -> bytes:
         with open(path, "rb") as f:

@@ -225,6 +225,9 @@ class RocksStore:
         """RocksDB checkpoint (hard-linked SSTs + WAL); open it with RocksStore(path)."""
         if os.path.exists(path):  # same error as MemoryStore, not RocksDB's bare Exception
             raise FileExistsError(path)
+        # A checkpoint flushes the memtable holding the GIL (86 ms for 40 MB here, every
+        # thread stopped); a flush first does the same work with the GIL released.
+        self._db.flush(True)
         Checkpoint(self._db).create_checkpoint(path)
 
     def close(self) -> None:
