@@ -352,9 +352,12 @@ class ShardReplica(SyncObj):
 
     def _checkCommandsToApply(self) -> None:  # noqa: N802
         super()._checkCommandsToApply()
-        if not self.otherNodes and self.raftCommitIndex < self.journal[-1][1]:
-            # A one-member group has no follower whose answer would wake the poll: commit
-            # what was just appended on the next tick, now, not after the poll's timeout.
+        if self.journal.dirty and self.raftCommitIndex < self.journal[-1][1]:
+            # Entries were just appended (and sent to the followers): tick again at once, so
+            # this replica's flush (at the start of every tick) runs while the followers
+            # write theirs, not after their answers wake the poll. A one-member group has no
+            # answer to wait for at all. (Three nodes on this machine's one disk: send-c1
+            # p50 2.43-2.61 ms against 2.99-3.11, steady-10x100B +10%.)
             notifier = getattr(self, "_SyncObj__pipeNotifier", None)
             if notifier is not None:
                 notifier.notify()
