@@ -63,13 +63,13 @@ class SqsqGrpcDriver(Driver):
 
         self.client = AsyncClient(self.spec["endpoint"], timeout=60.0,
                                   batching=self.spec.get("batching", True))
-        self.inboxes: dict[str, list[Any]] = {}  # idle prefetchers per queue
-        self.all_inboxes: list[Any] = []
+        self.inboxes: dict[str, list[Any]] = {}  # idle prefetchers per queue (all, once idle)
         await self.client.list_queues(max_results=1)  # connect before the clock starts
 
     async def close(self) -> None:
-        for inbox in self.all_inboxes:
-            await inbox.close()  # releases what each still holds
+        for idle in self.inboxes.values():  # every loop has ended: each prefetcher is idle
+            for inbox in idle:
+                await inbox.close()  # releases what it still holds
         await self.client.close()
 
     async def create_queue(self, name: str, fifo: bool) -> str:
@@ -113,7 +113,6 @@ class SqsqGrpcDriver(Driver):
             idle.remove(inbox)
         else:
             inbox = self.client.prefetcher(ref, 10, visibility_timeout=VISIBILITY_TIMEOUT_S)
-            self.all_inboxes.append(inbox)
         try:
             msgs = await inbox.receive(1, wait_s)
         finally:

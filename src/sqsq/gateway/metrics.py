@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -38,8 +39,11 @@ class ApiMetrics:
                                  "Requests being handled, by action (long polls included).",
                                  ["action"], registry=registry)
         registry.register(_MishapCollector())
-        # (action, protocol) -> its children; bounded: both come from closed sets
-        self._children: dict[tuple[str, str], tuple] = {}
+        # Children looked up once (labels() costs a lock and a tuple of strings each call);
+        # bounded: actions and protocols come from closed sets.
+        self._gauges: dict[str, Any] = {}  # action -> its in-progress gauge
+        # (action, protocol) -> its request counter and latency histogram
+        self._answered: dict[tuple[str, str], tuple] = {}
 
     def action_label(self, action: str) -> str:
         return action if action in self.known_actions else UNKNOWN_ACTION
@@ -49,15 +53,19 @@ class ApiMetrics:
         fails."""
         return _TimedRequest(self, self.action_label(action), protocol)
 
-    def children(self, label: str, protocol: str) -> tuple:
-        """The in-progress gauge, request counter and latency histogram of one action and
-        protocol. prometheus_client's ``labels()`` costs a lock and a tuple of strings each
-        call; one request used three, so they are looked up once per action."""
-        key = (label, protocol)
-        found = self._children.get(key)
+    def gauge(self, label: str) -> Any:
+        """The in-progress gauge of one action."""
+        found = self._gauges.get(label)
         if found is None:
-            found = self._children[key] = (
-                self.in_progress.labels(action=label),
+            found = self._gauges[label] = self.in_progress.labels(action=label)
+        return found
+
+    def answered(self, label: str, protocol: str) -> tuple:
+        """The request counter and latency histogram of one action and protocol."""
+        key = (label, protocol)
+        found = self._answered.get(key)
+        if found is None:
+            found = self._answered[key] = (
                 self.requests.labels(action=label, protocol=protocol),
                 self.latency.labels(action=label))
         return found
@@ -74,7 +82,7 @@ class _TimedRequest:
         self._outcome = RequestOutcome(label)
 
     def __enter__(self) -> RequestOutcome:
-        self._gauge = self._metrics.children(self._outcome.action, self._protocol)[0]
+        self._gauge = self._metrics.gauge(self._outcome.action)
         self._gauge.inc()
         self._started = time.perf_counter()
         return self._outcome
@@ -84,7 +92,7 @@ class _TimedRequest:
         self._gauge.dec()
         metrics, outcome = self._metrics, self._outcome
         label = metrics.action_label(outcome.action)  # an HTTP action is known once decoded
-        _, requests, latency = metrics.children(label, self._protocol)
+        requests, latency = metrics.answered(label, self._protocol)
         requests.inc()
         latency.observe(elapsed)
         if outcome.code:
