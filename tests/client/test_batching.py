@@ -252,3 +252,69 @@ def test_a_retried_batch_send_is_not_applied_twice(server: ServerProcess) -> Non
         assert [e.message_id for e in again.successful] == \
             [e.message_id for e in first.successful]
         assert _depth(c, url) == (5, 0)
+
+
+def test_concurrent_receives_share_calls_and_each_message_reaches_one_caller(
+        server: ServerProcess) -> None:
+    """16 consumers, each receiving one message at a time and deleting it: they share
+    ReceiveMessage calls, and every message is received by exactly one of them, once."""
+    async def main() -> tuple[list[str], int, int]:
+        async with AsyncClient(server.endpoint) as c:
+            url = await c.create_queue(_name(), attributes={"VisibilityTimeout": "60"})
+            for start in range(0, 200, 10):
+                await c.send_message_batch(url, [{"Id": str(i), "MessageBody": f"m{start + i}"}
+                                                 for i in range(10)])
+            coalescer = c._receives
+            assert coalescer is not None
+            got: list[str] = []
+            calls = 0
+            run = coalescer._run
+
+            async def counted(call: Call) -> Any:
+                nonlocal calls
+                calls += 1
+                return await run(call)
+
+            coalescer._run = counted
+
+            async def consumer() -> None:
+                while True:
+                    msgs = await c.receive_message(url, wait_time_seconds=1)
+                    if not msgs:
+                        return
+                    [m] = msgs
+                    got.append(m.body)
+                    await c.delete_message(url, m.receipt_handle)
+
+            await asyncio.gather(*(consumer() for _ in range(16)))
+            visible, in_flight = (int(v) for v in (await c.get_queue_attributes(
+                url, ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+            )).values())
+            return got, calls, visible + in_flight
+
+    got, calls, left = asyncio.run(main())
+    assert sorted(got) == sorted(f"m{i}" for i in range(200))  # each once
+    assert calls < 100, f"{calls} ReceiveMessage calls for 200 messages"
+    assert left == 0
+
+
+def test_a_receiver_cancelled_mid_call_leaves_its_message_to_others(
+        server: ServerProcess) -> None:
+    async def main() -> tuple[list[str], list[str]]:
+        async with AsyncClient(server.endpoint) as c:
+            url = await c.create_queue(_name(), attributes={"VisibilityTimeout": "60"})
+            await c.send_message_batch(url, [{"Id": str(i), "MessageBody": f"m{i}"}
+                                             for i in range(2)])
+            keep = asyncio.ensure_future(c.receive_message(url, wait_time_seconds=1))
+            gone = asyncio.ensure_future(c.receive_message(url, wait_time_seconds=1))
+            while c._receives.calls == 0:  # type: ignore[union-attr]
+                await asyncio.sleep(0)
+            gone.cancel()  # after its share was asked for, before it is answered
+            kept = [m.body for m in await keep]
+            await c._receives.wait_idle()  # type: ignore[union-attr]
+            again = [m.body for m in await c.receive_message(url, 10, wait_time_seconds=1)]
+            return kept, again
+
+    kept, again = asyncio.run(main())
+    assert len(kept) == 1
+    assert sorted(kept + again) == ["m0", "m1"]  # visible again at once, not after 60 s

@@ -14,6 +14,7 @@ import grpc.aio
 from sqsq.client import _auth, _call, _ops
 from sqsq.client.batching import AsyncBatcher, BatchSettings, resolve
 from sqsq.client.prefetch import AsyncPrefetcher
+from sqsq.client.receive_batching import ReceiveCoalescer
 from sqsq.client.sync import DEFAULT_TIMEOUT
 from sqsq.client.types import BatchResult, Message, MessageAttributes, SendResult
 from sqsq.v1 import queues_pb2_grpc
@@ -45,8 +46,10 @@ class AsyncClient:
     ``batching`` (default on) coalesces concurrent ``send_message``, ``delete_message`` and
     ``change_message_visibility`` calls to one queue into batch calls; a lone call still
     goes out at once, and each caller gets its own result or error (``sqsq.client.batching``).
-    Pass a ``BatchSettings(max_entries=..., max_bytes=..., max_in_flight=...)`` to tune it,
-    or ``batching=False`` for one RPC per call.
+    It also coalesces the ``receive_message`` calls made in one turn of the event loop to one
+    standard queue (``sqsq.client.receive_batching``).
+    Pass a ``BatchSettings(max_entries=..., max_bytes=..., max_in_flight=..., receives=...)``
+    to tune it, or ``batching=False`` for one RPC per call.
     """
 
     def __init__(
@@ -61,6 +64,8 @@ class AsyncClient:
         self._stubs: dict[str, tuple[grpc.aio.Channel, queues_pb2_grpc.QueuesStub]] = {}
         settings = resolve(batching)
         self._batcher = AsyncBatcher(self._run, settings) if settings else None
+        self._receives = ReceiveCoalescer(self._run, self._make_visible, settings.max_in_flight) \
+            if settings and settings.receives else None
 
     @property
     def target(self) -> str:
@@ -74,6 +79,8 @@ class AsyncClient:
 
     async def close(self) -> None:
         """Close the channels (after the batch calls under way)."""
+        if self._receives is not None:
+            await self._receives.wait_idle()
         if self._batcher is not None:
             await self._batcher.wait_idle()
         for channel, _ in self._stubs.values():
@@ -220,14 +227,21 @@ class AsyncClient:
         message_system_attribute_names: Iterable[str] | str | None = None,
         receive_request_attempt_id: str = "",
     ) -> list[Message]:
-        """Receive up to ``max_number_of_messages`` (long polls ``wait_time_seconds``)."""
-        return await self._run(
-            _ops.receive_message(
-                queue, max_number_of_messages, visibility_timeout, wait_time_seconds,
-                attribute_names, message_attribute_names, message_system_attribute_names,
-                receive_request_attempt_id,
-            )
+        """Receive up to ``max_number_of_messages`` (long polls ``wait_time_seconds``).
+        Coalesced with the same turn's receives from the queue (see ``batching``)."""
+        call = _ops.receive_message(
+            queue, max_number_of_messages, visibility_timeout, wait_time_seconds,
+            attribute_names, message_attribute_names, message_system_attribute_names,
+            receive_request_attempt_id,
         )
+        if self._receives is None:
+            return await self._run(call)
+        return await self._receives.call(queue, call)
+
+    async def _make_visible(self, queue: str, messages: list[Message]) -> None:
+        """Messages received for a caller that is gone: visible to other consumers again."""
+        await asyncio.gather(*(self.change_message_visibility(queue, m.receipt_handle, 0)
+                               for m in messages), return_exceptions=True)
 
     async def delete_message(self, queue: str, receipt_handle: str) -> None:
         """Delete a received message by its latest receipt handle."""

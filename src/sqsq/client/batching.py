@@ -25,7 +25,7 @@ import asyncio
 import threading
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,8 @@ class BatchSettings:
     (message bodies and attributes, as SQS counts them); a bigger message goes alone.
     ``max_in_flight``: calls of one action to one queue in flight before later calls wait to
     be batched (a FIFO queue's sends always use 1, to keep each group's order).
+    ``receives``: ``AsyncClient`` coalesces the receives of one turn of its event loop
+    (``sqsq.client.receive_batching``).
     """
 
     max_entries: int = SQS_MAX_ENTRIES
@@ -54,6 +56,7 @@ class BatchSettings:
     # 2: 16 tasks sending in a loop go out as calls of 10 and 6 (1 leaves no overlap of one
     # batch's round trip with the next; 3 and 4 measured no better); a call costs CPU.
     max_in_flight: int = 2
+    receives: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_entries <= SQS_MAX_ENTRIES:
@@ -174,7 +177,7 @@ def _settle(batch: list[_Waiter], result: BatchResult) -> list[Outcome]:
     return out
 
 
-def _fail_all(batch: list[_Waiter], err: BaseException) -> list[Outcome]:
+def fail_all(batch: Sequence[object], err: BaseException) -> list[Outcome]:
     """A failed batch call fails each of its callers, each with an exception of its own (the
     first caller's is the original)."""
     out: list[Outcome] = [(None, err)]
@@ -300,7 +303,7 @@ class Batcher:
             else:
                 outcomes = _settle(batch, self._run(_batch_call(batch)))
         except BaseException as err:  # every caller gets it, the sender too
-            outcomes = _fail_all(batch, err)
+            outcomes = fail_all(batch, err)
         for w, (value, error) in zip(batch, outcomes, strict=True):
             w.value, w.error = value, error
             if w is not batch[0]:
@@ -384,7 +387,7 @@ class AsyncBatcher:
                 else:
                     outcomes = _settle(batch, await self._run(_batch_call(batch)))
             except BaseException as err:  # its callers get it (cancelled: the loop ends)
-                outcomes = _fail_all(batch, err)
+                outcomes = fail_all(batch, err)
             _answer(batch, outcomes)
             # The slot frees only after the callers just answered have run: one that calls
             # again at once (a loop of sends) joins the calls waiting for this slot, rather
