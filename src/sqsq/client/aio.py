@@ -46,8 +46,8 @@ class AsyncClient:
     ``batching`` (default on) coalesces concurrent ``send_message``, ``delete_message`` and
     ``change_message_visibility`` calls to one queue into batch calls; a lone call still
     goes out at once, and each caller gets its own result or error (``sqsq.client.batching``).
-    It also coalesces the ``receive_message`` calls made in one turn of the event loop to one
-    standard queue (``sqsq.client.receive_batching``).
+    It also coalesces concurrent ``receive_message`` calls to one standard queue
+    (``sqsq.client.receive_batching``).
     Pass a ``BatchSettings(max_entries=..., max_bytes=..., max_in_flight=..., receives=...)``
     to tune it, or ``batching=False`` for one RPC per call.
     """
@@ -228,7 +228,7 @@ class AsyncClient:
         receive_request_attempt_id: str = "",
     ) -> list[Message]:
         """Receive up to ``max_number_of_messages`` (long polls ``wait_time_seconds``).
-        Coalesced with the same turn's receives from the queue (see ``batching``)."""
+        Coalesced with concurrent receives from the queue (see ``batching``)."""
         call = _ops.receive_message(
             queue, max_number_of_messages, visibility_timeout, wait_time_seconds,
             attribute_names, message_attribute_names, message_system_attribute_names,
@@ -239,7 +239,8 @@ class AsyncClient:
         return await self._receives.call(queue, call)
 
     async def _make_visible(self, queue: str, messages: list[Message]) -> None:
-        """Messages received for a caller that is gone: visible to other consumers again."""
+        """Messages received for a caller that is gone: visible to other consumers again.
+        (If that fails, they come back when their visibility timeout ends.)"""
         await asyncio.gather(*(self.change_message_visibility(queue, m.receipt_handle, 0)
                                for m in messages), return_exceptions=True)
 
