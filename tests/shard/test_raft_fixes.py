@@ -230,10 +230,14 @@ def test_a_leader_writing_a_snapshot_goes_on_leading_and_committing(
         assert group.leaders() == [leader] and replica.raftCurrentTerm == term
         assert group.commit(leader, b"during") is Proposal.COMMITTED
         assert len(replica.journal) > 12, "compacted before the dump was written"
+        assert replica.snapshots_written == 0
         release.set()
         assert serializer.wait(30)
         group.run(0.1)
         assert len(replica.journal) < 12, "not compacted once the dump was written"
+        dump = Path(replica.settings.directory / "raft.dump")
+        assert replica.snapshots_written == 1
+        assert replica.snapshot_bytes == dump.stat().st_size
         index, applied, _ = msgpack.unpackb(Path(replica.settings.directory / "raft.dump")
                                             .read_bytes(), raw=False)
         assert [bytes(d) for _, d in applied][-12:] == [b"m%d" % i for i in range(12)]
@@ -259,4 +263,5 @@ def test_a_dump_from_the_leader_wins_over_the_one_being_written(tmp_path: Path) 
     assert s.wait(30)
     assert dump.read_bytes() == b"the leader's"
     assert s.checkSerializing() == (SERIALIZER_STATE.FAILED, 7)
+    assert s.written == 0  # not counted as a snapshot of ours (metrics)
     assert not (tmp_path / "raft.dump.tmp").exists()

@@ -55,6 +55,8 @@ class BackgroundSerializer(Serializer):
         self._write = serializer
         self._lock = threading.Lock()  # the dump file's name: our rename or the leader's
         self._job: _Job | None = None
+        self.written = 0  # dumps of ours that became the dump file, since start (metrics)
+        self.written_bytes = 0  # the last one's size
 
     def serialize(self, data: Any, id: Any) -> None:  # noqa: A002 - pysyncobj's name
         if self._write is None or self._file is None:
@@ -67,7 +69,7 @@ class BackgroundSerializer(Serializer):
         try:
             finish = self._write(tmp, data[1:])
             if finish is None:  # written in full: replace the dump now, as pysyncobj does
-                atomicReplace(tmp, self._file)
+                self._replace(tmp)
                 self._Serializer__pid = -1
                 return
         except Exception:
@@ -86,12 +88,18 @@ class BackgroundSerializer(Serializer):
                 if job.cancelled:
                     os.unlink(job.tmp)
                 else:
-                    atomicReplace(job.tmp, self._file)
+                    self._replace(job.tmp)
                     job.ok = True
         except Exception:
             log.exception("writing a snapshot failed")
         finally:
             job.done.set()
+
+    def _replace(self, tmp: str) -> None:
+        size = os.path.getsize(tmp)
+        atomicReplace(tmp, self._file)
+        self.written_bytes = size
+        self.written += 1
 
     def checkSerializing(self) -> tuple[Any, Any]:  # noqa: N802 - pysyncobj's name
         job = self._job

@@ -210,8 +210,6 @@ class ShardReplica(SyncObj):
         self.settings = settings
         self.machine = machine
         self.fatal: BaseException | None = None
-        self.snapshots_written = 0  # since start (metrics)
-        self.snapshot_bytes = 0  # the last one's size
         directory = settings.directory
         directory.mkdir(parents=True, exist_ok=True)
         member = directory / MEMBER_FILE
@@ -393,18 +391,18 @@ class ShardReplica(SyncObj):
     # ---- snapshots: the state machine's own checkpoint, plus pysyncobj's raft data ----
     def _serialize(self, path: str, raft_data: Any) -> Callable[[], None] | None:
         last, prev, cluster = raft_data
-        finish = self.machine.write_snapshot(path, _pack_raft_data(last, prev, cluster))
+        return self.machine.write_snapshot(path, _pack_raft_data(last, prev, cluster))
 
-        def written() -> None:
-            if finish is not None:
-                finish()
-            self.snapshot_bytes = os.path.getsize(path)
-            self.snapshots_written += 1
+    @property
+    def snapshots_written(self) -> int:
+        """This replica's own dumps that became its dump file, since start (a dump the leader
+        sent meanwhile replaces one being written, which then does not count)."""
+        return self._SyncObj__serializer.written  # type: ignore[attr-defined]
 
-        if finish is None:
-            written()
-            return None
-        return written
+    @property
+    def snapshot_bytes(self) -> int:
+        """The size of the last of them."""
+        return self._SyncObj__serializer.written_bytes  # type: ignore[attr-defined]
 
     def _deserialize(self, path: str) -> tuple:
         last, prev, members = _unpack_raft_data(self.machine.read_snapshot(path))
