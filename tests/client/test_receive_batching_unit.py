@@ -7,9 +7,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from sqsq.client import _ops
 from sqsq.client._call import Call
-from sqsq.client.receive_batching import ReceiveCoalescer
+from sqsq.client.receive_batching import ReceiveCoalescer, _deal
 from sqsq.client.types import Message
 from sqsq.errors import OverLimit, ServiceUnavailable
 from sqsq.v1 import queues_pb2 as pb
@@ -216,3 +219,18 @@ def test_a_caller_waiting_for_a_slot_gets_nothing_once_its_long_poll_ends() -> N
         assert _bodies(await asyncio.gather(*busy)) == [[], []]
 
     asyncio.run(main())
+
+
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=10), st.integers(0, 12))
+def test_dealing_gives_each_at_most_what_it_asked_and_loses_nothing(
+        wants: list[int], available: int) -> None:
+    messages = [Message(f"m{i}", f"rh{i}", f"m{i}", "md5") for i in range(available)]
+    shares = _deal(messages, wants)
+    dealt = [m for share in shares for m in share]
+    assert all(len(share) <= want for share, want in zip(shares, wants, strict=True))
+    assert len(dealt) == min(available, sum(wants))
+    assert sorted(m.message_id for m in dealt) == sorted(
+        m.message_id for m in messages[:len(dealt)])  # the first ones, each once
+    # in turn: nobody gets a second before everyone who wants one has a first
+    firsts = sum(1 for share in shares if share)
+    assert firsts == min(len(wants), len(dealt))
