@@ -318,3 +318,35 @@ def test_a_receiver_cancelled_mid_call_leaves_its_message_to_others(
     kept, again = asyncio.run(main())
     assert len(kept) == 1
     assert sorted(kept + again) == ["m0", "m1"]  # visible again at once, not after 60 s
+
+
+def test_threads_receiving_one_at_a_time_share_calls_and_each_message_reaches_one(
+        server: ServerProcess) -> None:
+    """The blocking client: 16 threads, each receiving one message at a time and deleting
+    it, share ReceiveMessage calls; every message is received once."""
+    with Client(server.endpoint) as c:
+        url = c.create_queue(_name(), attributes={"VisibilityTimeout": "60"})
+        for start in range(0, 200, 10):
+            c.send_message_batch(url, [{"Id": str(i), "MessageBody": f"m{start + i}"}
+                                       for i in range(10)])
+        coalescer = c._receives
+        assert coalescer is not None
+        got: list[str] = []
+        lock = threading.Lock()
+
+        def consumer() -> None:
+            while True:
+                msgs = c.receive_message(url, wait_time_seconds=1)
+                if not msgs:
+                    return
+                [m] = msgs
+                with lock:
+                    got.append(m.body)
+                c.delete_message(url, m.receipt_handle)
+
+        with ThreadPoolExecutor(16) as pool:
+            for f in [pool.submit(consumer) for _ in range(16)]:
+                f.result(60)
+        assert sorted(got) == sorted(f"m{i}" for i in range(200))  # each once
+        assert coalescer.calls < 150, f"{coalescer.calls} ReceiveMessage calls for 200"
+        assert _depth(c, url) == (0, 0)

@@ -5,6 +5,9 @@ that is gone. (Against a real server: test_batching.py.)"""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from hypothesis import given
@@ -12,7 +15,7 @@ from hypothesis import strategies as st
 
 from sqsq.client import _ops
 from sqsq.client._call import Call
-from sqsq.client.receive_batching import ReceiveCoalescer, _deal
+from sqsq.client.receive_batching import ReceiveCoalescer, ThreadReceiveCoalescer, _deal
 from sqsq.client.types import Message
 from sqsq.errors import OverLimit, ServiceUnavailable
 from sqsq.v1 import queues_pb2 as pb
@@ -234,3 +237,96 @@ def test_dealing_gives_each_at_most_what_it_asked_and_loses_nothing(
     # in turn: nobody gets a second before everyone who wants one has a first
     firsts = sum(1 for share in shares if share)
     assert firsts == min(len(wants), len(dealt))
+
+
+# -- threads (the blocking Client) ---------------------------------------------------------
+
+
+class ThreadQueue:
+    """``FakeQueue`` for threads: hands out ``visible`` in order; while ``hold`` is clear,
+    every call waits for it."""
+
+    def __init__(self, visible: int, error: Any = None) -> None:
+        self.visible = [f"m{i}" for i in range(visible)]
+        self.calls: list[tuple[Call, str]] = []  # and the thread that made it
+        self.hold = threading.Event()
+        self.hold.set()
+        self.error = error
+        self._lock = threading.Lock()
+
+    def run(self, call: Call) -> Any:
+        with self._lock:
+            self.calls.append((call, threading.current_thread().name))
+        assert self.hold.wait(30)
+        if self.error is not None:
+            raise self.error()  # a new one per call, as a real transport raises
+        with self._lock:
+            n = call.request.max_number_of_messages or 1
+            taken, self.visible = self.visible[:n], self.visible[n:]
+        return call.parse(pb.ReceiveMessageResponse(messages=[
+            pb.Message(message_id=b, receipt_handle=f"rh-{b}", body=b) for b in taken]))
+
+
+def _wait_until(cond: Any) -> None:
+    deadline = time.monotonic() + 10
+    while not cond():
+        assert time.monotonic() < deadline, "not within 10 s"
+        time.sleep(0.001)
+
+
+def test_threads_a_lone_receive_is_sent_by_its_own_thread_at_once() -> None:
+    fake = ThreadQueue(3)
+    co = ThreadReceiveCoalescer(fake.run)
+    got = co.call(Q, _receive(1, wait=20))
+    assert [m.body for m in got] == ["m0"]
+    assert [(c.request, who) for c, who in fake.calls] == [
+        (_receive(1, wait=20).request, threading.current_thread().name)]
+
+
+def test_threads_waiting_for_a_slot_share_a_call_and_each_gets_its_own() -> None:
+    fake = ThreadQueue(40)
+    fake.hold.clear()
+    co = ThreadReceiveCoalescer(fake.run, max_in_flight=1)
+    with ThreadPoolExecutor(12) as pool:
+        first = pool.submit(co.call, Q, _receive(1))
+        _wait_until(lambda: len(fake.calls) == 1)  # the slot is taken
+        rest = [pool.submit(co.call, Q, _receive(1)) for _ in range(11)]
+        _wait_until(lambda: co.waiting() == 11)
+        fake.hold.set()
+        results = [first.result(10)] + [f.result(10) for f in rest]
+    assert [c.request.max_number_of_messages for c, _ in fake.calls] == [1, 10, 1]
+    bodies = [m.body for r in results for m in r]
+    assert all(len(r) == 1 for r in results)
+    assert sorted(bodies) == sorted(f"m{i}" for i in range(12))  # each once
+
+
+def test_threads_a_failed_call_fails_each_caller_with_its_own_error() -> None:
+    fake = ThreadQueue(5, error=lambda: ServiceUnavailable("down"))
+    fake.hold.clear()
+    co = ThreadReceiveCoalescer(fake.run, max_in_flight=1)
+    with ThreadPoolExecutor(5) as pool:
+        futures = [pool.submit(co.call, Q, _receive(1))]
+        _wait_until(lambda: len(fake.calls) == 1)
+        futures += [pool.submit(co.call, Q, _receive(1)) for _ in range(4)]
+        _wait_until(lambda: co.waiting() == 4)
+        fake.hold.set()
+        errors = [f.exception(10) for f in futures]
+    assert all(isinstance(e, ServiceUnavailable) for e in errors)
+    assert len({id(e) for e in errors}) == 5
+    assert len(fake.calls) == 2
+
+
+def test_threads_a_receive_waiting_for_a_slot_gets_nothing_once_its_long_poll_ends() -> None:
+    fake = ThreadQueue(0)
+    fake.hold.clear()
+    co = ThreadReceiveCoalescer(fake.run, max_in_flight=1)
+    with ThreadPoolExecutor(2) as pool:
+        busy = pool.submit(co.call, Q, _receive(1, wait=1))
+        _wait_until(lambda: len(fake.calls) == 1)
+        started = time.monotonic()
+        assert co.call(Q, _receive(1, wait=1)) == []
+        assert time.monotonic() - started >= 0.9
+        assert len(fake.calls) == 1 and not busy.done()  # it never went out
+        assert co.waiting() == 0
+        fake.hold.set()
+        assert busy.result(10) == []

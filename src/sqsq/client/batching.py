@@ -47,8 +47,8 @@ class BatchSettings:
     (message bodies and attributes, as SQS counts them); a bigger message goes alone.
     ``max_in_flight``: calls of one action to one queue in flight before later calls wait to
     be batched (a FIFO queue's sends always use 1, to keep each group's order).
-    ``receives``: ``AsyncClient`` coalesces concurrent receives as well, with the same
-    ``max_in_flight`` (``sqsq.client.receive_batching``).
+    ``receives``: concurrent receives are coalesced as well, with the same ``max_in_flight``
+    (``sqsq.client.receive_batching``).
     """
 
     max_entries: int = SQS_MAX_ENTRIES

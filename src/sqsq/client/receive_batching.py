@@ -1,5 +1,5 @@
 """Concurrent ``receive_message`` calls to one standard queue, coalesced into one call
-(``AsyncClient``, on with ``batching``).
+(``AsyncClient`` and ``Client``, on with ``batching``).
 
 A consumer that runs many receive loops side by side asks for one message per call, and each
 call costs the server about what a call for ten costs. Receives with the same options that
@@ -12,7 +12,9 @@ the consumers that one batched delete has just answered); one that finds every s
 waits for the next, but never past its own long poll (the queue's, at most 20 s, if it gives
 none): then it gets an empty list, as an expired long poll would. A short poll waits only
 behind other short polls. So a lone receive goes out at once, calls grow with load, and
-nothing is received before a caller asks for it (unlike prefetch).
+nothing is received before a caller asks for it (unlike prefetch). The blocking ``Client``
+does the same with threads (``ThreadReceiveCoalescer``): a receive that finds a free slot is
+sent at once by its own thread, and the first waiting caller of a batch sends it.
 
 A caller that gets nothing from a call that returned messages to others (the queue had fewer
 visible than were asked for) joins the next coalesced call while its own long poll has time
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -230,7 +233,7 @@ class ReceiveCoalescer:
                 unclaimed += share
             elif share:
                 r.future.set_result(share)
-            elif messages and (left := self._left(r)) is not None:
+            elif messages and (left := _left(r, self._clock())) is not None:
                 r.call = _with(r.call, wait_s=left)  # the queue ran short: try again
                 self._enqueue(queue, r)
             else:
@@ -238,17 +241,149 @@ class ReceiveCoalescer:
         if unclaimed:
             await self._release(queue, unclaimed)
 
-    def _left(self, r: _Receiver) -> int | None:
-        """Whole seconds its own long poll has left, if it asked for one."""
-        if not r.long_poll or r.deadline is None:
-            return None
-        left = math.floor(r.deadline - self._clock())
-        return left if left >= 1 else None
 
     async def wait_idle(self) -> None:
         """Wait for the coalesced calls under way (before the channels close)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+class _Caller:
+    """One thread's receive (``ThreadReceiveCoalescer``); its fields change under the lock."""
+
+    __slots__ = ("call", "want", "deadline", "long_poll", "lane", "event", "batch", "done",
+                 "result", "error")
+
+    def __init__(self, call: Call, want: int, deadline: float | None, long_poll: bool) -> None:
+        self.call = call
+        self.want = want
+        self.deadline = deadline
+        self.long_poll = long_poll
+        self.lane: _ThreadLane | None = None
+        self.event = threading.Event()  # set when it must send a batch, or is answered
+        self.batch: list[_Caller] | None = None  # the batch this caller sends
+        self.done = False
+        self.result: list[Message] = []
+        self.error: BaseException | None = None
+
+
+class _ThreadLane:
+    __slots__ = ("key", "pending", "in_flight")
+
+    def __init__(self, key: tuple[str, tuple[str, bytes]]) -> None:
+        self.key = key
+        self.pending: list[_Caller] = []
+        self.in_flight = 0
+
+
+class ThreadReceiveCoalescer:
+    """``call(queue, call)`` from any thread (the blocking ``Client``): the rules above."""
+
+    def __init__(self, run: Callable[[Call], Any], max_in_flight: int = 2,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._run = run
+        self._limit = max_in_flight
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._lanes: dict[tuple[str, tuple[str, bytes]], _ThreadLane] = {}
+        self.calls = 0  # ReceiveMessage calls made for coalesced receives (tests)
+
+    def waiting(self) -> int:
+        """How many receives wait for a slot (all queues)."""
+        with self._lock:
+            return sum(len(lane.pending) for lane in self._lanes.values())
+
+    def call(self, queue: str, call: Call) -> list[Message]:
+        if not coalescible(queue, call):
+            return self._run(call)
+        req = call.request
+        wait = req.wait_time_seconds if req.HasField("wait_time_seconds") else None
+        deadline = None if wait == 0 else self._clock() + (MAX_WAIT_S if wait is None else wait)
+        me = _Caller(call, _wanted(req), deadline, bool(wait))
+        with self._lock:
+            self._enter(queue, me)
+        expired = False
+        while True:
+            timeout = None if me.deadline is None or expired else \
+                max(0.0, me.deadline - self._clock())
+            if not me.event.wait(timeout):
+                with self._lock:
+                    lane = me.lane
+                    if lane is not None and me in lane.pending:  # still waiting for a slot
+                        lane.pending.remove(me)
+                        self._tidy(lane)
+                        return []
+                expired = True  # taken into a batch meanwhile: its answer is coming
+                continue
+            with self._lock:
+                me.event.clear()
+                batch, me.batch = me.batch, None
+            if batch is not None:
+                self._send(queue, batch)
+            if me.done:
+                if me.error is not None:
+                    raise me.error
+                return me.result
+
+    def _enter(self, queue: str, r: _Caller) -> None:
+        """(Under the lock.) Queue ``r`` and start what may go now."""
+        key = (queue, _options(r.call))
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _ThreadLane(key)
+        r.lane = lane
+        lane.pending.append(r)
+        self._start(lane)
+
+    def _start(self, lane: _ThreadLane) -> None:
+        """(Under the lock.) Hand each batch that may go now to its first caller."""
+        while lane.pending and lane.in_flight < self._limit:
+            batch, total = [], 0
+            while lane.pending and total + lane.pending[0].want <= MAX_MESSAGES:
+                total += lane.pending[0].want
+                batch.append(lane.pending.pop(0))
+            lane.in_flight += 1
+            batch[0].batch = batch
+            batch[0].event.set()
+
+    def _tidy(self, lane: _ThreadLane) -> None:
+        if not lane.pending and not lane.in_flight and self._lanes.get(lane.key) is lane:
+            del self._lanes[lane.key]
+
+    def _send(self, queue: str, batch: list[_Caller]) -> None:
+        total = sum(r.want for r in batch)
+        call = batch[0].call if len(batch) == 1 else _with(batch[0].call, count=total)
+        self.calls += 1
+        messages: list[Message] = []
+        errors: list[BaseException | None] = [None] * len(batch)
+        try:
+            messages = self._run(call)
+        except BaseException as err:  # every caller gets it, the sender too
+            errors = [e for _, e in fail_all(batch, err)]
+        shares = _deal(messages, [r.want for r in batch])
+        lane = batch[0].lane
+        assert lane is not None
+        with self._lock:
+            for r, share, error in zip(batch, shares, errors, strict=True):
+                if error is None and not share and messages and \
+                        (left := _left(r, self._clock())) is not None:
+                    r.call = _with(r.call, wait_s=left)  # the queue ran short: try again
+                    self._enter(queue, r)
+                    continue
+                r.result, r.error, r.done = share, error, True
+                r.event.set()
+            lane.in_flight -= 1
+            self._start(lane)
+            self._tidy(lane)
+
+
+
+def _left(r: _Receiver | _Caller, now: float) -> int | None:
+    """Whole seconds a receive's own long poll has left, if it asked for one."""
+    if not r.long_poll or r.deadline is None:
+        return None
+    left = math.floor(r.deadline - now)
+    return left if left >= 1 else None
 
 
 def _deal(messages: list[Message], wants: list[int]) -> list[list[Message]]:

@@ -12,6 +12,7 @@ import grpc
 from sqsq.client import _auth, _call, _ops
 from sqsq.client.batching import Batcher, BatchSettings, resolve
 from sqsq.client.prefetch import Prefetcher
+from sqsq.client.receive_batching import ThreadReceiveCoalescer
 from sqsq.client.types import BatchResult, Message, MessageAttributes, SendResult
 from sqsq.v1 import queues_pb2_grpc
 
@@ -30,8 +31,10 @@ class Client:
     ``batching`` (default on) coalesces concurrent ``send_message``, ``delete_message`` and
     ``change_message_visibility`` calls to one queue into batch calls; a lone call still
     goes out at once, and each caller gets its own result or error (``sqsq.client.batching``).
-    Pass a ``BatchSettings(max_entries=..., max_bytes=..., max_in_flight=...)`` to tune it,
-    or ``batching=False`` for one RPC per call.
+    It also coalesces concurrent ``receive_message`` calls to one standard queue
+    (``sqsq.client.receive_batching``).
+    Pass a ``BatchSettings(max_entries=..., max_bytes=..., max_in_flight=..., receives=...)``
+    to tune it, or ``batching=False`` for one RPC per call.
     """
 
     def __init__(
@@ -46,6 +49,8 @@ class Client:
         self._stubs: dict[str, tuple[grpc.Channel, queues_pb2_grpc.QueuesStub]] = {}
         settings = resolve(batching)
         self._batcher = Batcher(self._run, settings) if settings else None
+        self._receives = ThreadReceiveCoalescer(self._run, settings.max_in_flight) \
+            if settings and settings.receives else None
 
     @property
     def target(self) -> str:
@@ -207,14 +212,16 @@ class Client:
         message_system_attribute_names: Iterable[str] | str | None = None,
         receive_request_attempt_id: str = "",
     ) -> list[Message]:
-        """Receive up to ``max_number_of_messages`` (long polls ``wait_time_seconds``)."""
-        return self._run(
-            _ops.receive_message(
-                queue, max_number_of_messages, visibility_timeout, wait_time_seconds,
-                attribute_names, message_attribute_names, message_system_attribute_names,
-                receive_request_attempt_id,
-            )
+        """Receive up to ``max_number_of_messages`` (long polls ``wait_time_seconds``).
+        Coalesced with concurrent receives from the queue (see ``batching``)."""
+        call = _ops.receive_message(
+            queue, max_number_of_messages, visibility_timeout, wait_time_seconds,
+            attribute_names, message_attribute_names, message_system_attribute_names,
+            receive_request_attempt_id,
         )
+        if self._receives is None:
+            return self._run(call)
+        return self._receives.call(queue, call)
 
     def delete_message(self, queue: str, receipt_handle: str) -> None:
         """Delete a received message by its latest receipt handle."""
