@@ -72,9 +72,9 @@ class _Lane:
     def __init__(self, queue: str, key: tuple[str, tuple[str, bytes]]) -> None:
         self.queue = queue
         self.key = key
-        self.pending: list[_Receiver] = []
+        self.pending: list[Any] = []  # _Receiver or _Caller
         self.in_flight = 0
-        self.launching = False  # a launch is scheduled for the end of this turn
+        self.launching = False  # (asyncio) a launch is scheduled for the end of this turn
 
 
 def _wanted(req: pb.ReceiveMessageRequest) -> int:
@@ -97,6 +97,41 @@ def _options(call: Call) -> tuple[str, bytes]:
     req.CopyFrom(call.request)
     req.ClearField("max_number_of_messages")
     return call.region or "", req.SerializeToString(deterministic=True)
+
+
+def _limits(call: Call, clock: Callable[[], float]) -> tuple[int, float | None, bool]:
+    """A receive's count, how long it may wait for a free slot (its long poll: the queue's,
+    at most SQS's longest, if it gives none; None for a short poll, which waits only behind
+    other short polls), and whether it asked for a long poll."""
+    req = call.request
+    wait = req.wait_time_seconds if req.HasField("wait_time_seconds") else None
+    deadline = None if wait == 0 else clock() + (MAX_WAIT_S if wait is None else wait)
+    return _wanted(req), deadline, bool(wait)
+
+
+def _lane_of(lanes: dict[tuple[str, tuple[str, bytes]], _Lane], queue: str, call: Call
+             ) -> _Lane:
+    """The lane of ``call``'s queue and options, made if there is none."""
+    key = (queue, _options(call))
+    lane = lanes.get(key)
+    if lane is None:
+        lane = lanes[key] = _Lane(queue, key)
+    return lane
+
+
+def _take(pending: list[Any]) -> tuple[list[Any], int]:
+    """The next batch from the front of ``pending``: at most 10 messages asked in all."""
+    batch, total = [], 0
+    while pending and total + pending[0].want <= MAX_MESSAGES:
+        total += pending[0].want
+        batch.append(pending.pop(0))
+    return batch, total
+
+
+def _merged(batch: list[Any], total: int) -> Call:
+    """The call a batch makes: its one caller's own, or one asking for all of them."""
+    first = batch[0].call
+    return first if len(batch) == 1 else _with(first, count=total)
 
 
 def _with(call: Call, *, count: int | None = None, wait_s: int | None = None) -> Call:
@@ -127,12 +162,7 @@ class ReceiveCoalescer:
     async def call(self, queue: str, call: Call) -> list[Message]:
         if not coalescible(queue, call):
             return await self._run(call)
-        req = call.request
-        wait = req.wait_time_seconds if req.HasField("wait_time_seconds") else None
-        # How long it may wait for a free slot: its long poll (the queue's, if not given:
-        # at most SQS's longest); a short poll waits only behind other short polls.
-        deadline = None if wait == 0 else self._clock() + (MAX_WAIT_S if wait is None else wait)
-        me = _Receiver(call, _wanted(req), deadline, bool(wait),
+        me = _Receiver(call, *_limits(call, self._clock),
                        asyncio.get_running_loop().create_future())
         self._enqueue(queue, me)
         try:
@@ -142,11 +172,7 @@ class ReceiveCoalescer:
             raise
 
     def _enqueue(self, queue: str, r: _Receiver) -> None:
-        key = (queue, _options(r.call))
-        lane = self._lanes.get(key)
-        if lane is None:
-            lane = self._lanes[key] = _Lane(queue, key)
-        r.lane = lane
+        r.lane = lane = _lane_of(self._lanes, queue, r.call)
         lane.pending.append(r)
         self._schedule(lane)
         if not lane.launching:
@@ -162,13 +188,10 @@ class ReceiveCoalescer:
     def _launch(self, lane: _Lane) -> None:
         lane.launching = False
         while lane.pending and lane.in_flight < self._limit:
-            batch, total = [], 0
-            while lane.pending and total + lane.pending[0].want <= MAX_MESSAGES:
-                r = lane.pending.pop(0)
+            batch, total = _take(lane.pending)
+            for r in batch:
                 if r.timer is not None:
                     r.timer.cancel()
-                total += r.want
-                batch.append(r)
             lane.in_flight += 1
             task = asyncio.ensure_future(self._send(lane, batch, total))
             self._tasks.add(task)
@@ -213,7 +236,7 @@ class ReceiveCoalescer:
                 self._tidy(lane)
 
     async def _call(self, queue: str, batch: list[_Receiver], total: int) -> None:
-        call = batch[0].call if len(batch) == 1 else _with(batch[0].call, count=total)
+        call = _merged(batch, total)
         self.calls += 1
         try:
             messages: list[Message] = await self._run(call)
@@ -241,7 +264,6 @@ class ReceiveCoalescer:
         if unclaimed:
             await self._release(queue, unclaimed)
 
-
     async def wait_idle(self) -> None:
         """Wait for the coalesced calls under way (before the channels close)."""
         while self._tasks:
@@ -259,21 +281,12 @@ class _Caller:
         self.want = want
         self.deadline = deadline
         self.long_poll = long_poll
-        self.lane: _ThreadLane | None = None
+        self.lane: _Lane | None = None
         self.event = threading.Event()  # set when it must send a batch, or is answered
-        self.batch: list[_Caller] | None = None  # the batch this caller sends
+        self.batch: tuple[list[_Caller], int] | None = None  # what this caller sends
         self.done = False
         self.result: list[Message] = []
         self.error: BaseException | None = None
-
-
-class _ThreadLane:
-    __slots__ = ("key", "pending", "in_flight")
-
-    def __init__(self, key: tuple[str, tuple[str, bytes]]) -> None:
-        self.key = key
-        self.pending: list[_Caller] = []
-        self.in_flight = 0
 
 
 class ThreadReceiveCoalescer:
@@ -285,7 +298,7 @@ class ThreadReceiveCoalescer:
         self._limit = max_in_flight
         self._clock = clock
         self._lock = threading.Lock()
-        self._lanes: dict[tuple[str, tuple[str, bytes]], _ThreadLane] = {}
+        self._lanes: dict[tuple[str, tuple[str, bytes]], _Lane] = {}
         self.calls = 0  # ReceiveMessage calls made for coalesced receives (tests)
 
     def waiting(self) -> int:
@@ -296,10 +309,7 @@ class ThreadReceiveCoalescer:
     def call(self, queue: str, call: Call) -> list[Message]:
         if not coalescible(queue, call):
             return self._run(call)
-        req = call.request
-        wait = req.wait_time_seconds if req.HasField("wait_time_seconds") else None
-        deadline = None if wait == 0 else self._clock() + (MAX_WAIT_S if wait is None else wait)
-        me = _Caller(call, _wanted(req), deadline, bool(wait))
+        me = _Caller(call, *_limits(call, self._clock))
         with self._lock:
             self._enter(queue, me)
         expired = False
@@ -319,7 +329,7 @@ class ThreadReceiveCoalescer:
                 me.event.clear()
                 batch, me.batch = me.batch, None
             if batch is not None:
-                self._send(queue, batch)
+                self._send(queue, *batch)
             if me.done:
                 if me.error is not None:
                     raise me.error
@@ -327,32 +337,24 @@ class ThreadReceiveCoalescer:
 
     def _enter(self, queue: str, r: _Caller) -> None:
         """(Under the lock.) Queue ``r`` and start what may go now."""
-        key = (queue, _options(r.call))
-        lane = self._lanes.get(key)
-        if lane is None:
-            lane = self._lanes[key] = _ThreadLane(key)
-        r.lane = lane
+        r.lane = lane = _lane_of(self._lanes, queue, r.call)
         lane.pending.append(r)
         self._start(lane)
 
-    def _start(self, lane: _ThreadLane) -> None:
+    def _start(self, lane: _Lane) -> None:
         """(Under the lock.) Hand each batch that may go now to its first caller."""
         while lane.pending and lane.in_flight < self._limit:
-            batch, total = [], 0
-            while lane.pending and total + lane.pending[0].want <= MAX_MESSAGES:
-                total += lane.pending[0].want
-                batch.append(lane.pending.pop(0))
+            batch, total = _take(lane.pending)
             lane.in_flight += 1
-            batch[0].batch = batch
+            batch[0].batch = batch, total
             batch[0].event.set()
 
-    def _tidy(self, lane: _ThreadLane) -> None:
+    def _tidy(self, lane: _Lane) -> None:
         if not lane.pending and not lane.in_flight and self._lanes.get(lane.key) is lane:
             del self._lanes[lane.key]
 
-    def _send(self, queue: str, batch: list[_Caller]) -> None:
-        total = sum(r.want for r in batch)
-        call = batch[0].call if len(batch) == 1 else _with(batch[0].call, count=total)
+    def _send(self, queue: str, batch: list[_Caller], total: int) -> None:
+        call = _merged(batch, total)
         self.calls += 1
         messages: list[Message] = []
         errors: list[BaseException | None] = [None] * len(batch)
@@ -375,7 +377,6 @@ class ThreadReceiveCoalescer:
             lane.in_flight -= 1
             self._start(lane)
             self._tidy(lane)
-
 
 
 def _left(r: _Receiver | _Caller, now: float) -> int | None:
