@@ -130,7 +130,7 @@ def test_a_gateway_without_keys_before_a_locked_node_says_so(tmp_path: Path, gat
             with pytest.raises(Failed) as e:
                 Wire(protocol, open_gw.http_url, client_for(open_gw.http_url))(
                     "CreateQueue", QueueName="gw-refused")
-            assert (e.value.status, e.value.code) == (403, refused)
+            assert (e.value.status, e.value.code) == (403, refused), (protocol, e.value.message)
             assert e.value.message == "Request is missing Authentication Token"
         with Client(open_gw.endpoint) as sdk, pytest.raises(QueueError) as err:
             sdk.list_queues()

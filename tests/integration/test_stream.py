@@ -319,3 +319,23 @@ def test_the_stream_is_signed_and_a_bad_signature_refused(locked: ServerProcess,
         await signed.close()
 
     asyncio.run(main())
+
+
+def test_a_refused_stream_answers_every_call_with_the_refusal(locked: ServerProcess) -> None:
+    """The node refuses the stream as it opens; a call written to it meanwhile must still get
+    that refusal (403), never a broken stream's UNAVAILABLE, however the two cross."""
+    async def main() -> list[str]:
+        channel, stub = aio_stub(locked.endpoint)
+        codes = []
+        try:
+            for _ in range(150):  # each call opens a new stream: the last one was refused
+                calls = [stub.ListQueues(pb.ListQueuesRequest(), timeout=10) for _ in range(3)]
+                for result in await asyncio.gather(*calls, return_exceptions=True):
+                    assert isinstance(result, grpc.RpcError), result
+                    codes.append(map_rpc_error(result).code)
+        finally:
+            await channel.close()
+        assert stub.streams_opened == 150 and not stub.unary_only
+        return codes
+
+    assert set(asyncio.run(main())) == {"MissingAuthenticationToken"}

@@ -19,7 +19,9 @@ apply unchanged:
 - a request too large for one gRPC message goes unary, where the size error is its own.
 
 The stream's metadata carries the signed token (checked when it opens); a call's own
-metadata (region, shard) travels in its request. Env ``SQSQ_STREAM=0`` turns the stream off.
+metadata (region, shard) travels in its request. Calls are written once the server has
+accepted the stream (its headers): a stream refused as it opens answers each call with the
+refusal's own code. Env ``SQSQ_STREAM=0`` turns the stream off.
 """
 
 from __future__ import annotations
@@ -234,6 +236,11 @@ class _AioStream:
     async def _write(self) -> None:
         held: Any = _NOTHING
         try:
+            # Not before the server accepted the stream: a write crossing its refusal would
+            # end the call INTERNAL in gRPC's asyncio client, hiding the refusal's own code.
+            await self._call.initial_metadata()
+            if self._call.done():
+                return  # refused: the reader tells the calls why
             while True:
                 first = await self._outbox.get() if held is _NOTHING else held
                 if first is None:  # draining: the server reads until this half-close

@@ -113,6 +113,10 @@ class QueuesService(pb_grpc.QueuesServicer):
         if self._draining:
             await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 f"The server is shutting down; {NOT_RUN}.")
+        # Accepted: the client writes its calls only after these headers, so a stream refused
+        # as it opens (credentials, draining) ends before any write can cross the refusal
+        # (gRPC's asyncio client would report such a write as INTERNAL, not the refusal).
+        await context.send_initial_metadata(())
         session = StreamSession(self._stream_call, context.invocation_metadata() or ())
         self._streams.add(session)
         try:
