@@ -57,7 +57,7 @@ class SqsqServer(System):
     ``via="gateway"`` the clients reach it through a ``sqsq gateway`` process (gRPC). With
     ``batching=False`` the SDK makes one RPC per single-message call."""
 
-    durability = "WAL fdatasync covering each group commit before any of its replies"
+    durability = "Raft, one member: the journal entry fdatasynced before any reply"
 
     def __init__(self, via: str = "grpc", endpoint: str | None = None,
                  batching: bool = True, prefetch: bool = False) -> None:

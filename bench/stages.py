@@ -1,0 +1,227 @@
+"""Where one call's time goes: a lone ``send_message`` (one in flight, as send-c1) timed at each
+hand-off between the SDK, the wire, the server's stream, the shard engine, Raft's tick thread,
+the journal's fdatasync and the state machine, p50 and mean over ``--sends`` calls.
+
+    python -m bench.stages --sends 3000
+
+It starts its own ``sqsq server`` (127.0.0.1, a temporary data directory, stopped by pid)
+with timestamps put around those hand-offs, and stamps the SDK's side the same way. Both
+processes read one clock (``time.perf_counter``, CLOCK_MONOTONIC), and with one call at a
+time each server record belongs to the one call under way, so the stages line up. The stamps
+wrap private functions: this is a measuring tool, not an API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.procs import Proc, free_port
+
+pc = time.perf_counter
+WARM_UP = 300
+# (from, to, what happens between): server stamps, in the order a call meets them
+SERVER_STAGES = [
+    ("read", "xs", "stream read to the shard engine (the handler's checks, conversion)"),
+    ("xs", "prop", "engine queue to the proposer, entry encoded"),
+    ("prop", "app", "proposal to its journal append (the tick thread wakes, pickles)"),
+    ("app", "fs0", "append to the next tick's fdatasync"),
+    ("fs0", "fs1", "fdatasync of the journal"),
+    ("fs1", "ap0", "commit to apply"),
+    ("ap0", "ap1", "apply (state machine, RocksDB write)"),
+    ("ap1", "done", "apply to the proposal's callback"),
+    ("done", "xe", "callback (tick thread) to the engine's caller (event loop)"),
+    ("xe", "put", "engine result to the reply on the stream's queue"),
+    ("put", "yield", "reply queued to handed to gRPC"),
+]
+
+
+# ---- the server side (run as ``python -m bench.stages --serve <sqsq server args>``) -------
+
+def _serve(argv: list[str], out: Path) -> None:
+    from sqsq.gateway import grpc_service, streaming
+    from sqsq.shard import engine, raft, statemachine
+
+    records: list[dict[str, float]] = []
+    cur: dict[str, float] = {}
+
+    def stamp_around(owner: Any, name: str, before: str, after: str | None = None) -> None:
+        inner = getattr(owner, name)
+        if asyncio.iscoroutinefunction(inner):
+            async def timed(*a: Any, **k: Any) -> Any:
+                cur[before] = pc()
+                result = await inner(*a, **k)
+                if after:
+                    cur[after] = pc()
+                return result
+        else:
+            def timed(*a: Any, **k: Any) -> Any:  # type: ignore[misc]
+                cur[before] = pc()
+                result = inner(*a, **k)
+                if after:
+                    cur[after] = pc()
+                return result
+        setattr(owner, name, timed)
+
+    stamp_around(streaming.StreamSession, "_start", "read")
+    stamp_around(engine.ShardEngine, "execute", "xs", "xe")
+    stamp_around(raft.DurableJournal, "add", "app")
+    stamp_around(statemachine.ShardMachine, "apply_entry", "ap0", "ap1")
+    run = streaming.StreamSession._run
+
+    async def _run(self: Any, *a: Any) -> None:
+        await run(self, *a)
+        cur["put"] = pc()
+    streaming.StreamSession._run = _run  # type: ignore[method-assign]
+
+    sync = raft.DurableJournal.sync
+
+    def timed_sync(self: Any) -> None:
+        dirty, started = self.dirty, pc()
+        sync(self)
+        if dirty:
+            cur["fs0"], cur["fs1"] = started, pc()
+    raft.DurableJournal.sync = timed_sync  # type: ignore[method-assign]
+
+    propose = raft.ShardReplica.propose
+
+    def timed_propose(self: Any, data: bytes, done: Any) -> None:
+        cur["prop"] = pc()
+
+        def stamped(*a: Any) -> None:
+            cur["done"] = pc()
+            done(*a)
+        propose(self, data, stamped)
+    raft.ShardReplica.propose = timed_propose  # type: ignore[method-assign]
+
+    stream = grpc_service.QueuesService.Stream
+
+    async def timed_stream(self: Any, frames: Any, context: Any) -> Any:
+        async for reply in stream(self, frames, context):
+            cur["yield"] = pc()
+            if "xs" in cur:
+                records.append(dict(cur))
+            cur.clear()
+            yield reply
+    grpc_service.QueuesService.Stream = timed_stream  # type: ignore[method-assign]
+
+    def dump(*_: Any) -> None:
+        out.write_text("".join(repr(r) + "\n" for r in records))
+        records.clear()
+    signal.signal(signal.SIGUSR1, dump)
+    signal.signal(signal.SIGUSR2, lambda *_: records.clear())
+
+    from sqsq.cli.main import main
+    sys.argv = ["sqsq", *argv]
+    sys.exit(main())
+
+
+# ---- the client side --------------------------------------------------------------------
+
+async def _calls(endpoint: str, server_pid: int, sends: int, out: Path) -> None:
+    from sqsq.client import AsyncClient, _stream
+
+    cur: dict[str, float] = {}
+    call, frame, response = _stream._AioStream.call, _stream._frame, _stream._response
+
+    async def timed_call(self: Any, *a: Any) -> Any:
+        cur["c1"] = pc()
+        return await call(self, *a)
+
+    def timed_frame(*a: Any) -> Any:
+        cur["w"] = pc()
+        return frame(*a)
+
+    def timed_response(reply: Any) -> Any:
+        cur["resp"] = pc()
+        return response(reply)
+    _stream._AioStream.call = timed_call  # type: ignore[method-assign]
+    _stream._frame, _stream._response = timed_frame, timed_response
+
+    client = AsyncClient(endpoint)
+    queue = await client.create_queue("bench-stages")
+    for _ in range(WARM_UP):
+        await client.send_message(queue, "x" * 100)
+    os.kill(server_pid, signal.SIGUSR2)
+    rows = []
+    for _ in range(sends):
+        cur.clear()
+        started = pc()
+        await client.send_message(queue, "x" * 100)
+        rows.append(dict(cur, t0=started, end=pc()))
+    await client.close()
+    os.kill(server_pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while not out.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the server wrote no stamps")
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)  # the file is written in one go; let it finish
+    _report(rows, [ast.literal_eval(line) for line in out.read_text().splitlines()])
+
+
+def _report(rows: list[dict[str, float]], server: list[dict[str, float]]) -> None:
+    stages: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        stages.setdefault(name, []).append(value * 1e3)
+
+    j = 0
+    for row in rows:
+        while j < len(server) and server[j]["read"] < row["t0"]:
+            j += 1
+        if j == len(server):
+            break
+        s = server[j]
+        if s["read"] > row["end"] or any(k not in s for k, _, _ in SERVER_STAGES):
+            continue
+        add("SDK: call to its stream", row["c1"] - row["t0"])
+        add("SDK: stream to the frame written", row["w"] - row["c1"])
+        add("wire in: frame written to read by the server", s["read"] - row["w"])
+        for a, b, what in SERVER_STAGES:
+            add(f"server: {what}", s[b] - s[a])
+        add("wire out: reply handed to gRPC to read by the SDK", row["resp"] - s["yield"])
+        add("SDK: reply to the caller", row["end"] - row["resp"])
+        add("total (the caller's send_message)", row["end"] - row["t0"])
+    width = max(len(k) for k in stages)
+    n = len(stages.get("total (the caller's send_message)", []))
+    print(f"{n} lone sends, ms:  {'p50':>7} {'mean':>7}")
+    for name, values in stages.items():
+        values.sort()
+        print(f"{name:<{width}}  {values[len(values) // 2]:7.3f} "
+              f"{sum(values) / len(values):7.3f}")
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--serve":
+        _serve(sys.argv[3:], Path(sys.argv[2]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sends", type=int, default=3000)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sqsq-stages-") as tmp:
+        root = Path(tmp)
+        grpc_port, http_port = free_port(), free_port()
+        stamps = root / "stamps.txt"
+        server = Proc("sqsq server", [
+            sys.executable, "-m", "bench.stages", "--serve", str(stamps), "server",
+            "--data-dir", str(root / "data"), "--host", "127.0.0.1",
+            "--grpc-port", str(grpc_port), "--http-port", str(http_port)],
+            root / "server.log")
+        try:
+            server.wait_port(grpc_port)
+            asyncio.run(_calls(f"127.0.0.1:{grpc_port}", server.pid, args.sends, stamps))
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
