@@ -276,6 +276,47 @@ def test_a_server_without_the_stream_gets_unary_calls(unary_only_server: str,
     asyncio.run(main())
 
 
+def _stream_without_early_headers(frames: Iterator[pb.StreamRequestFrame],
+                                  context: grpc.ServicerContext) -> Iterator[pb.StreamReplyFrame]:
+    """An older server's stream: its headers leave with its first reply, not before."""
+    for frame in frames:
+        out = pb.StreamReplyFrame()
+        for call in frame.calls:
+            out.replies.add(id=call.id).send_message.CopyFrom(
+                _fake_send(call.send_message, context))
+        yield out
+
+
+def test_a_server_that_sends_no_headers_before_its_first_reply_still_gets_the_calls() -> None:
+    handler = grpc.stream_stream_rpc_method_handler(
+        _stream_without_early_headers,
+        request_deserializer=pb.StreamRequestFrame.FromString,
+        response_serializer=pb.StreamReplyFrame.SerializeToString)
+    port = free_port()
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("sqsq.v1.Queues", {"Stream": handler}),))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+
+    async def main() -> None:
+        channel, stub = aio_stub(f"127.0.0.1:{port}")
+        try:
+            sent = await asyncio.gather(*(stub.SendMessage(send("q", f"m{i}"), timeout=10)
+                                          for i in range(3)))
+            assert [s.message_id for s in sent] == ["id-m0", "id-m1", "id-m2"]
+            assert (await stub.SendMessage(send("q", "later"), timeout=10)).message_id == \
+                "id-later"
+            assert stub.streams_opened == 1 and not stub.unary_only
+        finally:
+            await channel.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.stop(None)
+
+
 # ---- authentication -----------------------------------------------------------------------
 
 

@@ -51,6 +51,9 @@ STREAM_METHOD = "/sqsq.v1.Queues/Stream"
 MAX_FRAME_BYTES = 4 * 1024 * 1024
 MAX_REQUEST_BYTES = MAX_FRAME_BYTES - 1024
 MAX_FRAME_CALLS = 256
+# A server that sends no headers before its first reply (an sqsq server older than this SDK)
+# gets its calls after this long anyway.
+ACCEPT_WAIT_S = 1.0
 _NOTHING = object()
 # unary method -> its field in StreamRequest.call / StreamReply.result (snake case)
 FIELDS = {name: re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
@@ -203,6 +206,7 @@ class _AioStream:
         self._outbox: asyncio.Queue[Outgoing | None] = asyncio.Queue()  # None: half-close
         self.done = False
         self.draining = False  # the server asked for no more calls here
+        self._accepted: asyncio.Future | None = None  # the server's headers
         self._writer = asyncio.create_task(self._write())
         self._reader = asyncio.create_task(self._read())
 
@@ -231,14 +235,17 @@ class _AioStream:
         """End the stream and wait until its last read and write are over: gRPC must not
         finish them after the event loop is gone."""
         self._call.cancel()
-        await asyncio.gather(self._reader, self._writer, return_exceptions=True)
+        waits = [self._reader, self._writer, *([self._accepted] if self._accepted else [])]
+        await asyncio.gather(*waits, return_exceptions=True)
 
     async def _write(self) -> None:
         held: Any = _NOTHING
         try:
-            # Not before the server accepted the stream: a write crossing its refusal would
-            # end the call INTERNAL in gRPC's asyncio client, hiding the refusal's own code.
-            await self._call.initial_metadata()
+            # Not before the server accepted the stream (its headers) or refused it: a write
+            # crossing its refusal would end the call INTERNAL in gRPC's asyncio client,
+            # hiding the refusal's own code.
+            self._accepted = asyncio.ensure_future(self._call.initial_metadata())
+            await asyncio.wait([self._accepted], timeout=ACCEPT_WAIT_S)
             if self._call.done():
                 return  # refused: the reader tells the calls why
             while True:
