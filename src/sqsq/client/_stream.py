@@ -20,8 +20,9 @@ apply unchanged:
 
 The stream's metadata carries the signed token (checked when it opens); a call's own
 metadata (region, shard) travels in its request. Calls are written once the server has
-accepted the stream (its headers): a stream refused as it opens answers each call with the
-refusal's own code. Env ``SQSQ_STREAM=0`` turns the stream off.
+accepted the stream (its headers; after ``ACCEPT_WAIT_S`` for a server that sends them only
+with its first reply): a stream refused as it opens answers each call with the refusal's own
+code. Env ``SQSQ_STREAM=0`` turns the stream off.
 """
 
 from __future__ import annotations
