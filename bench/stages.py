@@ -53,18 +53,21 @@ def _serve(argv: list[str], out: Path) -> None:
     records: list[dict[str, float]] = []
     cur: dict[str, float] = {}
 
-    def stamp_around(owner: Any, name: str, before: str, after: str | None = None) -> None:
+    def stamp_around(owner: Any, name: str, before: str | None, after: str | None = None,
+                     ) -> None:
         inner = getattr(owner, name)
         if asyncio.iscoroutinefunction(inner):
             async def timed(*a: Any, **k: Any) -> Any:
-                cur[before] = pc()
+                if before:
+                    cur[before] = pc()
                 result = await inner(*a, **k)
                 if after:
                     cur[after] = pc()
                 return result
         else:
             def timed(*a: Any, **k: Any) -> Any:  # type: ignore[misc]
-                cur[before] = pc()
+                if before:
+                    cur[before] = pc()
                 result = inner(*a, **k)
                 if after:
                     cur[after] = pc()
@@ -75,12 +78,7 @@ def _serve(argv: list[str], out: Path) -> None:
     stamp_around(engine.ShardEngine, "execute", "xs", "xe")
     stamp_around(raft.DurableJournal, "add", "app")
     stamp_around(statemachine.ShardMachine, "apply_entry", "ap0", "ap1")
-    run = streaming.StreamSession._run
-
-    async def _run(self: Any, *a: Any) -> None:
-        await run(self, *a)
-        cur["put"] = pc()
-    streaming.StreamSession._run = _run  # type: ignore[method-assign]
+    stamp_around(streaming.StreamSession, "_run", None, "put")
 
     sync = raft.DurableJournal.sync
 
@@ -114,7 +112,9 @@ def _serve(argv: list[str], out: Path) -> None:
     grpc_service.QueuesService.Stream = timed_stream  # type: ignore[method-assign]
 
     def dump(*_: Any) -> None:
-        out.write_text("".join(repr(r) + "\n" for r in records))
+        written = out.with_suffix(".part")  # renamed whole: the reader never sees half of it
+        written.write_text("".join(repr(r) + "\n" for r in records))
+        written.replace(out)
         records.clear()
     signal.signal(signal.SIGUSR1, dump)
     signal.signal(signal.SIGUSR2, lambda *_: records.clear())
@@ -164,7 +164,6 @@ async def _calls(endpoint: str, server_pid: int, sends: int, out: Path) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("the server wrote no stamps")
         await asyncio.sleep(0.05)
-    await asyncio.sleep(0.2)  # the file is written in one go; let it finish
     _report(rows, [ast.literal_eval(line) for line in out.read_text().splitlines()])
 
 

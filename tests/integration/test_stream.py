@@ -4,6 +4,7 @@ answered to its own caller, failing and falling back the way unary calls do."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections.abc import Iterator
 from concurrent import futures
@@ -233,25 +234,33 @@ class _Status(grpc.Status):
         self.code, self.details, self.trailing_metadata = code, details, trailing
 
 
-@pytest.fixture
-def unary_only_server() -> Iterator[str]:
-    """An in-process gRPC server offering SendMessage and GetQueueUrl, and no Stream."""
-    handlers = {
-        "SendMessage": grpc.unary_unary_rpc_method_handler(
-            _fake_send, request_deserializer=pb.SendMessageRequest.FromString,
-            response_serializer=pb.SendMessageResponse.SerializeToString),
-        "GetQueueUrl": grpc.unary_unary_rpc_method_handler(
-            _fake_get_queue_url, request_deserializer=pb.GetQueueUrlRequest.FromString,
-            response_serializer=pb.GetQueueUrlResponse.SerializeToString),
-    }
+@contextlib.contextmanager
+def fake_server(handlers: dict[str, grpc.RpcMethodHandler]) -> Iterator[str]:
+    """An in-process gRPC server offering only ``handlers`` of ``Queues``; its address."""
     port = free_port()
     server = grpc.server(futures.ThreadPoolExecutor(4))
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("sqsq.v1.Queues", handlers),))
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
-    yield f"127.0.0.1:{port}"
-    server.stop(None)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(None)
+
+
+@pytest.fixture
+def unary_only_server() -> Iterator[str]:
+    """An in-process gRPC server offering SendMessage and GetQueueUrl, and no Stream."""
+    with fake_server({
+        "SendMessage": grpc.unary_unary_rpc_method_handler(
+            _fake_send, request_deserializer=pb.SendMessageRequest.FromString,
+            response_serializer=pb.SendMessageResponse.SerializeToString),
+        "GetQueueUrl": grpc.unary_unary_rpc_method_handler(
+            _fake_get_queue_url, request_deserializer=pb.GetQueueUrlRequest.FromString,
+            response_serializer=pb.GetQueueUrlResponse.SerializeToString),
+    }) as endpoint:
+        yield endpoint
 
 
 def test_a_server_without_the_stream_gets_unary_calls(unary_only_server: str,
@@ -288,19 +297,8 @@ def _stream_without_early_headers(frames: Iterator[pb.StreamRequestFrame],
 
 
 def test_a_server_that_sends_no_headers_before_its_first_reply_still_gets_the_calls() -> None:
-    handler = grpc.stream_stream_rpc_method_handler(
-        _stream_without_early_headers,
-        request_deserializer=pb.StreamRequestFrame.FromString,
-        response_serializer=pb.StreamReplyFrame.SerializeToString)
-    port = free_port()
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("sqsq.v1.Queues", {"Stream": handler}),))
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    server.start()
-
-    async def main() -> None:
-        channel, stub = aio_stub(f"127.0.0.1:{port}")
+    async def main(endpoint: str) -> None:
+        channel, stub = aio_stub(endpoint)
         try:
             sent = await asyncio.gather(*(stub.SendMessage(send("q", f"m{i}"), timeout=10)
                                           for i in range(3)))
@@ -311,10 +309,11 @@ def test_a_server_that_sends_no_headers_before_its_first_reply_still_gets_the_ca
         finally:
             await channel.close()
 
-    try:
-        asyncio.run(main())
-    finally:
-        server.stop(None)
+    with fake_server({"Stream": grpc.stream_stream_rpc_method_handler(
+            _stream_without_early_headers,
+            request_deserializer=pb.StreamRequestFrame.FromString,
+            response_serializer=pb.StreamReplyFrame.SerializeToString)}) as endpoint:
+        asyncio.run(main(endpoint))
 
 
 # ---- authentication -----------------------------------------------------------------------
