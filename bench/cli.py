@@ -118,7 +118,8 @@ def run_target(name: str, make: Any, args: argparse.Namespace, workloads: list,
                                        preload=_preload_for(entry["workloads"], args.duration,
                                                             args.preload_cap),
                                        preload_cap_s=args.preload_cap,
-                                       delete_queue=args.delete_queues)
+                                       delete_queue=args.delete_queues,
+                                       server_pids=system.pids())
                 except Exception as exc:  # recorded; the run goes on with the next workload
                     res = {"mode": w.mode, "failed": f"{type(exc).__name__}: {exc}"[:300],
                            "msgs_per_s": 0.0, "ops": {}}
@@ -145,6 +146,10 @@ def _print_line(target: str, wname: str, res: dict[str, Any]) -> None:
     extra = ""
     if "preload" in res:
         extra = f"  [preloaded {res['preload']['sent']:,} in {res['preload']['seconds']}s]"
+    cpu = res.get("cpu_us_per_msg") or {}
+    if cpu.get("clients") is not None:
+        system = "-" if cpu.get("server") is None else f"{cpu['server']:,.0f}"
+        extra += f"  [CPU us/msg: system {system}, clients {cpu['clients']:,.0f}]"
     if res.get("worker_errors"):
         extra += f"  WORKER ERRORS: {res['worker_errors'][:2]}"
     if res.get("failed"):

@@ -112,13 +112,15 @@ async def _run(job: dict[str, Any], counters: Any, go: Any, ready_q: Any) -> dic
         if not await loop.run_in_executor(None, go.wait, GO_TIMEOUT_S):
             raise TimeoutError("never told to start")
         st = _State(job, counters)
+        cpu_start = time.process_time()  # this process, all its threads (gRPC's included)
         wall_start = time.time()
         deadline = time.perf_counter() + job["duration_s"]
         loop_fn = _producer if job["role"] == "producer" else _consumer
         await asyncio.gather(*(loop_fn(driver, st, deadline) for _ in range(job["inflight"])))
         return {"role": job["role"], "ops": st.ops, "wall_start": wall_start,
                 "wall_end": time.time(), "wall_last": st.wall_last,
-                "empty_receives": st.empty_receives}
+                "empty_receives": st.empty_receives,
+                "cpu_s": time.process_time() - cpu_start}
     finally:
         await driver.close()
 

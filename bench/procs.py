@@ -27,6 +27,31 @@ def port_open(port: int) -> bool:
         return False
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system) used so far by these processes and every live descendant of
+    theirs (a server started through a wrapper runs as its child), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used: dict[int, tuple[int, float]] = {}  # pid -> (parent pid, seconds)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        used[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    wanted = set(pids)
+    total = 0.0
+    for pid, (_parent, seconds) in used.items():
+        ancestor = pid
+        while ancestor > 1 and ancestor not in wanted:
+            ancestor = used.get(ancestor, (0, 0.0))[0]
+        if ancestor in wanted:
+            total += seconds
+    return total
+
+
 def find_exe(name: str, *extra: Path) -> str | None:
     """An executable: next to this Python first (pip-installed binaries), then PATH, then
     the extra places given."""

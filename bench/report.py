@@ -71,12 +71,34 @@ def render(result: dict[str, Any], markdown: bool = False) -> str:
             ratio_rows.append([w, *cells])
         if peers:
             parts.append(_table([f"{BASELINE} / peer", *peers], ratio_rows, markdown))
+    cpu_rows = cpu_table(result)
+    if cpu_rows:
+        parts.append(_table(["CPU us per headline msg", *names], cpu_rows, markdown))
     meta_rows = [[n, t.get("status", "?"), t.get("version", ""),
                   t.get("durability") or t.get("reason", "")]
                  for n, t in result["targets"].items()]
     parts.append(_table(["target", "status", "version", "durability / reason"], meta_rows,
                         markdown))
     return "\n\n".join(parts)
+
+
+def cpu_table(result: dict[str, Any]) -> list[list[str]]:
+    """Per workload and target: CPU microseconds per headline message, "system + clients"
+    (a system measured from outside, such as ``--sqsq-endpoint``, shows "-" for itself)."""
+    names, workloads, _ = headline(result)
+    rows = []
+    for wname in workloads:
+        cells = []
+        for n in names:
+            cpu = result["targets"][n]["workloads"].get(wname, {}).get("cpu_us_per_msg") or {}
+            if cpu.get("clients") is None:
+                cells.append("-")
+                continue
+            system = "-" if cpu.get("server") is None else f"{cpu['server']:,.0f}"
+            cells.append(f"{system} + {cpu['clients']:,.0f}")
+        if any(c != "-" for c in cells):
+            rows.append([wname, *cells])
+    return rows
 
 
 def write_json(result: dict[str, Any], path: Path) -> None:

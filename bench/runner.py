@@ -16,6 +16,7 @@ from typing import Any
 
 from bench.drivers import make_driver
 from bench.loadgen import worker_main
+from bench.procs import cpu_seconds
 from bench.stats import OpStats, summarize
 from bench.workloads import Workload
 
@@ -28,8 +29,10 @@ PRELOAD_INFLIGHT = 16
 def run_phase(spec: dict[str, Any], ref: str, w: Workload, *, mode: str, producers: int,
               consumers: int, duration_s: float, max_msgs: int | None = None,
               batch: int | None = None, hold: bool = False,
-              inflight: int | None = None) -> dict[str, Any]:
-    """Run producers and consumers together; merged per-operation stats and the window."""
+              inflight: int | None = None, server_pids: list[int] | None = None,
+              ) -> dict[str, Any]:
+    """Run producers and consumers together; merged per-operation stats, the window, and the
+    CPU seconds the workers and (given their pids) the system's processes used meanwhile."""
     counters = CTX.Array("q", 2)
     go, ready_q, result_q = CTX.Event(), CTX.Queue(), CTX.Queue()
     jobs = []
@@ -50,15 +53,19 @@ def run_phase(spec: dict[str, Any], ref: str, w: Workload, *, mode: str, produce
     for p in procs:
         p.start()
     results: list[dict[str, Any]] = []
+    server_cpu: float | None = None
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         for _ in jobs:
             ready_q.get(timeout=max(0.1, deadline - time.monotonic()))
+        cpu_before = cpu_seconds(server_pids) if server_pids else None
         go_wall = time.time()
         go.set()
         deadline = time.monotonic() + duration_s + 90.0
         for _ in jobs:
             results.append(result_q.get(timeout=max(0.1, deadline - time.monotonic())))
+        if cpu_before is not None:
+            server_cpu = cpu_seconds(server_pids) - cpu_before
     except queue_mod.Empty:
         results.append({"error": "a worker did not answer in time"})
         go_wall = time.time()
@@ -69,11 +76,11 @@ def run_phase(spec: dict[str, Any], ref: str, w: Workload, *, mode: str, produce
             if p.is_alive():
                 p.terminate()  # by its pid
                 p.join(timeout=5)
-    return _merge(results, mode, duration_s, go_wall)
+    return _merge(results, mode, duration_s, go_wall, server_cpu)
 
 
 def _merge(results: list[dict[str, Any]], mode: str, duration_s: float,
-           go_wall: float) -> dict[str, Any]:
+           go_wall: float, server_cpu: float | None = None) -> dict[str, Any]:
     ops: dict[str, OpStats] = {}
     errors = [r["error"] for r in results if "error" in r]
     empty = 0
@@ -95,10 +102,18 @@ def _merge(results: list[dict[str, Any]], mode: str, duration_s: float,
         "window_s": round(window, 3),
         "ops": {name: summarize(op, window) for name, op in sorted(ops.items())},
         "empty_receives": empty,
+        "cpu_s": {"server": None if server_cpu is None else round(server_cpu, 3),
+                  "clients": round(sum(r.get("cpu_s", 0.0) for r in results), 3)},
     }
     if errors:
         out["worker_errors"] = errors
     return out
+
+
+def cpu_per_message(cpu_s: dict[str, float | None], msgs: int) -> dict[str, float | None]:
+    """CPU microseconds per headline message, for the system and for the clients."""
+    return {side: None if used is None or not msgs else round(used / msgs * 1e6, 1)
+            for side, used in cpu_s.items()}
 
 
 async def _admin(spec: dict[str, Any], action: str, *args: Any) -> Any:
@@ -116,8 +131,10 @@ def admin(spec: dict[str, Any], action: str, *args: Any) -> Any:
 
 
 def run_workload(spec: dict[str, Any], w: Workload, *, duration_s: float, preload: int = 0,
-                 preload_cap_s: float = 60.0, delete_queue: bool = False) -> dict[str, Any]:
-    """One workload on a fresh queue: its result as the JSON records it.
+                 preload_cap_s: float = 60.0, delete_queue: bool = False,
+                 server_pids: list[int] | None = None) -> dict[str, Any]:
+    """One workload on a fresh queue: its result as the JSON records it, with the CPU time
+    per headline message of the system (its processes: ``server_pids``) and of the clients.
 
     The queue is left in place unless ``delete_queue``: deleting a large queue makes some
     systems (sqsq among them) collect its garbage in the background, which would slow the
@@ -140,12 +157,13 @@ def run_workload(spec: dict[str, Any], w: Workload, *, duration_s: float, preloa
             out["depth_before"] = admin(spec, "depth", ref)
         res = run_phase(spec, ref, w, mode=w.mode, producers=w.producers if w.mode != "recv"
                         else 0, consumers=w.consumers, duration_s=duration_s,
-                        hold=bool(w.hold_depth))
+                        hold=bool(w.hold_depth), server_pids=server_pids)
         out.update(res)
         if w.hold_depth:
             out["depth_after"] = admin(spec, "depth", ref)
         headline = res["ops"].get(w.headline_op, {})
         out["msgs_per_s"] = headline.get("msgs_per_s", 0.0)
+        out["cpu_us_per_msg"] = cpu_per_message(res["cpu_s"], headline.get("msgs", 0))
     finally:
         if delete_queue:
             try:

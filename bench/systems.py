@@ -42,6 +42,10 @@ class System:
     def version(self) -> str:
         return ""
 
+    def pids(self) -> list[int]:
+        """The system's own processes (their CPU time is the system's; children count too)."""
+        return [p.pid for p in self.procs]
+
 
 def _pkg_version(name: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
@@ -161,6 +165,12 @@ class SqsqCluster(System):
         self.cluster = LocalCluster(workdir / "cluster", nodes=3, shards=self.shards,
                                     partitions=self.partitions, env=env).start()
         return {"kind": "sqsq-grpc", "endpoint": self.cluster.gateway.endpoint}
+
+    def pids(self) -> list[int]:
+        if self.cluster is None:
+            return []
+        parts = [self.cluster.etcd, *self.cluster.nodes, self.cluster.gateway]
+        return [p.proc.pid for p in parts if p.proc is not None]
 
     def stop(self) -> None:
         if self.cluster is not None:
