@@ -7,6 +7,8 @@ and reported by ``make bench``, never asserted.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,7 @@ def test_bench_runs_against_sqsq_server(bench_server: ServerProcess, tmp_path: P
     monkeypatch.syspath_prepend(str(REPO))
     monkeypatch.chdir(REPO)
     from bench.cli import main
+    from bench.report import render
 
     out = tmp_path / "out"
     # sqsq-gateway starts its own server and a gateway in front of it; sqsq-grpc-prefetch
@@ -49,3 +52,32 @@ def test_bench_runs_against_sqsq_server(bench_server: ServerProcess, tmp_path: P
             for op in ops:
                 assert got[op]["msgs_per_s"] > 0, (name, workload, op, got[op])
                 assert got[op]["errors"] == 0, (name, workload, op, got[op])
+            # CPU per message: the clients' always; the system's only for processes the
+            # bench started itself (sqsq-gateway's gateway), not for a server given to it
+            cpu = target["workloads"][workload]["cpu_us_per_msg"]
+            assert cpu["clients"] > 0, (name, workload, cpu)
+            if name == "sqsq-gateway":
+                assert cpu["server"] > 0, (name, workload, cpu)
+            else:
+                assert cpu["server"] is None, (name, workload, cpu)
+    assert "CPU us per headline msg" in render(result)
+
+
+def test_cpu_seconds_counts_a_process_and_its_descendants(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(REPO))
+    from bench.procs import cpu_seconds
+
+    burn = ("import time\n"
+            "t = time.process_time()\n"
+            "while time.process_time() - t < 0.3: pass\n"
+            "print('burnt', flush=True)\n"
+            "input()\n")
+    # the burner runs as the child of a shell, as a server started by a wrapper would
+    wrapper = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "$0"; :', burn],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert wrapper.stdout is not None and wrapper.stdout.readline() == "burnt\n"
+        assert cpu_seconds([wrapper.pid]) >= 0.3  # the shell burnt none of it
+    finally:
+        wrapper.communicate("\n", timeout=10)

@@ -2,13 +2,14 @@
 ``change_message_visibility`` (as the AWS SDK for Java's ``SqsAsyncBatchManager`` does).
 
 Coalescing is by backpressure, with no timer: a call that finds a free slot (fewer than
-``max_in_flight`` calls of its action in flight to its queue) goes out at once, as the
-single-message RPC it would be without batching. A call that finds every slot busy waits;
-the next slot to free takes the waiting calls, in call order, as one batch call of at most
-``max_entries`` entries and ``max_bytes`` of payload. So a lone call pays nothing, and batches
-grow with load. Each caller gets its own result or its own error: a failed batch entry is
-that caller's ``QueueError`` with the entry's SQS code; a failed batch call fails every
-caller in it.
+``max_in_flight`` calls of its action in flight to its queue) goes out at once (the blocking
+``Client``: from its own thread) or at the end of the event loop's current turn with the
+calls made in that turn (``AsyncClient``), as the single-message RPC it would be without
+batching if it is alone. A call that finds every slot busy waits; the next slot to free takes
+the waiting calls, in call order, as one batch call of at most ``max_entries`` entries and
+``max_bytes`` of payload. So a lone call waits for nothing, and batches grow with load.
+Each caller gets its own result or its own error: a failed batch entry is that caller's
+``QueueError`` with the entry's SQS code; a failed batch call fails every caller in it.
 
 Order: entries go in call order, and a FIFO queue's sends keep one call in flight, so each
 message group keeps the order of its calls. Idempotency: a batch send carries one request id
@@ -328,14 +329,21 @@ def _lead(started: list[list[_Waiter]]) -> None:
 class AsyncBatcher:
     """Batching for ``AsyncClient``: ``await call(queue, call)`` on the client's loop.
 
-    A call that finds a free slot is made in the caller's own task, at once; batches of
-    waiting calls are sent by tasks of their own, so a caller that is cancelled while it
-    waits leaves the others' batch alone (and its own entry, if not sent yet, is dropped)."""
+    A call that finds a free slot is sent at the end of the event loop's current turn, with
+    the calls of its action to its queue made in that turn: typically the callers that one
+    reply has just woken (a receive's worth of consumers deleting what they got). Sent at
+    once, each would take a slot of its own and the rest would wait for the next: more calls,
+    and on a multiplexed stream more frames, each of which costs more than a call in it. So
+    a lone call goes out with no timer and no wait for any other call; calls made together
+    go out together. Batches are sent by tasks of their own, so a caller that is cancelled
+    while it waits leaves the others' batch alone (and its own entry, if not sent yet, is
+    dropped)."""
 
     def __init__(self, run: Callable[[Call], Awaitable[Any]], settings: BatchSettings) -> None:
         self._run = run
         self.settings = settings
         self._lanes: dict[tuple[str, str, str], _Lane] = {}
+        self._launching: set[tuple[str, str, str]] = set()  # lanes sending at the turn's end
         self._tasks: set[asyncio.Task] = set()
 
     def waiting(self) -> int:
@@ -345,27 +353,28 @@ class AsyncBatcher:
     async def call(self, queue: str, call: Call) -> Any:
         """Make ``call`` (a single-message call), alone or in a batch; its own result."""
         me = _Waiter(call, payload_bytes(call))
-        me.future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        me.future = loop.create_future()
         key = _lane_key(queue, call)
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane(_limit(self.settings, queue, call))
         lane.pending.append(me)
-        started = lane.start(self.settings)
-        if started and started[0] == [me]:  # nothing was waiting: send it now, from here
-            try:
-                return await self._run(call)
-            finally:
-                self._release(key, lane)
-        self._spawn(key, lane, started)
+        if key not in self._launching and lane.in_flight < lane.limit:
+            self._launching.add(key)
+            loop.call_soon(self._launch, key, lane)
         try:
             return await me.future
         except asyncio.CancelledError:
             if me in lane.pending:
                 lane.pending.remove(me)
-                if lane.idle:
-                    self._lanes.pop(key, None)
+                self._tidy(key, lane)
             raise
+
+    def _launch(self, key: tuple[str, str, str], lane: _Lane) -> None:
+        self._launching.discard(key)
+        self._spawn(key, lane, lane.start(self.settings))
+        self._tidy(key, lane)
 
     def _spawn(self, key: tuple[str, str, str], lane: _Lane, started: list[list[_Waiter]]) -> None:
         for batch in started:
@@ -376,7 +385,10 @@ class AsyncBatcher:
     def _release(self, key: tuple[str, str, str], lane: _Lane) -> None:
         lane.in_flight -= 1
         self._spawn(key, lane, lane.start(self.settings))
-        if lane.idle and self._lanes.get(key) is lane:
+        self._tidy(key, lane)
+
+    def _tidy(self, key: tuple[str, str, str], lane: _Lane) -> None:
+        if lane.idle and key not in self._launching and self._lanes.get(key) is lane:
             del self._lanes[key]
 
     async def _send(self, key: tuple[str, str, str], lane: _Lane, batch: list[_Waiter]) -> None:
@@ -398,7 +410,9 @@ class AsyncBatcher:
 
     async def wait_idle(self) -> None:
         """Wait for the batch calls under way (before the channels close)."""
-        while self._tasks:
+        while self._tasks or self._launching:
+            if not self._tasks:
+                await asyncio.sleep(0)  # a launch at the end of this turn starts them
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
