@@ -45,7 +45,9 @@ class AsyncClient:
 
     ``batching`` (default on) coalesces concurrent ``send_message``, ``delete_message`` and
     ``change_message_visibility`` calls to one queue into batch calls; a lone call still
-    goes out at once, and each caller gets its own result or error (``sqsq.client.batching``).
+    goes out alone, with no timer (at the end of the event loop's turn, with the same calls
+    made in that turn), and each caller gets its own result or error
+    (``sqsq.client.batching``).
     It also coalesces concurrent ``receive_message`` calls to one standard queue
     (``sqsq.client.receive_batching``).
     Pass a ``BatchSettings(max_entries=..., max_bytes=..., max_in_flight=..., receives=...)``
