@@ -146,10 +146,9 @@ def _print_line(target: str, wname: str, res: dict[str, Any]) -> None:
     extra = ""
     if "preload" in res:
         extra = f"  [preloaded {res['preload']['sent']:,} in {res['preload']['seconds']}s]"
-    cpu = res.get("cpu_us_per_msg") or {}
-    if cpu.get("clients") is not None:
-        system = "-" if cpu.get("server") is None else f"{cpu['server']:,.0f}"
-        extra += f"  [CPU us/msg: system {system}, clients {cpu['clients']:,.0f}]"
+    cpu = report.cpu_cell(res)
+    if cpu is not None:
+        extra += f"  [CPU us/msg, system + clients: {cpu}]"
     if res.get("worker_errors"):
         extra += f"  WORKER ERRORS: {res['worker_errors'][:2]}"
     if res.get("failed"):

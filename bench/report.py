@@ -88,17 +88,21 @@ def cpu_table(result: dict[str, Any]) -> list[list[str]]:
     names, workloads, _ = headline(result)
     rows = []
     for wname in workloads:
-        cells = []
-        for n in names:
-            cpu = result["targets"][n]["workloads"].get(wname, {}).get("cpu_us_per_msg") or {}
-            if cpu.get("clients") is None:
-                cells.append("-")
-                continue
-            system = "-" if cpu.get("server") is None else f"{cpu['server']:,.0f}"
-            cells.append(f"{system} + {cpu['clients']:,.0f}")
+        cells = [cpu_cell(result["targets"][n]["workloads"].get(wname, {})) or "-"
+                 for n in names]
         if any(c != "-" for c in cells):
             rows.append([wname, *cells])
     return rows
+
+
+def cpu_cell(workload: dict[str, Any]) -> str | None:
+    """A workload's CPU microseconds per headline message as "system + clients" ("-" for a
+    system measured from outside); None if it has no such figures."""
+    cpu = workload.get("cpu_us_per_msg") or {}
+    if cpu.get("clients") is None:
+        return None
+    system = "-" if cpu.get("server") is None else f"{cpu['server']:,.0f}"
+    return f"{system} + {cpu['clients']:,.0f}"
 
 
 def write_json(result: dict[str, Any], path: Path) -> None:

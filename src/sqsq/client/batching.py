@@ -215,16 +215,17 @@ class _Waiter:
 class _Lane:
     """The calls of one action to one queue: those waiting, and how many are in flight."""
 
-    __slots__ = ("pending", "in_flight", "limit")
+    __slots__ = ("pending", "in_flight", "limit", "launching")
 
     def __init__(self, limit: int) -> None:
         self.pending: deque[_Waiter] = deque()
         self.in_flight = 0
         self.limit = limit
+        self.launching = False  # (asyncio) a launch is scheduled for the end of this turn
 
     @property
     def idle(self) -> bool:
-        return not self.in_flight and not self.pending
+        return not self.in_flight and not self.pending and not self.launching
 
     def start(self, settings: BatchSettings) -> list[list[_Waiter]]:
         """Take the batches that may go now: waiting calls, in order, while a slot is free."""
@@ -343,7 +344,6 @@ class AsyncBatcher:
         self._run = run
         self.settings = settings
         self._lanes: dict[tuple[str, str, str], _Lane] = {}
-        self._launching: set[tuple[str, str, str]] = set()  # lanes sending at the turn's end
         self._tasks: set[asyncio.Task] = set()
 
     def waiting(self) -> int:
@@ -360,8 +360,8 @@ class AsyncBatcher:
         if lane is None:
             lane = self._lanes[key] = _Lane(_limit(self.settings, queue, call))
         lane.pending.append(me)
-        if key not in self._launching and lane.in_flight < lane.limit:
-            self._launching.add(key)
+        if not lane.launching and lane.in_flight < lane.limit:
+            lane.launching = True
             loop.call_soon(self._launch, key, lane)
         try:
             return await me.future
@@ -372,7 +372,7 @@ class AsyncBatcher:
             raise
 
     def _launch(self, key: tuple[str, str, str], lane: _Lane) -> None:
-        self._launching.discard(key)
+        lane.launching = False
         self._spawn(key, lane, lane.start(self.settings))
         self._tidy(key, lane)
 
@@ -388,7 +388,7 @@ class AsyncBatcher:
         self._tidy(key, lane)
 
     def _tidy(self, key: tuple[str, str, str], lane: _Lane) -> None:
-        if lane.idle and key not in self._launching and self._lanes.get(key) is lane:
+        if lane.idle and self._lanes.get(key) is lane:
             del self._lanes[key]
 
     async def _send(self, key: tuple[str, str, str], lane: _Lane, batch: list[_Waiter]) -> None:
@@ -410,7 +410,7 @@ class AsyncBatcher:
 
     async def wait_idle(self) -> None:
         """Wait for the batch calls under way (before the channels close)."""
-        while self._tasks or self._launching:
+        while self._tasks or any(lane.launching for lane in self._lanes.values()):
             if not self._tasks:
                 await asyncio.sleep(0)  # a launch at the end of this turn starts them
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
