@@ -1,7 +1,8 @@
 """What a shard's leader does with requests: stamp, group into log entries, propose, answer.
 
-Commands arrive from many concurrent requests. The proposer takes whatever has queued up (at
-most ``MAX_GROUP`` commands) and proposes it as one log entry ``(version, now_ms, commands)``:
+Commands arrive from many concurrent requests. The ones that arrive in one turn of the event
+loop (or queue up while ``MAX_IN_FLIGHT`` entries are out; at most ``MAX_GROUP``) are proposed
+as one log entry ``(version, now_ms, commands)``:
 the leader stamps the time (never below the last applied), message ids, receipt nonces and
 task handles, so every replica that applies the entry reaches the same state. A few entries
 are in flight at once; each is one replication round trip and one fsync per replica, shared
@@ -24,6 +25,7 @@ import logging
 import os
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -144,10 +146,13 @@ class ShardEngine:
         self.leader_hint = leader_hint  # raft address -> the address clients should use
         self.waiters = Waiters()
         self.long_polls_allowed = True
-        self._queue: asyncio.Queue[tuple[Any, asyncio.Future]] | None = None
-        self._in_flight: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # set by start
+        self._pending: deque[tuple[Any, asyncio.Future]] = deque()  # not yet proposed
+        self._flush_due = False  # a flush runs at the end of the loop's turn
+        self._in_flight = 0  # entries proposed and not yet answered
+        self._none_in_flight = asyncio.Event()
+        self._none_in_flight.set()
         self._tasks: list[asyncio.Task] = []
-        self._answering: set[asyncio.Task] = set()
         self._closing = False
         self.on_group_commit: Callable[[int], None] | None = None  # commands per entry
 
@@ -181,12 +186,8 @@ class ShardEngine:
 
     # ---- lifecycle ----
     async def start(self) -> None:
-        self._queue = asyncio.Queue()
-        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
-        self._tasks = [
-            asyncio.create_task(self._proposer(), name="proposer"),
-            asyncio.create_task(self._ticker(), name="ticker"),
-        ]
+        self._loop = asyncio.get_running_loop()
+        self._tasks = [asyncio.create_task(self._ticker(), name="ticker")]
 
     async def wait_leading(self, timeout_s: float) -> bool:
         """Whether this replica leads, with everything committed before it applied, within
@@ -206,12 +207,11 @@ class ShardEngine:
     async def stop(self) -> None:
         """Answer what is queued, then stop the replica and close the store."""
         self._closing = True
-        if self._queue is not None:
-            while not self._queue.empty():
-                _, fut = self._queue.get_nowait()
-                _settle(fut, Rejection(ErrorCode.SERVICE_UNAVAILABLE, "The shard is stopping."))
-        if self._answering:
-            await asyncio.wait(self._answering, timeout=PROPOSAL_TIMEOUT_S)
+        while self._pending:
+            _, fut = self._pending.popleft()
+            _settle(fut, Rejection(ErrorCode.SERVICE_UNAVAILABLE, "The shard is stopping."))
+        # Every entry in flight is answered by then: committed, refused or timed out.
+        await self._none_in_flight.wait()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -224,7 +224,7 @@ class ShardEngine:
         return Rejection(ErrorCode.NOT_LEADER, not_leader_message(hint))
 
     async def _admit(self) -> Rejection | None:
-        if self._closing or self._queue is None:
+        if self._closing or self._loop is None:
             return Rejection(ErrorCode.SERVICE_UNAVAILABLE, "The shard is shutting down.")
         if self.replica.fatal is not None:
             return Rejection(ErrorCode.SERVICE_UNAVAILABLE, "The shard replica has stopped.")
@@ -241,7 +241,7 @@ class ShardEngine:
         if rejection is not None:
             return rejection
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((stamp(command), fut))  # type: ignore[union-attr]
+        self._enqueue(stamp(command), fut)
         return await fut
 
     async def barrier(self) -> None | Rejection:
@@ -250,7 +250,7 @@ class ShardEngine:
         if rejection is not None:
             return rejection
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((_BARRIER, fut))  # type: ignore[union-attr]
+        self._enqueue(_BARRIER, fut)
         result = await fut
         return result if isinstance(result, Rejection) else None
 
@@ -274,36 +274,53 @@ class ShardEngine:
         return self.query(fn, *args)
 
     # ---- the proposer ----
-    async def _proposer(self) -> None:
-        assert self._queue is not None and self._in_flight is not None
-        loop = asyncio.get_running_loop()
-        while True:
-            batch = [await self._queue.get()]
-            await self._in_flight.acquire()
-            while len(batch) < MAX_GROUP and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            now = self.clock.stamp(self.machine.last_now_ms)
-            data, batch = _encode(now, batch)
-            if self.on_group_commit is not None:
-                self.on_group_commit(sum(1 for cmd, _ in batch if cmd is not _BARRIER))
-            done: asyncio.Future = loop.create_future()
+    # Callbacks on the event loop, not tasks: a command costs no task switch between its
+    # caller and the log, nor between the commit and its answer.
+    def _enqueue(self, command: Any, fut: asyncio.Future) -> None:
+        """Queue a command for the next entry. Commands queued in one turn of the event loop
+        share an entry; while ``MAX_IN_FLIGHT`` entries are out, they wait for an answer."""
+        self._pending.append((command, fut))
+        if not self._flush_due and self._in_flight < MAX_IN_FLIGHT:
+            self._flush_due = True
+            self._loop.call_soon(self._flush)  # type: ignore[union-attr]
 
-            def on_done(status: Proposal, result: Any, done: asyncio.Future = done) -> None:
-                loop.call_soon_threadsafe(_settle, done, (status, result))
+    def _flush(self) -> None:
+        self._flush_due = False
+        pending = self._pending
+        while self._closing and pending:  # queued after stop() answered the rest
+            _settle(pending.popleft()[1],
+                    Rejection(ErrorCode.SERVICE_UNAVAILABLE, "The shard is stopping."))
+        while pending and self._in_flight < MAX_IN_FLIGHT:
+            self._propose([pending.popleft() for _ in range(min(len(pending), MAX_GROUP))])
 
-            self.replica.propose(data, on_done)
-            task = asyncio.create_task(self._answer(batch, done))
-            self._answering.add(task)
-            task.add_done_callback(self._answering.discard)
+    def _propose(self, batch: list) -> None:
+        loop = self._loop
+        assert loop is not None
+        now = self.clock.stamp(self.machine.last_now_ms)
+        data, batch = _encode(now, batch)
+        if self.on_group_commit is not None:
+            self.on_group_commit(sum(1 for cmd, _ in batch if cmd is not _BARRIER))
+        proposal = _InFlight(batch)
+        proposal.timer = loop.call_later(PROPOSAL_TIMEOUT_S, self._answer, proposal,
+                                         Proposal.UNKNOWN, None)
+        self._in_flight += 1
+        self._none_in_flight.clear()
 
-    async def _answer(self, batch: list, done: asyncio.Future) -> None:
-        try:
-            try:
-                status, outcomes = await asyncio.wait_for(done, PROPOSAL_TIMEOUT_S)
-            except TimeoutError:
-                status, outcomes = Proposal.UNKNOWN, None
-        finally:
-            self._in_flight.release()  # type: ignore[union-attr]
+        def on_done(status: Proposal, result: Any) -> None:  # in the tick thread
+            loop.call_soon_threadsafe(self._answer, proposal, status, result)
+
+        self.replica.propose(data, on_done)
+
+    def _answer(self, proposal: _InFlight, status: Proposal, outcomes: Any) -> None:
+        """An entry's fate (or its timeout, whichever comes first): answer its commands."""
+        batch = proposal.batch
+        if batch is None:
+            return  # answered already: this is the other of the two
+        proposal.batch = None
+        proposal.timer.cancel()  # type: ignore[union-attr]
+        self._in_flight -= 1
+        if not self._in_flight:
+            self._none_in_flight.set()
         if status is Proposal.COMMITTED and outcomes is not None:
             results = iter(outcomes)
             for command, fut in batch:
@@ -314,12 +331,14 @@ class ShardEngine:
                 _settle(fut, outcome.result)
                 for effect in outcome.effects:
                     self.waiters.wake(effect.queue)
-            return
-        failure = self.not_leader() if status is Proposal.NOT_LEADER else Rejection(
-            ErrorCode.SERVICE_UNAVAILABLE,
-            "The outcome is unknown: the shard's leader changed. Retry the request.")
-        for _, fut in batch:
-            _settle(fut, failure)
+        else:
+            failure = self.not_leader() if status is Proposal.NOT_LEADER else Rejection(
+                ErrorCode.SERVICE_UNAVAILABLE,
+                "The outcome is unknown: the shard's leader changed. Retry the request.")
+            for _, fut in batch:
+                _settle(fut, failure)
+        if self._pending and not self._flush_due:
+            self._flush()  # what waited for a free slot goes now
 
     async def _ticker(self) -> None:
         """The leader proposes a Sweep when time-driven work is due (timers, retention,
@@ -336,6 +355,17 @@ class ShardEngine:
                     more = isinstance(result, c.Swept) and result.more and not self._closing
             except Exception:
                 log.exception("sweep failed")
+
+
+class _InFlight:
+    """An entry proposed and not yet answered: its commands with their futures, and the
+    timer that answers them if the log never does."""
+
+    __slots__ = ("batch", "timer")
+
+    def __init__(self, batch: list) -> None:
+        self.batch: list | None = batch
+        self.timer: asyncio.TimerHandle | None = None
 
 
 def _encode(now: int, batch: list) -> tuple[bytes, list]:
