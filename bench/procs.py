@@ -11,12 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (on 127.0.0.1)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from sqsq.cli.localprocs import free_port  # noqa: F401 - bench modules import it from here
 
 
 def port_open(port: int) -> bool:

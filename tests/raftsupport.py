@@ -8,7 +8,6 @@ loopback TCP; a partition drops them in the adapter's transport.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ import pysyncobj.tcp_connection
 import pysyncobj.transport
 import pytest
 
+from sqsq.cli.localprocs import free_port  # noqa: F401 - the tests import it from here
 from sqsq.shard import raft
 from sqsq.shard.raft import Proposal, RaftSettings, ShardReplica
 
@@ -36,12 +36,6 @@ class FakeClock:
     def __call__(self) -> float:
         self.t += self.TICK_S
         return self.t
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RecordingMachine:

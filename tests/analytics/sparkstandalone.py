@@ -127,7 +127,8 @@ class SparkStandalone:
                                   f"{proc.returncode}; logs in {self.root / 'logs'}")
             try:
                 alive = [w for w in self.state().get("workers", []) if w.get("state") == "ALIVE"]
-            except OSError:
+            except (OSError, ValueError):
+                # ValueError: a master just up may answer /json/ with its HTML page at first.
                 alive = []
             if len(alive) == self.workers:
                 return

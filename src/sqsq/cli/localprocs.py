@@ -12,6 +12,7 @@ run through the same ``wrap`` (this process may have no route to that address).
 
 from __future__ import annotations
 
+import random
 import shutil
 import signal
 import socket
@@ -26,18 +27,35 @@ from pathlib import Path
 Wrap = Callable[[list[str]], list[str]]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+LOWEST_PORT = 10000
 
 
-def free_port_range(count: int, attempts: int = 50) -> int:
+def _ephemeral_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _candidate(count: int = 1) -> int:
+    """A port below the kernel's ephemeral range. A port the kernel handed out for a bind to
+    port 0 is in that range, so between our check and the server's bind any outgoing
+    connection (a Raft peer, an etcd client) may take it as its local port; below the range
+    only a listener can."""
+    top = max(_ephemeral_start(), LOWEST_PORT + 1000) - count
+    return random.randrange(LOWEST_PORT, top)
+
+
+def free_port(attempts: int = 100) -> int:
+    """A 127.0.0.1 port nothing is bound to right now, outside the ephemeral range."""
+    return free_port_range(1, attempts)
+
+
+def free_port_range(count: int, attempts: int = 100) -> int:
     """The first of ``count`` consecutive free ports (a node's Raft ports: base + shard)."""
     for _ in range(attempts):
-        base = free_port()
-        if base + count > 65535:
-            continue
+        base = _candidate(count)
         socks = []
         try:
             for port in range(base, base + count):

@@ -1,0 +1,41 @@
+"""The ports ``sqsq cluster up`` and the tests give their servers: free, and never in the
+kernel's ephemeral range, where an outgoing connection could take one before its server
+binds it (which failed a gateway's start with "address already in use")."""
+
+from __future__ import annotations
+
+import socket
+
+from sqsq.cli.localprocs import free_port, free_port_range
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low, high = f.read().split()
+    return int(low), int(high)
+
+
+def test_free_ports_are_bindable_and_below_the_ephemeral_range() -> None:
+    low, _ = _ephemeral_range()
+    for _ in range(50):
+        port = free_port()
+        assert 1024 < port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
+def test_a_range_of_free_ports_fits_below_the_ephemeral_range_and_skips_one_in_use() -> None:
+    low, _ = _ephemeral_range()
+    for _ in range(20):
+        base = free_port_range(4)
+        assert base + 4 <= low
+        socks = [socket.socket() for _ in range(4)]
+        try:
+            for i, s in enumerate(socks):
+                s.bind(("127.0.0.1", base + i))
+            # All four taken now: another range never overlaps them.
+            again = free_port_range(4)
+            assert again + 4 <= base or again >= base + 4
+        finally:
+            for s in socks:
+                s.close()
