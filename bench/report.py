@@ -39,6 +39,48 @@ def headline(result: dict[str, Any]) -> tuple[list[str], list[str], dict]:
     return names, workloads, values
 
 
+def median_of_rounds(rounds: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """Each target's workloads as measured in the round with the median headline rate (the
+    lower middle one for an even count): a whole measurement, so its rate, latencies and CPU
+    figures belong together. Each keeps every round's rate as ``rounds_msgs_per_s``."""
+    combined: dict[str, Any] = {}
+    for name in names:
+        runs = [r["targets"][name] for r in rounds if name in r["targets"]]
+        ok = [t for t in runs if t.get("status") == "ok"]
+        if not ok:
+            combined[name] = runs[0]
+            continue
+        entry = {k: v for k, v in ok[0].items() if k != "workloads"}
+        entry["workloads"] = {}
+        for wname in ok[0]["workloads"]:
+            measured = [t["workloads"][wname] for t in ok if wname in t["workloads"]]
+            ran = [w for w in measured if "skipped" not in w]
+            if not ran:
+                entry["workloads"][wname] = measured[0]
+                continue
+            ran.sort(key=lambda w: w.get("msgs_per_s", 0.0))
+            chosen = dict(ran[(len(ran) - 1) // 2])
+            chosen["rounds_msgs_per_s"] = [w.get("msgs_per_s", 0.0) for w in measured
+                                           if "skipped" not in w]
+            entry["workloads"][wname] = chosen
+        combined[name] = entry
+    return combined
+
+
+def rounds_table(result: dict[str, Any]) -> list[list[str]]:
+    """Per workload and target: every round's headline rate, in the order they ran."""
+    names, workloads, _ = headline(result)
+    rows = []
+    for wname in workloads:
+        cells = []
+        for n in names:
+            seen = result["targets"][n]["workloads"].get(wname, {}).get("rounds_msgs_per_s")
+            cells.append(" / ".join(f"{v:,.0f}" for v in seen) if seen else "-")
+        if any(c != "-" for c in cells):
+            rows.append([wname, *cells])
+    return rows
+
+
 def _table(header: list[str], rows: list[list[str]], markdown: bool) -> str:
     if markdown:
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -56,6 +98,9 @@ def render(result: dict[str, Any], markdown: bool = False) -> str:
     rows = [[w, *(f"{values[(n, w)]:,.0f}" if (n, w) in values else "-" for n in names)]
             for w in workloads]
     parts.append(_table(["headline msgs/s", *names], rows, markdown))
+    per_round = rounds_table(result)
+    if per_round:
+        parts.append(_table(["msgs/s in each round", *names], per_round, markdown))
     if BASELINE in names:
         peers = [n for n in names if n != BASELINE]
         ratio_rows = []
