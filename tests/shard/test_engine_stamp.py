@@ -22,3 +22,17 @@ def test_stamp_gives_each_send_entry_its_own_id() -> None:
     assert isinstance(cmd, c.SendMessages)
     assert len(cmd.message_ids) == 10 and len(set(cmd.message_ids)) == 10
     assert (cmd.queue, cmd.request_id, len(cmd.entries)) == ("q", "r", 10)
+
+
+def test_the_random_pool_never_hands_out_the_same_bytes_twice_across_refills() -> None:
+    from sqsq.shard.engine import RandomPool
+
+    pool = RandomPool(read_size=64)
+    pieces = [pool.take(16) for _ in range(40)] + [pool.take(100), pool.take(8)]
+    assert [len(p) for p in pieces] == [16] * 40 + [100, 8]
+    assert len(set(pieces)) == len(pieces)  # 128-bit pieces: a repeat would be the pool's
+
+
+def test_receives_get_distinct_nonces() -> None:
+    nonces = {stamp(c.ReceiveMessages("q")).nonce for _ in range(1000)}
+    assert len(nonces) == 1000 and all(0 <= n < 2**64 for n in nonces)
