@@ -21,7 +21,7 @@ from pathlib import Path
 from sqsq.core import commands as c
 from sqsq.core.entry import Entry, encode_entry
 from sqsq.core.state import ShardConfig
-from sqsq.shard.engine import stamp
+from sqsq.shard.stamp import stamp
 from sqsq.shard.statemachine import ShardMachine
 
 START_MS = 1_700_000_000_000

@@ -1,11 +1,11 @@
-"""The leader's stamp: the random values it puts into commands."""
+"""The leader's stamp (``sqsq.shard.stamp``): the random values it puts into commands."""
 
 from __future__ import annotations
 
 import uuid
 
 from sqsq.core import commands as c
-from sqsq.shard.engine import message_ids, stamp
+from sqsq.shard.stamp import message_ids, stamp
 
 
 def test_message_ids_are_distinct_version_4_uuids_in_canonical_text() -> None:
@@ -25,7 +25,7 @@ def test_stamp_gives_each_send_entry_its_own_id() -> None:
 
 
 def test_the_random_pool_never_hands_out_the_same_bytes_twice_across_refills() -> None:
-    from sqsq.shard.engine import RandomPool
+    from sqsq.shard.stamp import RandomPool
 
     pool = RandomPool(read_size=64)
     pieces = [pool.take(16) for _ in range(40)] + [pool.take(100), pool.take(8)]
