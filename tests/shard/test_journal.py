@@ -32,3 +32,13 @@ def test_entries_read_back_now_and_after_reopening_past_the_files_growth(
     again = DurableJournal(path)
     assert [again[i] for i in range(len(again))] == [*entries[:300], (b"replacement", 301, 9)]
     again._destroy()
+
+
+def test_the_journals_own_flush_still_works(tmp_path: Path) -> None:
+    journal = DurableJournal(str(tmp_path / "raft.journal"))
+    journal.add(b"one", 1, 1)
+    journal.flush()  # FileJournal's msync, through the pwrite file
+    journal._destroy()
+    reopened = DurableJournal(str(tmp_path / "raft.journal"))
+    assert reopened[0] == (b"one", 1, 1)
+    reopened._destroy()

@@ -275,8 +275,8 @@ class ShardEngine:
         self._in_flight += 1
         self._none_in_flight.clear()
 
-        def on_done(status: Proposal, result: Any) -> None:  # in the tick thread
-            loop.call_soon_threadsafe(self._answer, proposal, status, result)
+        def on_done(status: Proposal, result: Any) -> None:  # the tick thread's (or, refused
+            loop.call_soon_threadsafe(self._answer, proposal, status, result)  # at once, ours)
 
         self.replica.propose(data, on_done)
 

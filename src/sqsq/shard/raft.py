@@ -94,6 +94,9 @@ class _JournalFile:
     def read(self, offset: int, size: int) -> bytes:
         return self._inner.read(offset, size)
 
+    def flush(self) -> None:  # FileJournal.flush (pysyncobj itself never calls it)
+        self._inner.flush()
+
     def _destroy(self) -> None:
         self._inner._destroy()
 
