@@ -58,10 +58,9 @@ def median_of_rounds(rounds: list[dict[str, Any]], names: list[str]) -> dict[str
             if not ran:
                 entry["workloads"][wname] = measured[0]
                 continue
-            ran.sort(key=lambda w: w.get("msgs_per_s", 0.0))
-            chosen = dict(ran[(len(ran) - 1) // 2])
-            chosen["rounds_msgs_per_s"] = [w.get("msgs_per_s", 0.0) for w in measured
-                                           if "skipped" not in w]
+            by_rate = sorted(ran, key=lambda w: w.get("msgs_per_s", 0.0))
+            chosen = dict(by_rate[(len(ran) - 1) // 2])
+            chosen["rounds_msgs_per_s"] = [w.get("msgs_per_s", 0.0) for w in ran]
             entry["workloads"][wname] = chosen
         combined[name] = entry
     return combined

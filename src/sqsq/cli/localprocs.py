@@ -38,7 +38,7 @@ def _ephemeral_start() -> int:
         return 32768  # Linux's default
 
 
-def _candidate(count: int = 1) -> int:
+def _candidate(count: int) -> int:
     """A port below the kernel's ephemeral range. A port the kernel handed out for a bind to
     port 0 is in that range, so between our check and the server's bind any outgoing
     connection (a Raft peer, an etcd client) may take it as its local port; below the range

@@ -176,9 +176,7 @@ class ShardEngine:
     async def stop(self) -> None:
         """Answer what is queued, then stop the replica and close the store."""
         self._closing = True
-        while self._pending:
-            _, fut = self._pending.popleft()
-            _settle(fut, Rejection(ErrorCode.SERVICE_UNAVAILABLE, "The shard is stopping."))
+        self._flush()  # closing: answers what is queued, proposes nothing
         # Every entry in flight is answered by then: committed, refused or timed out.
         await self._none_in_flight.wait()
         for t in self._tasks:
@@ -256,7 +254,7 @@ class ShardEngine:
     def _flush(self) -> None:
         self._flush_due = False
         pending = self._pending
-        while self._closing and pending:  # queued after stop() answered the rest
+        while self._closing and pending:  # stopping: answered here, never proposed
             _settle(pending.popleft()[1],
                     Rejection(ErrorCode.SERVICE_UNAVAILABLE, "The shard is stopping."))
         while pending and self._in_flight < MAX_IN_FLIGHT:
@@ -275,8 +273,9 @@ class ShardEngine:
         self._in_flight += 1
         self._none_in_flight.clear()
 
-        def on_done(status: Proposal, result: Any) -> None:  # the tick thread's (or, refused
-            loop.call_soon_threadsafe(self._answer, proposal, status, result)  # at once, ours)
+        # Called in the tick thread, or at once in this one when the replica refuses the entry.
+        def on_done(status: Proposal, result: Any) -> None:
+            loop.call_soon_threadsafe(self._answer, proposal, status, result)
 
         self.replica.propose(data, on_done)
 
