@@ -39,3 +39,11 @@ def test_a_range_of_free_ports_fits_below_the_ephemeral_range_and_skips_one_in_u
         finally:
             for s in socks:
                 s.close()
+
+
+def test_ports_handed_out_and_not_yet_bound_are_not_handed_out_again() -> None:
+    """A cluster picks all its ports before its first server binds one: they must differ."""
+    picked = [free_port() for _ in range(1500)]
+    picked += [p for base in (free_port_range(3) for _ in range(300))
+               for p in range(base, base + 3)]
+    assert len(set(picked)) == len(picked)

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,16 +53,26 @@ def free_port(attempts: int = 100) -> int:
     return free_port_range(1, attempts)
 
 
+# Ports this process handed out lately: a port is free until its server binds it, so two
+# picks before the first server starts could otherwise return the same one (a cluster's
+# nodes were once given one metrics port).
+_HANDED_OUT: deque[int] = deque(maxlen=4096)
+
+
 def free_port_range(count: int, attempts: int = 100) -> int:
-    """The first of ``count`` consecutive free ports (a node's Raft ports: base + shard)."""
+    """The first of ``count`` consecutive free ports (a node's Raft ports: base + shard),
+    none of them handed out by this process lately."""
     for _ in range(attempts):
         base = _candidate(count)
+        if any(port in _HANDED_OUT for port in range(base, base + count)):
+            continue
         socks = []
         try:
             for port in range(base, base + count):
                 s = socket.socket()
                 socks.append(s)
                 s.bind(("127.0.0.1", port))
+            _HANDED_OUT.extend(range(base, base + count))
             return base
         except OSError:
             continue
