@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import struct
 import time
 from typing import Any
 
@@ -43,6 +44,52 @@ def grpc_token(key_id: str, secret: str, method: str, now: float | None = None) 
     """The metadata value a client sends with each call."""
     ts = int(time.time() if now is None else now)
     return f"{GRPC_SCHEME} {key_id}:{ts}:{grpc_signature(secret, key_id, ts, method)}"
+
+
+# ---- the frame connection (sqsq.gateway.frames; sqsq.client._frames) --------------------
+# The Stream call's initial metadata: the port of the server's frame connection, and the
+# server's id that a FrameHello must name (a port a client remembers may since belong to
+# another server).
+FRAME_PORT_KEY = "sqsq-frame-port"
+FRAME_ID_KEY = "sqsq-frame-id"
+STREAM_METHOD = "/sqsq.v1.Queues/Stream"  # what a frame connection's token is signed for
+MAX_FRAME_BYTES = 4 * 1024 * 1024  # gRPC's default message limit: the stream's limits hold
+_LENGTH = struct.Struct(">I")
+
+
+class FrameError(Exception):
+    """The peer sent what is not a frame connection's bytes."""
+
+
+def framed(message: Any) -> bytes:
+    """A protobuf message as it goes on a frame connection: its length, then itself."""
+    data = message.SerializeToString()
+    return _LENGTH.pack(len(data)) + data
+
+
+class FrameSplitter:
+    """Bytes as they arrive -> whole messages' bytes."""
+
+    __slots__ = ("_buffer",)
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buffer = self._buffer
+        buffer += data
+        out = []
+        start = 0
+        while len(buffer) - start >= 4:
+            (size,) = _LENGTH.unpack_from(buffer, start)
+            if size > MAX_FRAME_BYTES:
+                raise FrameError(f"a frame of {size} bytes, more than {MAX_FRAME_BYTES}")
+            if len(buffer) - start - 4 < size:
+                break
+            out.append(bytes(buffer[start + 4:start + 4 + size]))
+            start += 4 + size
+        del buffer[:start]
+        return out
 
 
 # ---- message move tasks ------------------------------------------------------------------

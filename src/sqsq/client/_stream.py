@@ -44,12 +44,11 @@ from sqsq.client import _auth
 from sqsq.client._call import ERROR_CODE_KEY
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.v1 import queues_pb2_grpc
+from sqsq.wire import MAX_FRAME_BYTES, STREAM_METHOD
 
 ENV_STREAM = "SQSQ_STREAM"
-STREAM_METHOD = "/sqsq.v1.Queues/Stream"
-# gRPC's default limit on a received message: a frame (a gRPC message) never exceeds it,
-# and a request that would not fit in a frame of its own goes unary.
-MAX_FRAME_BYTES = 4 * 1024 * 1024
+# MAX_FRAME_BYTES is gRPC's default limit on a received message: a frame (a gRPC message)
+# never exceeds it, and a request that would not fit in a frame of its own goes unary.
 MAX_REQUEST_BYTES = MAX_FRAME_BYTES - 1024
 MAX_FRAME_CALLS = 256
 # A server that sends no headers before its first reply (an sqsq server older than this SDK)
@@ -151,7 +150,7 @@ def _frame(first: Outgoing, take: Callable[[], Outgoing | None],
     while len(frame.calls) < MAX_FRAME_CALLS:
         try:
             more = take()
-        except (asyncio.QueueEmpty, queue.Empty):
+        except (asyncio.QueueEmpty, queue.Empty, IndexError):
             break
         if more is None or size + more[1] > MAX_FRAME_BYTES:
             return frame, more
@@ -196,20 +195,21 @@ class _Method:
 # ---- asyncio -----------------------------------------------------------------------------
 
 
-class _AioStream:
-    """One open stream: a writer task (gRPC allows one write at a time) and a reader task
-    that hands each reply to the future waiting for its id."""
+class _AioCalls:
+    """Calls matched to their replies by id: what a stream and a frame connection share.
+    ``_send`` puts a request (or a cancel) on the way; ``_deliver`` and ``_end`` settle."""
 
-    def __init__(self, channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]]) -> None:
-        self._call = channel.stream_stream(STREAM_METHOD, **_serializers())(metadata=metadata)
+    def __init__(self) -> None:
         self.pending: dict[int, asyncio.Future] = {}
         self._ids = itertools.count(1)
-        self._outbox: asyncio.Queue[Outgoing | None] = asyncio.Queue()  # None: half-close
         self.done = False
         self.draining = False  # the server asked for no more calls here
-        self._accepted: asyncio.Future | None = None  # the server's headers
-        self._writer = asyncio.create_task(self._write())
-        self._reader = asyncio.create_task(self._read())
+
+    def _send(self, outgoing: Outgoing) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
 
     async def call(self, field: str, request: Any, size: int, timeout: float | None,
                    metadata: Metadata) -> Any:
@@ -217,7 +217,7 @@ class _AioStream:
         call_id = next(self._ids)
         fut = loop.create_future()
         self.pending[call_id] = fut
-        self._outbox.put_nowait(_request(call_id, field, request, size, timeout, metadata))
+        self._send(_request(call_id, field, request, size, timeout, metadata))
         timer = None if timeout is None else loop.call_later(timeout, _expire, fut)
         try:
             reply = await fut
@@ -225,12 +225,53 @@ class _AioStream:
             # Given up on (cancelled, or its deadline passed; not a broken stream, which
             # leaves nothing pending): the server stops working on it too.
             if self.pending.pop(call_id, None) is not None and not self.done:
-                self._outbox.put_nowait(_cancel(call_id))
+                self._send(_cancel(call_id))
             raise
         finally:
             if timer is not None:
                 timer.cancel()
         return _response(reply)
+
+    def _deliver(self, replies: Sequence[pb.StreamReply]) -> None:
+        pending = self.pending
+        for reply in replies:
+            fut = pending.pop(reply.id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(reply)
+
+    def _end(self, error: Callable[[], BaseException]) -> None:
+        """The stream is over: each call still waiting gets an ``error()`` of its own."""
+        self.done = True
+        pending, self.pending = self.pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(error())
+
+
+class _AioStream(_AioCalls):
+    """One open stream: a writer task (gRPC allows one write at a time) and a reader task
+    that hands each reply to the future waiting for its id. ``on_headers`` gets the
+    server's headers once it accepts the stream."""
+
+    def __init__(self, channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]],
+                 on_headers: Callable[[_AioStream, dict[str, str]], None] | None = None,
+                 ) -> None:
+        super().__init__()
+        self._call = channel.stream_stream(STREAM_METHOD, **_serializers())(metadata=metadata)
+        self._outbox: asyncio.Queue[Outgoing | None] = asyncio.Queue()  # None: half-close
+        self._on_headers = on_headers
+        self._accepted: asyncio.Future | None = None  # the server's headers
+        self._writer = asyncio.create_task(self._write())
+        self._reader = asyncio.create_task(self._read())
+
+    def _send(self, outgoing: Outgoing) -> None:
+        self._outbox.put_nowait(outgoing)
+
+    def retire(self) -> None:
+        """No new calls here (they go elsewhere); half-close after those sent."""
+        if not self.draining:
+            self.draining = True
+            self._outbox.put_nowait(None)
 
     async def close(self) -> None:
         """End the stream and wait until its last read and write are over: gRPC must not
@@ -249,6 +290,8 @@ class _AioStream:
             await asyncio.wait([self._accepted], timeout=ACCEPT_WAIT_S)
             if self._call.done():
                 return  # refused: the reader tells the calls why
+            if self._on_headers is not None and self._accepted.done():
+                self._on_headers(self, {k: str(v) for k, v in self._accepted.result() or ()})
             while True:
                 first = await self._outbox.get() if held is _NOTHING else held
                 if first is None:  # draining: the server reads until this half-close
@@ -266,25 +309,17 @@ class _AioStream:
                 frame = await self._call.read()
                 if frame is grpc.aio.EOF:
                     break
-                for reply in frame.replies:
-                    fut = self.pending.pop(reply.id, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(reply)
-                if frame.draining and not self.draining:
-                    self.draining = True  # new calls go on a new stream
-                    self._outbox.put_nowait(None)
+                self._deliver(frame.replies)
+                if frame.draining:
+                    self.retire()  # new calls go on a new stream
         except grpc.RpcError as e:
             err = e
         except asyncio.CancelledError:  # the channel closed
             err = CallError(grpc.StatusCode.CANCELLED, "the channel was closed")
         finally:
-            self.done = True
             self._writer.cancel()
             self._call.cancel()
-            pending, self.pending = self.pending, {}
-            for fut in pending.values():
-                if not fut.done():
-                    fut.set_exception(_ended(err))
+            self._end(lambda: _ended(err))
 
 
 def _expire(fut: asyncio.Future) -> None:
@@ -314,17 +349,25 @@ class _StubBase:
 
 class AsyncStreamStub(_StubBase):
     """``QueuesStub`` for a ``grpc.aio`` channel, its calls multiplexed over one stream.
-    Create it inside the running event loop (the stream opens at the first call)."""
+    Create it inside the running event loop (the stream opens at the first call).
 
-    _stream: _AioStream | None
+    When the stream's headers offer a frame connection (``sqsq.client._frames``) and the
+    channel's ``target`` is a host and port, new calls move to it and the gRPC stream
+    half-closes; if it cannot be opened, this stub stays on gRPC."""
+
+    _stream: _AioCalls | None
 
     def __init__(self, channel: grpc.aio.Channel,
-                 credentials: _auth.Credentials | None = None) -> None:
+                 credentials: _auth.Credentials | None = None, target: str = "") -> None:
         super().__init__(channel, credentials)
+        self._target = target
+        self._offer: Any = None  # a frame connection offered, not yet opened
+        self._opening: asyncio.Future | None = None
+        self._frames_failed = False
+        self._open_streams: set[_AioCalls] = set()  # a retired stream may still be answering
 
     async def close(self) -> None:
-        if self._stream is not None:
-            await self._stream.close()
+        await asyncio.gather(*(stream.close() for stream in list(self._open_streams)))
 
     async def call(self, method: str, request: Any, timeout: float | None,
                    metadata: Metadata) -> Any:
@@ -332,13 +375,48 @@ class AsyncStreamStub(_StubBase):
         if not self.unary_only and size <= MAX_REQUEST_BYTES:
             stream = self._stream
             if stream is None or stream.done or stream.draining:
-                stream = self._stream = _AioStream(self._channel, _token(self._creds))
-                self.streams_opened += 1
+                stream = await self._open()
             try:
                 return await stream.call(FIELDS[method], request, size, timeout, metadata)
             except _Unimplemented:
                 self.unary_only = True
         return await getattr(self._unary, method)(request, timeout=timeout, metadata=metadata)
+
+    async def _open(self) -> _AioCalls:
+        if self._offer is None:
+            return self._opened(_AioStream(self._channel, _token(self._creds), self._offered))
+        opening = self._opening  # calls that find it opening wait for the same connection
+        if opening is None:
+            opening = self._opening = asyncio.ensure_future(self._open_frames())
+            opening.add_done_callback(lambda _: setattr(self, "_opening", None))
+        return await asyncio.shield(opening)
+
+    async def _open_frames(self) -> _AioCalls:
+        from sqsq.client import _frames  # (it builds on this module)
+
+        offer, self._offer = self._offer, None  # once: after a break, gRPC says where now
+        try:
+            return self._opened(await _frames.AioFrameStream.open(offer, _token(self._creds)))
+        except _frames.FramesUnavailable:
+            self._frames_failed = True
+            return self._opened(_AioStream(self._channel, _token(self._creds)))
+
+    def _opened(self, stream: _AioCalls) -> _AioCalls:
+        self._stream = stream
+        self.streams_opened += 1
+        self._open_streams = {s for s in self._open_streams if not s.done}
+        self._open_streams.add(stream)
+        return stream
+
+    def _offered(self, stream: _AioStream, headers: dict[str, str]) -> None:
+        from sqsq.client import _frames
+
+        if self._frames_failed or not _frames.enabled() or stream is not self._stream:
+            return
+        offer = _frames.Offer.read(self._target, headers)
+        if offer is not None:
+            self._offer = offer
+            stream.retire()  # its calls are answered; new ones go to the frame connection
 
 
 class AioChannel:

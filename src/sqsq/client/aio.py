@@ -29,7 +29,7 @@ def open_stub(target: str, creds: tuple[str, str] | None,
 
     channel = _auth.signed_aio_channel(target, creds)
     if _stream.enabled():
-        stub = _stream.AsyncStreamStub(channel, creds)
+        stub = _stream.AsyncStreamStub(channel, creds, target)
         return _stream.AioChannel(channel, stub), stub  # type: ignore[return-value]
     return channel, queues_pb2_grpc.QueuesStub(channel)
 

@@ -22,6 +22,7 @@ from sqsq.api import Endpoint, QueueService
 from sqsq.gateway import logs
 from sqsq.gateway.auth import Authenticator, GrpcAuthInterceptor
 from sqsq.gateway.console import ConsoleSource
+from sqsq.gateway.frames import FrameServer, frame_port_setting
 from sqsq.gateway.grpc_service import GRPC_ACTIONS, QueuesService
 from sqsq.gateway.http import AppRunner, make_app
 from sqsq.gateway.http.actions import ACTIONS
@@ -29,6 +30,7 @@ from sqsq.gateway.metrics import ApiMetrics
 from sqsq.v1 import queues_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sqsq.server")
+STOP_GRACE_S = 2.0  # for the calls under way when a server stops
 
 
 def endpoint_for(host: str, http_port: int, public_url: str | None, account: str,
@@ -43,13 +45,17 @@ class Fronts:
     grpc_server: grpc.aio.Server
     grpc_port: int
     queues: QueuesService | None = None
+    frames: FrameServer | None = None
 
     async def stop(self) -> None:
         if self.runner is not None:
             await self.runner.cleanup()
         if self.queues is not None:  # else open streams would hold the stop for its grace
             self.queues.drain_streams()
-        await self.grpc_server.stop(grace=2)
+        stops = [self.grpc_server.stop(grace=STOP_GRACE_S)]
+        if self.frames is not None:
+            stops.append(self.frames.stop(grace=STOP_GRACE_S))
+        await asyncio.gather(*stops)
 
 
 async def start_fronts(
@@ -58,8 +64,12 @@ async def start_fronts(
     select: Callable[[grpc.aio.ServicerContext], QueueService] | None = None,
     metrics: ApiMetrics | None = None,
     console: ConsoleSource | None = None,
+    frame_port: int | None | str = "env",
 ) -> Fronts:
-    """HTTP first: tests and scripts take the gRPC port listening as "ready"."""
+    """HTTP first: tests and scripts take the gRPC port listening as "ready" (the frame
+    connection listens before it; "env": ``frame_port_setting()``; None: none)."""
+    if frame_port == "env":
+        frame_port = frame_port_setting()
     runner = None
     if http_port is not None:
         runner = AppRunner(make_app(api, auth, metrics, console), access_log=None,
@@ -78,14 +88,22 @@ async def start_fronts(
     pb_grpc.add_QueuesServicer_to_server(queues, server)
     if add_services is not None:
         add_services(server)
+    frames = None
     try:
-        bound = _bind_grpc(server, host, grpc_port)
+        bound = _bind_grpc(server, host, grpc_port)  # (listening only from server.start())
+        if frame_port is not None:
+            frames = FrameServer(queues, auth)
+            await frames.start(host, int(frame_port))
     except OSError:
+        if frames is not None:
+            await frames.stop(grace=0)
         if runner is not None:
             await runner.cleanup()
         raise
     await server.start()
-    return Fronts(runner, server, bound, queues)
+    if frames is not None:
+        log.info("frame connections on %s:%d", host, frames.port)
+    return Fronts(runner, server, bound, queues, frames)
 
 
 def _bind_grpc(server: grpc.aio.Server, host: str, port: int) -> int:

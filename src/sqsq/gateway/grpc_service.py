@@ -32,7 +32,7 @@ from sqsq.gateway.convert import (
     sent_fields,
 )
 from sqsq.gateway.metrics import ApiMetrics
-from sqsq.gateway.streaming import Aborted, CallContext, StreamSession
+from sqsq.gateway.streaming import Aborted, CallContext, Metadata, StreamSession
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.v1 import queues_pb2_grpc as pb_grpc
 from sqsq.wire import ERROR_CODE_KEY, NOT_RUN, task_to_pb
@@ -114,6 +114,9 @@ class QueuesService(pb_grpc.QueuesServicer):
         self._select = select
         self._streams: set[StreamSession] = set()
         self._draining = False
+        # The Stream call's headers: where this server's frame connection listens, if it has
+        # one (``sqsq.gateway.frames``; set once it is bound).
+        self.frame_offer: tuple[tuple[str, str], ...] = ()
         self.metrics = metrics or ApiMetrics(CollectorRegistry(), GRPC_ACTIONS)
 
     async def Stream(self, request_iterator, context):  # noqa: ANN001, ANN201, N802
@@ -123,14 +126,26 @@ class QueuesService(pb_grpc.QueuesServicer):
         # Accepted: the client writes its calls only after these headers, so a stream refused
         # as it opens (credentials, draining) ends before any write can cross the refusal
         # (gRPC's asyncio client would report such a write as INTERNAL, not the refusal).
-        await context.send_initial_metadata(())
-        session = StreamSession(self._stream_call, context.invocation_metadata() or ())
-        self._streams.add(session)
+        await context.send_initial_metadata(self.frame_offer)
+        session = self.open_session(context.invocation_metadata() or ())
         try:
             async for reply in session.replies(request_iterator):
                 yield reply
         finally:
-            self._streams.discard(session)
+            self.close_session(session)
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def open_session(self, metadata: Metadata) -> StreamSession:
+        """A stream's session (gRPC's, or a frame connection's), drained with the others."""
+        session = StreamSession(self._stream_call, metadata)
+        self._streams.add(session)
+        return session
+
+    def close_session(self, session: StreamSession) -> None:
+        self._streams.discard(session)
 
     def drain_streams(self) -> None:
         """Shutting down: open streams finish the calls under way and end; no new ones."""

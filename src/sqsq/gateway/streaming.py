@@ -1,4 +1,5 @@
-"""The server side of the multiplexed stream (``Queues.Stream``): many calls, one gRPC stream.
+"""The server side of the multiplexed stream (``Queues.Stream``): many calls, one gRPC stream
+(or one frame connection, ``sqsq.gateway.frames``, which drives a session the same way).
 
 Each request read from the stream runs as a task of its own (a long poll holds only its
 own), through the handler its unary method runs, with a context whose metadata is the
@@ -23,12 +24,11 @@ from typing import Any
 import grpc
 
 from sqsq.v1 import queues_pb2 as pb
-from sqsq.wire import NOT_RUN
+from sqsq.wire import MAX_FRAME_BYTES, NOT_RUN
 
-# What gRPC lets a client receive by default: a frame past it would end the whole stream, so
-# a reply too large for a frame of its own ends only its call (RESOURCE_EXHAUSTED, as the
-# unary call would).
-MAX_FRAME_BYTES = 4 * 1024 * 1024
+# MAX_FRAME_BYTES is what gRPC lets a client receive by default: a frame past it would end
+# the whole stream, so a reply too large for a frame of its own ends only its call
+# (RESOURCE_EXHAUSTED, as the unary call would).
 FRAME_OVERHEAD = 6  # per reply in a frame: its tag and length
 MAX_REPLY_BYTES = MAX_FRAME_BYTES - FRAME_OVERHEAD
 MAX_FRAME_REPLIES = 256
@@ -94,7 +94,17 @@ class StreamSession:
 
     async def replies(self, frames: AsyncIterator[pb.StreamRequestFrame],
                       ) -> AsyncIterator[pb.StreamReplyFrame]:
+        """The gRPC stream's side: read ``frames`` while yielding the reply frames."""
         reader = asyncio.create_task(self._read(frames))
+        try:
+            async for frame in self.reply_frames():
+                yield frame
+        finally:
+            reader.cancel()
+
+    async def reply_frames(self) -> AsyncIterator[pb.StreamReplyFrame]:
+        """Replies as they come, those ready together in one frame, until the session ends
+        (the client half-closed and every call is answered)."""
         held: Any = _NOTHING  # taken from the queue, but past the last frame's budget
         try:
             while True:
@@ -121,9 +131,24 @@ class StreamSession:
                     size += more[1] + FRAME_OVERHEAD
                 yield frame
         finally:
-            reader.cancel()
             for task in list(self._tasks.values()):
                 task.cancel()
+
+    @property
+    def in_flight(self) -> int:
+        """Calls running."""
+        return len(self._tasks)
+
+    def received(self, frame: pb.StreamRequestFrame) -> None:
+        """A frame of calls from the client: each starts at once."""
+        for request in frame.calls:
+            self._start(request)
+
+    def input_ended(self) -> None:
+        """The client half-closed (or the connection broke): the session ends once every
+        call is answered."""
+        self._read_all = True
+        self._end_if_idle()
 
     def drain(self) -> None:
         """Finish the calls under way, run no more, ask the client to half-close; the stream
@@ -139,13 +164,11 @@ class StreamSession:
     async def _read(self, frames: AsyncIterator[pb.StreamRequestFrame]) -> None:
         try:
             async for frame in frames:
-                for request in frame.calls:
-                    self._start(request)
+                self.received(frame)
         except (asyncio.CancelledError, Exception):  # noqa: BLE001
             pass  # the stream broke or ended under the reader: replies() ends too
         finally:
-            self._read_all = True
-            self._end_if_idle()
+            self.input_ended()
 
     def _start(self, request: pb.StreamRequest) -> None:
         kind = request.WhichOneof("call")

@@ -1,0 +1,170 @@
+"""The SDK's side of the frame connection (``sqsq.gateway.frames``): the stream's messages
+over plain TCP, for a server whose Stream headers offer one.
+
+A call here keeps the stream's contract (``sqsq.client._stream``): the same requests and
+replies, a broken connection fails the calls in flight UNAVAILABLE (never resent here), a
+draining server gets a half-close after the calls sent. Opening it waits for the server's
+acceptance; a connection that cannot be made or is refused (a firewall, another server on
+the port now, credentials) raises ``FramesUnavailable`` and the stub stays on gRPC, which
+reports credentials errors in its own way. Env ``SQSQ_FRAMES=0`` keeps the SDK on gRPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import grpc
+
+from sqsq.client._stream import (
+    _NOTHING,
+    CallError,
+    Outgoing,
+    _AioCalls,
+    _frame,
+)
+from sqsq.v1 import queues_pb2 as pb
+from sqsq.wire import FRAME_ID_KEY, FRAME_PORT_KEY, FrameError, FrameSplitter, framed
+
+ENV_FRAMES = "SQSQ_FRAMES"
+OPEN_TIMEOUT_S = 2.0  # to connect and be accepted; past it, gRPC
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_FRAMES, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class FramesUnavailable(Exception):
+    """No frame connection to this server now: use the gRPC stream."""
+
+
+class Offer:
+    """Where a server's frame connection listens, from its Stream headers."""
+
+    __slots__ = ("host", "port", "server_id")
+
+    def __init__(self, host: str, port: int, server_id: str) -> None:
+        self.host, self.port, self.server_id = host, port, server_id
+
+    @classmethod
+    def read(cls, target: str, headers: Mapping[str, str]) -> Offer | None:
+        """The offer in ``headers`` for a channel to ``target`` (``host:port``); None if there
+        is none, or the target is not a plain host and port (a name resolver's URI)."""
+        port = headers.get(FRAME_PORT_KEY, "")
+        host, sep, _ = target.rpartition(":")
+        if not port.isdigit() or not sep or "/" in host or not host:
+            return None
+        return cls(host.strip("[]"), int(port), headers.get(FRAME_ID_KEY, ""))
+
+
+class AioFrameStream(_AioCalls):
+    """One open frame connection; calls made in one turn of the event loop share a frame."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._transport: asyncio.Transport | None = None
+        self._splitter = FrameSplitter()
+        self._outbox: deque[Outgoing] = deque()
+        self._flush_due = False
+        self._accepted: asyncio.Future | None = None
+        self.closed: asyncio.Future | None = None
+
+    @classmethod
+    async def open(cls, offer: Offer, metadata: tuple[tuple[str, str], ...]) -> AioFrameStream:
+        loop = asyncio.get_running_loop()
+        stream = cls()
+        stream._accepted = loop.create_future()
+        stream.closed = loop.create_future()
+        hello = pb.FrameHello(metadata=dict(metadata))
+        hello.metadata[FRAME_ID_KEY] = offer.server_id
+        try:
+            async with asyncio.timeout(OPEN_TIMEOUT_S):
+                await loop.create_connection(lambda: _Protocol(stream), offer.host, offer.port)
+                stream._transport.write(framed(hello))  # type: ignore[union-attr]
+                refused = await stream._accepted
+        except (OSError, TimeoutError, FrameError) as e:
+            stream._abort()
+            raise FramesUnavailable(str(e)) from None
+        if refused is not None:
+            stream._abort()
+            raise FramesUnavailable(refused.message)
+        return stream
+
+    def _send(self, outgoing: Outgoing) -> None:
+        self._outbox.append(outgoing)
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_due = False
+        outbox, transport = self._outbox, self._transport
+        if self.done or transport is None:
+            outbox.clear()
+            return
+        while outbox:
+            frame, held = _frame(outbox.popleft(), outbox.popleft)
+            if held is not _NOTHING:
+                outbox.appendleft(held)
+            transport.write(framed(frame))
+        if self.draining and transport.can_write_eof():
+            transport.write_eof()  # the server answers what it read, then closes
+
+    def _received(self, frame: pb.StreamReplyFrame) -> None:
+        accepted = self._accepted
+        if accepted is not None and not accepted.done():
+            accepted.set_result(frame.refused if frame.HasField("refused") else None)
+            return
+        self._deliver(frame.replies)
+        if frame.draining and not self.draining:
+            self.draining = True  # new calls go on a new connection; this one half-closes
+            self._send_eof()
+
+    def _send_eof(self) -> None:
+        if not self._flush_due:
+            self._flush()
+
+    def _lost(self, exc: BaseException | None) -> None:
+        accepted = self._accepted
+        if accepted is not None and not accepted.done():
+            accepted.set_exception(OSError("the server closed the frame connection"))
+        why = f": {exc}" if exc is not None else ""
+        self._end(lambda: CallError(grpc.StatusCode.UNAVAILABLE,
+                                    f"the frame connection ended before the reply{why}"))
+        if self.closed is not None and not self.closed.done():
+            self.closed.set_result(None)
+
+    def _abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    async def close(self) -> None:
+        self._abort()
+        if self.closed is not None:
+            await self.closed
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, stream: AioFrameStream) -> None:
+        self._stream = stream
+
+    def connection_made(self, transport: Any) -> None:
+        self._stream._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        stream = self._stream
+        try:
+            for message in stream._splitter.feed(data):
+                stream._received(pb.StreamReplyFrame.FromString(message))
+        except Exception as e:  # noqa: BLE001 - not a frame: this connection is done
+            stream._abort()
+            stream._lost(e)
+
+    def eof_received(self) -> bool:
+        return False  # the server is done: close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stream._lost(exc)
