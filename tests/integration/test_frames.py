@@ -7,6 +7,7 @@ import asyncio
 import socket
 import struct
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -14,7 +15,7 @@ import grpc.aio
 import pytest
 
 from serverproc import ServerProcess, free_port
-from sqsq.client import AsyncClient, _frames, _stream
+from sqsq.client import AsyncClient, Client, _frames, _stream
 from sqsq.errors import QueueError, ServiceUnavailable
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import (
@@ -103,6 +104,31 @@ def test_an_async_client_moves_to_the_frame_connection_and_each_caller_gets_its_
         await client.close()
 
     asyncio.run(main())
+
+
+def test_a_blocking_client_moves_to_the_frame_connection_too(server: ServerProcess) -> None:
+    with Client(server.endpoint, timeout=30) as client:
+        queue = client.create_queue(unique_name("frames-sync"))
+        client.send_message(queue, "first")  # the stream's headers have offered frames by now
+        bodies = [f"thread {i}" for i in range(24)]
+        with ThreadPoolExecutor(8) as pool:
+            sent = list(pool.map(lambda b: client.send_message(queue, b), bodies))
+        assert [s.md5_of_message_body for s in sent] == [_md5(b) for b in bodies]
+        stub = client._stub()
+        assert isinstance(stub._stream, _frames.SyncFrameStream)
+        got: list[str] = []
+        while len(got) < len(bodies) + 1:
+            messages = client.receive_message(queue, max_number_of_messages=10,
+                                              wait_time_seconds=5)
+            assert messages, f"{len(got)} received"
+            for m in messages:
+                client.delete_message(queue, m.receipt_handle)
+            got += [m.body for m in messages]
+        assert sorted(got) == sorted(["first", *bodies])
+        with pytest.raises(QueueError) as err:
+            client.get_queue_url(unique_name("nobody-made-this"))
+        assert err.value.code == "QueueDoesNotExist"
+        assert stub.streams_opened == 2  # the gRPC stream, then the frame connection
 
 
 def _md5(text: str) -> str:

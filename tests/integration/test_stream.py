@@ -15,7 +15,7 @@ import grpc.aio
 import pytest
 
 from serverproc import ServerProcess, free_port
-from sqsq.client import AsyncClient, Client, _stream
+from sqsq.client import AsyncClient, Client, _frames, _stream, _stubs
 from sqsq.client._call import map_rpc_error
 from sqsq.errors import (
     InvalidParameterValue,
@@ -45,20 +45,21 @@ def receive(queue: str, wait_s: int) -> pb.ReceiveMessageRequest:
 
 
 def aio_stub(endpoint: str, creds: tuple[str, str] | None = None,
-             ) -> tuple[grpc.aio.Channel, _stream.AsyncStreamStub]:
+             ) -> tuple[grpc.aio.Channel, _stubs.AsyncStreamStub]:
     channel = grpc.aio.insecure_channel(endpoint)
-    return channel, _stream.AsyncStreamStub(channel, creds)
+    return channel, _stubs.AsyncStreamStub(channel, creds)
 
 
-async def new_queue(stub: _stream.AsyncStreamStub) -> str:
+async def new_queue(stub: _stubs.AsyncStreamStub) -> str:
     reply = await stub.CreateQueue(pb.CreateQueueRequest(queue_name=unique_name("stream")))
     return reply.queue_url
 
 
 @pytest.fixture
 def streaming(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Clients made in the test use the stream, whatever the environment says."""
+    """Clients made in the test use the stream and its frames, whatever the environment."""
     monkeypatch.setenv(_stream.ENV_STREAM, "1")
+    monkeypatch.setenv(_frames.ENV_FRAMES, "1")
 
 
 def test_the_stream_carries_every_unary_call_with_its_own_types() -> None:
@@ -89,7 +90,7 @@ def test_concurrent_calls_on_one_stream_each_get_their_own_reply(server: ServerP
 
 def test_blocking_callers_on_many_threads_share_one_stream(server: ServerProcess) -> None:
     channel = grpc.insecure_channel(server.endpoint)
-    stub = _stream.StreamStub(channel)
+    stub = _stubs.StreamStub(channel)
     try:
         queue = stub.CreateQueue(pb.CreateQueueRequest(queue_name=unique_name("stream")),
                                  timeout=30).queue_url
@@ -194,7 +195,7 @@ def test_a_broken_stream_fails_calls_in_flight_and_the_next_call_reconnects(
         name = unique_name("broken")
         queue = await client.create_queue(name)
         stub = client._stub()
-        assert isinstance(stub, _stream.AsyncStreamStub)
+        assert isinstance(stub, _stubs.AsyncStreamStub)
         poll = asyncio.create_task(client.receive_message(queue, wait_time_seconds=20))
         while stub.in_flight == 0:
             await asyncio.sleep(0)
@@ -271,7 +272,7 @@ def test_a_server_without_the_stream_gets_unary_calls(unary_only_server: str,
         with pytest.raises(QueueDoesNotExist):
             client.get_queue_url("nowhere")
         stub = client._stub()
-        assert isinstance(stub, _stream.StreamStub) and stub.unary_only
+        assert isinstance(stub, _stubs.StreamStub) and stub.unary_only
 
     async def main() -> None:
         client = AsyncClient(unary_only_server, timeout=10, batching=False)
@@ -336,7 +337,9 @@ def test_the_stream_is_signed_and_a_bad_signature_refused(locked: ServerProcess,
         assert [m.body for m in client.receive_message(queue, wait_time_seconds=1)] == \
             ["signed"]
         stub = client._stub()
-        assert stub.streams_opened == 1 and not stub.unary_only
+        # The gRPC stream, then the frame connection its headers offered: both took the token.
+        assert isinstance(stub._stream, _frames.SyncFrameStream)
+        assert stub.streams_opened == 2 and not stub.unary_only
 
     for credentials, code in (((KEY, "wrong-secret"), "SignatureDoesNotMatch"),
                               (("AKIDNOBODY", SECRET), "InvalidClientTokenId")):

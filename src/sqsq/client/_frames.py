@@ -12,12 +12,16 @@ reports credentials errors in its own way. Env ``SQSQ_FRAMES=0`` keeps the SDK o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import socket
+import threading
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from sqsq.client._stream import (
     _NOTHING,
@@ -25,6 +29,7 @@ from sqsq.client._stream import (
     Outgoing,
     _AioCalls,
     _frame,
+    _SyncCalls,
 )
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import FRAME_ID_KEY, FRAME_PORT_KEY, FrameError, FrameSplitter, framed
@@ -60,6 +65,18 @@ class Offer:
         return cls(host.strip("[]"), int(port), headers.get(FRAME_ID_KEY, ""))
 
 
+def _hello(offer: Offer, metadata: tuple[tuple[str, str], ...]) -> pb.FrameHello:
+    hello = pb.FrameHello(metadata=dict(metadata))
+    hello.metadata[FRAME_ID_KEY] = offer.server_id
+    return hello
+
+
+def _broken(exc: BaseException | None) -> CallError:
+    why = f": {exc}" if exc is not None else ""
+    return CallError(grpc.StatusCode.UNAVAILABLE,
+                     f"the frame connection ended before the reply{why}")
+
+
 class AioFrameStream(_AioCalls):
     """One open frame connection; calls made in one turn of the event loop share a frame."""
 
@@ -78,12 +95,10 @@ class AioFrameStream(_AioCalls):
         stream = cls()
         stream._accepted = loop.create_future()
         stream.closed = loop.create_future()
-        hello = pb.FrameHello(metadata=dict(metadata))
-        hello.metadata[FRAME_ID_KEY] = offer.server_id
         try:
             async with asyncio.timeout(OPEN_TIMEOUT_S):
                 await loop.create_connection(lambda: _Protocol(stream), offer.host, offer.port)
-                stream._transport.write(framed(hello))  # type: ignore[union-attr]
+                stream._transport.write(framed(_hello(offer, metadata)))  # type: ignore[union-attr]
                 refused = await stream._accepted
         except (OSError, TimeoutError, FrameError) as e:
             stream._abort()
@@ -131,9 +146,7 @@ class AioFrameStream(_AioCalls):
         accepted = self._accepted
         if accepted is not None and not accepted.done():
             accepted.set_exception(OSError("the server closed the frame connection"))
-        why = f": {exc}" if exc is not None else ""
-        self._end(lambda: CallError(grpc.StatusCode.UNAVAILABLE,
-                                    f"the frame connection ended before the reply{why}"))
+        self._end(lambda: _broken(exc))
         if self.closed is not None and not self.closed.done():
             self.closed.set_result(None)
 
@@ -168,3 +181,64 @@ class _Protocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stream._lost(exc)
+
+
+class SyncFrameStream(_SyncCalls):
+    """One open frame connection for blocking callers: each call writes its own frame (under
+    the lock); a reader thread hands each reply to the waiter for its id."""
+
+    def __init__(self, sock: socket.socket, splitter: FrameSplitter) -> None:
+        super().__init__()
+        self._sock = sock
+        self._splitter = splitter
+        threading.Thread(target=self._read, name="sqsq-frames", daemon=True).start()
+
+    @classmethod
+    def open(cls, offer: Offer, metadata: tuple[tuple[str, str], ...]) -> SyncFrameStream:
+        try:
+            sock = socket.create_connection((offer.host, offer.port), timeout=OPEN_TIMEOUT_S)
+        except OSError as e:
+            raise FramesUnavailable(str(e)) from None
+        splitter = FrameSplitter()
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.sendall(framed(_hello(offer, metadata)))
+            messages: list[bytes] = []
+            while not messages:  # the server says nothing else before the calls
+                data = sock.recv(65536)
+                if not data:
+                    raise OSError("the server closed the frame connection")
+                messages = splitter.feed(data)
+            accepted = pb.StreamReplyFrame.FromString(messages[0])
+            if accepted.HasField("refused"):
+                raise OSError(accepted.refused.message)
+            sock.settimeout(None)
+        except (OSError, FrameError, DecodeError) as e:
+            sock.close()
+            raise FramesUnavailable(str(e)) from None
+        return cls(sock, splitter)
+
+    def _put(self, outgoing: Outgoing) -> None:
+        try:
+            self._sock.sendall(framed(pb.StreamRequestFrame(calls=[outgoing[0]])))
+        except OSError:
+            pass  # the connection broke: the reader fails the calls
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # the reader ends, failing what waits
+
+    def _read(self) -> None:
+        exc: BaseException | None = None
+        try:
+            while data := self._sock.recv(262144):
+                for message in self._splitter.feed(data):
+                    frame = pb.StreamReplyFrame.FromString(message)
+                    self._deliver(frame.replies)
+                    if frame.draining:  # half-close: the server answers, then closes
+                        self._retire(lambda: self._sock.shutdown(socket.SHUT_WR))
+        except (OSError, FrameError, DecodeError) as e:
+            exc = e
+        finally:
+            self._end(lambda: _broken(exc))
+            self._sock.close()

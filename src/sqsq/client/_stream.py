@@ -1,9 +1,10 @@
-"""Calls over one long-lived gRPC stream per channel (``Queues.Stream``), behind a stub with
-``QueuesStub``'s method names: ``stub.SendMessage(request, timeout=..., metadata=...)``.
+"""Calls over one long-lived gRPC stream per channel (``Queues.Stream``), asyncio and
+blocking, and what they share with the frame connection (``sqsq.client._frames``); the stubs
+over them are in ``sqsq.client._stubs``.
 
 A unary call costs an HTTP/2 stream and Python gRPC's per-call work on both sides (about
 0.4 ms each here); on the stream a call is one protobuf message each way, matched to its
-caller by an id. The stub keeps the unary API's contract, so ``_call.Route``'s retry rules
+caller by an id. A call keeps the unary API's contract, so ``_call.Route``'s retry rules
 apply unchanged:
 
 - a failed call raises a ``grpc.RpcError`` with the code, details and ``sqs-error-code``
@@ -43,7 +44,6 @@ import grpc.aio
 from sqsq.client import _auth
 from sqsq.client._call import ERROR_CODE_KEY
 from sqsq.v1 import queues_pb2 as pb
-from sqsq.v1 import queues_pb2_grpc
 from sqsq.wire import MAX_FRAME_BYTES, STREAM_METHOD
 
 ENV_STREAM = "SQSQ_STREAM"
@@ -181,17 +181,6 @@ def _serializers() -> dict[str, Callable]:
                 response_deserializer=pb.StreamReplyFrame.FromString)
 
 
-class _Method:
-    __slots__ = ("_stub", "_name")
-
-    def __init__(self, stub: Any, name: str) -> None:
-        self._stub, self._name = stub, name
-
-    def __call__(self, request: Any, timeout: float | None = None, metadata: Metadata = None,
-                 **_: Any) -> Any:
-        return self._stub.call(self._name, request, timeout, metadata)
-
-
 # ---- asyncio -----------------------------------------------------------------------------
 
 
@@ -327,113 +316,6 @@ def _expire(fut: asyncio.Future) -> None:
         fut.set_exception(_deadline_exceeded())
 
 
-class _StubBase:
-    """What both stream stubs share: ``QueuesStub``'s method names, the unary stub they fall
-    back to, and the stream they open at the first call."""
-
-    def __init__(self, channel: Any, credentials: _auth.Credentials | None) -> None:
-        self._channel = channel
-        self._creds = credentials
-        self._unary = queues_pb2_grpc.QueuesStub(channel)
-        self._stream: Any = None
-        self.unary_only = False  # the server has no stream
-        self.streams_opened = 0
-        for name in FIELDS:
-            setattr(self, name, _Method(self, name))
-
-    @property
-    def in_flight(self) -> int:
-        """Calls on the stream waiting for their replies."""
-        return 0 if self._stream is None else len(self._stream.pending)
-
-
-class AsyncStreamStub(_StubBase):
-    """``QueuesStub`` for a ``grpc.aio`` channel, its calls multiplexed over one stream.
-    Create it inside the running event loop (the stream opens at the first call).
-
-    When the stream's headers offer a frame connection (``sqsq.client._frames``) and the
-    channel's ``target`` is a host and port, new calls move to it and the gRPC stream
-    half-closes; if it cannot be opened, this stub stays on gRPC."""
-
-    _stream: _AioCalls | None
-
-    def __init__(self, channel: grpc.aio.Channel,
-                 credentials: _auth.Credentials | None = None, target: str = "") -> None:
-        super().__init__(channel, credentials)
-        self._target = target
-        self._offer: Any = None  # a frame connection offered, not yet opened
-        self._opening: asyncio.Future | None = None
-        self._frames_failed = False
-        self._open_streams: set[_AioCalls] = set()  # a retired stream may still be answering
-
-    async def close(self) -> None:
-        await asyncio.gather(*(stream.close() for stream in list(self._open_streams)))
-
-    async def call(self, method: str, request: Any, timeout: float | None,
-                   metadata: Metadata) -> Any:
-        size = request.ByteSize()
-        if not self.unary_only and size <= MAX_REQUEST_BYTES:
-            stream = self._stream
-            if stream is None or stream.done or stream.draining:
-                stream = await self._open()
-            try:
-                return await stream.call(FIELDS[method], request, size, timeout, metadata)
-            except _Unimplemented:
-                self.unary_only = True
-        return await getattr(self._unary, method)(request, timeout=timeout, metadata=metadata)
-
-    async def _open(self) -> _AioCalls:
-        if self._offer is None:
-            return self._opened(_AioStream(self._channel, _token(self._creds), self._offered))
-        opening = self._opening  # calls that find it opening wait for the same connection
-        if opening is None:
-            opening = self._opening = asyncio.ensure_future(self._open_frames())
-            opening.add_done_callback(lambda _: setattr(self, "_opening", None))
-        return await asyncio.shield(opening)
-
-    async def _open_frames(self) -> _AioCalls:
-        from sqsq.client import _frames  # (it builds on this module)
-
-        offer, self._offer = self._offer, None  # once: after a break, gRPC says where now
-        try:
-            return self._opened(await _frames.AioFrameStream.open(offer, _token(self._creds)))
-        except _frames.FramesUnavailable:
-            self._frames_failed = True
-            return self._opened(_AioStream(self._channel, _token(self._creds)))
-
-    def _opened(self, stream: _AioCalls) -> _AioCalls:
-        self._stream = stream
-        self.streams_opened += 1
-        self._open_streams = {s for s in self._open_streams if not s.done}
-        self._open_streams.add(stream)
-        return stream
-
-    def _offered(self, stream: _AioStream, headers: dict[str, str]) -> None:
-        from sqsq.client import _frames
-
-        if self._frames_failed or not _frames.enabled() or stream is not self._stream:
-            return
-        offer = _frames.Offer.read(self._target, headers)
-        if offer is not None:
-            self._offer = offer
-            stream.retire()  # its calls are answered; new ones go to the frame connection
-
-
-class AioChannel:
-    """A ``grpc.aio`` channel whose ``close()`` first ends the stub's stream, so that gRPC
-    answers its last read while the event loop still runs; otherwise the channel itself."""
-
-    def __init__(self, channel: grpc.aio.Channel, stub: AsyncStreamStub) -> None:
-        self._channel, self._stub = channel, stub
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._channel, name)
-
-    async def close(self, grace: float | None = None) -> None:
-        await self._stub.close()
-        await self._channel.close(grace)
-
-
 # ---- blocking ----------------------------------------------------------------------------
 
 
@@ -460,17 +342,75 @@ class _Closed(Exception):
     """The stream ended before the call was put on it: open another."""
 
 
-class _SyncStream:
-    """One open stream: gRPC's own thread writes the requests queued here; a reader thread
-    hands each reply to the waiter for its id. Whoever pops a waiter fills it."""
+class _SyncCalls:
+    """Blocking calls matched to their replies by id: what a stream and a frame connection
+    share. ``_put`` (called under the lock) puts a request or a cancel on the way; whoever
+    pops a waiter fills it."""
 
-    def __init__(self, channel: grpc.Channel, metadata: Sequence[tuple[str, str]]) -> None:
-        self._outbox: queue.SimpleQueue[Outgoing | None] = queue.SimpleQueue()
+    def __init__(self) -> None:
         self.pending: dict[int, _Waiter] = {}
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()  # done, draining, pending and the outbox change together
+        self._lock = threading.Lock()  # done, draining, pending and the writes change together
         self.done = False
         self.draining = False  # the server asked for no more calls here
+
+    def _put(self, outgoing: Outgoing) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def call(self, field: str, request: Any, size: int, timeout: float | None,
+             metadata: Metadata) -> Any:
+        waiter = _Waiter()
+        with self._lock:  # sent before a half-close, or not at all
+            if self.done or self.draining:
+                raise _Closed
+            call_id = next(self._ids)
+            self.pending[call_id] = waiter
+            self._put(_request(call_id, field, request, size, timeout, metadata))
+        if not waiter.wait(timeout):
+            if self.pending.pop(call_id, None) is not None:
+                with self._lock:
+                    if not self.done:
+                        self._put(_cancel(call_id))
+                raise _deadline_exceeded()
+            waiter.wait(None)  # being filled right now
+        if waiter.error is not None:
+            raise waiter.error
+        return _response(waiter.reply)  # type: ignore[arg-type]
+
+    def _deliver(self, replies: Sequence[pb.StreamReply]) -> None:
+        for reply in replies:
+            waiter = self.pending.pop(reply.id, None)
+            if waiter is not None:
+                waiter.put(reply)
+
+    def _retire(self, half_close: Callable[[], None]) -> None:
+        with self._lock:
+            if not self.draining:
+                self.draining = True  # new calls go elsewhere
+                half_close()  # after what was sent
+
+    def _end(self, error: Callable[[], BaseException]) -> None:
+        with self._lock:
+            self.done = True
+            pending, self.pending = self.pending, {}
+        for waiter in pending.values():
+            waiter.put(None, error())
+
+
+class _SyncStream(_SyncCalls):
+    """One open stream: gRPC's own thread writes the requests queued here; a reader thread
+    hands each reply to the waiter for its id, after giving ``on_headers`` the server's
+    headers."""
+
+    def __init__(self, channel: grpc.Channel, metadata: Sequence[tuple[str, str]],
+                 on_headers: Callable[[_SyncStream, dict[str, str]], None] | None = None,
+                 ) -> None:
+        super().__init__()
+        self._outbox: queue.SimpleQueue[Outgoing | None] = queue.SimpleQueue()
+        self._on_headers = on_headers
         self._replies = channel.stream_stream(STREAM_METHOD, **_serializers())(
             self._requests(), metadata=metadata)
         threading.Thread(target=self._read, name="sqsq-stream", daemon=True).start()
@@ -485,75 +425,29 @@ class _SyncStream:
             frame, held = _frame(first, self._outbox.get_nowait)
             yield frame
 
-    def call(self, field: str, request: Any, size: int, timeout: float | None,
-             metadata: Metadata) -> Any:
-        waiter = _Waiter()
-        with self._lock:  # queued before a half-close, or not at all
-            if self.done or self.draining:
-                raise _Closed
-            call_id = next(self._ids)
-            self.pending[call_id] = waiter
-            self._outbox.put(_request(call_id, field, request, size, timeout, metadata))
-        if not waiter.wait(timeout):
-            if self.pending.pop(call_id, None) is not None:
-                self._outbox.put(_cancel(call_id))
-                raise _deadline_exceeded()
-            waiter.wait(None)  # being filled right now
-        if waiter.error is not None:
-            raise waiter.error
-        return _response(waiter.reply)  # type: ignore[arg-type]
+    def _put(self, outgoing: Outgoing) -> None:
+        self._outbox.put(outgoing)
+
+    def retire(self) -> None:
+        """No new calls here (they go elsewhere); half-close after those sent."""
+        self._retire(lambda: self._outbox.put(None))
+
+    def close(self) -> None:
+        self._replies.cancel()
 
     def _read(self) -> None:
         err: grpc.RpcError | None = None
         try:
+            if self._on_headers is not None:
+                headers = self._replies.initial_metadata() or ()
+                self._on_headers(self, {k: str(v) for k, v in headers})
             for frame in self._replies:
-                for reply in frame.replies:
-                    waiter = self.pending.pop(reply.id, None)
-                    if waiter is not None:
-                        waiter.put(reply)
+                self._deliver(frame.replies)
                 if frame.draining:
-                    with self._lock:
-                        if not self.draining:
-                            self.draining = True  # new calls go on a new stream
-                            self._outbox.put(None)  # half-close after what is queued
+                    self.retire()
         except grpc.RpcError as e:
             err = e
         finally:
-            with self._lock:
-                self.done = True
-                pending, self.pending = self.pending, {}
+            self._end(lambda: _ended(err))
             self._outbox.put(None)  # ends gRPC's request thread
             self._replies.cancel()
-            for waiter in pending.values():
-                waiter.put(None, _ended(err))
-
-
-class StreamStub(_StubBase):
-    """``QueuesStub`` for a blocking channel, its calls multiplexed over one stream; safe to
-    share between threads (the stream opens at the first call)."""
-
-    _stream: _SyncStream | None
-
-    def __init__(self, channel: grpc.Channel,
-                 credentials: _auth.Credentials | None = None) -> None:
-        super().__init__(channel, credentials)
-        self._open_lock = threading.Lock()
-
-    def _open(self) -> _SyncStream:
-        with self._open_lock:
-            if self._stream is None or self._stream.done or self._stream.draining:
-                self._stream = _SyncStream(self._channel, _token(self._creds))
-                self.streams_opened += 1
-            return self._stream
-
-    def call(self, method: str, request: Any, timeout: float | None,
-             metadata: Metadata) -> Any:
-        size = request.ByteSize()
-        while not self.unary_only and size <= MAX_REQUEST_BYTES:
-            try:
-                return self._open().call(FIELDS[method], request, size, timeout, metadata)
-            except _Closed:
-                continue
-            except _Unimplemented:
-                self.unary_only = True
-        return getattr(self._unary, method)(request, timeout=timeout, metadata=metadata)

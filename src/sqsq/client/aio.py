@@ -25,12 +25,12 @@ def open_stub(target: str, creds: tuple[str, str] | None,
     """A channel to ``target`` and the Queues stub over it; with credentials, a signed token
     on every call (see sqsq.gateway.auth). The stub multiplexes its calls over one stream
     (``sqsq.client._stream``; env ``SQSQ_STREAM=0``: one unary RPC per call)."""
-    from sqsq.client import _stream
+    from sqsq.client import _stream, _stubs
 
     channel = _auth.signed_aio_channel(target, creds)
     if _stream.enabled():
-        stub = _stream.AsyncStreamStub(channel, creds, target)
-        return _stream.AioChannel(channel, stub), stub  # type: ignore[return-value]
+        stub = _stubs.AsyncStreamStub(channel, creds, target)
+        return _stubs.AioChannel(channel, stub), stub  # type: ignore[return-value]
     return channel, queues_pb2_grpc.QueuesStub(channel)
 
 

@@ -59,18 +59,21 @@ class Client:
     def _stub(self) -> queues_pb2_grpc.QueuesStub:
         target = self.route.current
         if target not in self._stubs:
-            from sqsq.client import _stream
+            from sqsq.client import _stream, _stubs
 
             channel = _auth.signed_channel(target, self._creds)
             # Calls multiplexed over one stream (env SQSQ_STREAM=0: one unary RPC per call).
-            stub = _stream.StreamStub(channel, self._creds) if _stream.enabled() else \
-                queues_pb2_grpc.QueuesStub(channel)
+            stub = _stubs.StreamStub(channel, self._creds, target) if _stream.enabled() \
+                else queues_pb2_grpc.QueuesStub(channel)
             self._stubs[target] = (channel, stub)  # type: ignore[assignment]
         return self._stubs[target][1]
 
     def close(self) -> None:
-        """Close the channels."""
-        for channel, _ in self._stubs.values():
+        """Close the channels (and the stubs' frame connections)."""
+        for channel, stub in self._stubs.values():
+            close = getattr(stub, "close", None)
+            if close is not None:
+                close()
             channel.close()
         self._stubs.clear()
 
