@@ -8,6 +8,7 @@ A driver is made in each worker process from a picklable spec (``{"kind": ..., .
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -54,13 +55,16 @@ def _fifo_fields(group: str | None) -> dict[str, str]:
 
 class SqsqGrpcDriver(Driver):
     """sqsq's own SDK (``AsyncClient``, gRPC), with its automatic batching of single-message
-    calls unless the spec says ``"batching": False``; with ``"prefetch": True``, receives of
+    calls unless the spec says ``"batching": False`` (and on the server's frame connection
+    unless ``"frames": False``); with ``"prefetch": True``, receives of
     one message go through the SDK's opt-in prefetchers (``AsyncClient.prefetcher``), one per
     consumer loop at most, each receiving up to 10 ahead."""
 
     async def open(self) -> None:
-        from sqsq.client import AsyncClient
+        from sqsq.client import AsyncClient, _frames
 
+        # Read when the server offers its frame connection, so set either way.
+        os.environ[_frames.ENV_FRAMES] = "1" if self.spec.get("frames", True) else "0"
         self.client = AsyncClient(self.spec["endpoint"], timeout=60.0,
                                   batching=self.spec.get("batching", True))
         self.inboxes: dict[str, list[Any]] = {}  # idle prefetchers per queue (all, once idle)

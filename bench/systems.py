@@ -59,17 +59,19 @@ def _pkg_version(name: str) -> str:
 class SqsqServer(System):
     """``sqsq server`` (single node, one shard, fsync on), or an already running one; with
     ``via="gateway"`` the clients reach it through a ``sqsq gateway`` process (gRPC). With
-    ``batching=False`` the SDK makes one RPC per single-message call."""
+    ``batching=False`` the SDK makes one RPC per single-message call; with ``frames=False``
+    it stays on the gRPC stream instead of the server's frame connection."""
 
     durability = "Raft, one member: the journal entry fdatasynced before any reply"
 
     def __init__(self, via: str = "grpc", endpoint: str | None = None,
-                 batching: bool = True, prefetch: bool = False) -> None:
+                 batching: bool = True, prefetch: bool = False, frames: bool = True) -> None:
         super().__init__()
         self.via = via
         self.endpoint = endpoint
         self.batching = batching
         self.prefetch = prefetch
+        self.frames = frames
 
     def version(self) -> str:
         return _pkg_version("sqsq")
@@ -93,7 +95,7 @@ class SqsqServer(System):
         if self.via == "http":
             return {"kind": "boto3", "url": http_url}
         return {"kind": "sqsq-grpc", "endpoint": grpc_target, "batching": self.batching,
-                "prefetch": self.prefetch}
+                "prefetch": self.prefetch, "frames": self.frames}
 
     def _start_gateway(self, workdir: Path, backend: str) -> str:
         gport, hport = free_port(), free_port()
@@ -241,6 +243,8 @@ def targets(sqsq_endpoint: str | None = None) -> dict[str, Callable[[], System]]
         "sqsq-grpc": lambda: SqsqServer("grpc", sqsq_endpoint),
         # the SDK without its automatic batching: one RPC per single-message call
         "sqsq-grpc-nobatch": lambda: SqsqServer("grpc", sqsq_endpoint, batching=False),
+        # the SDK on the gRPC stream only, not the server's frame connection
+        "sqsq-grpc-noframes": lambda: SqsqServer("grpc", sqsq_endpoint, frames=False),
         # the SDK's opt-in receive prefetch for one-message receives (batching on)
         "sqsq-grpc-prefetch": lambda: SqsqServer("grpc", sqsq_endpoint, prefetch=True),
         "sqsq-http": lambda: SqsqServer("http", sqsq_endpoint),
