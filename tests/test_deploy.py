@@ -188,7 +188,8 @@ def test_gateway() -> None:
     assert args.host == "0.0.0.0"
     assert args.grpc_port != args.http_port
     published = {container: (address, host) for address, host, container in _published(service)}
-    assert set(published) == {args.grpc_port, args.http_port}
+    frame_port = int(service["environment"]["SQSQ_FRAME_PORT"])  # published: clients use it
+    assert set(published) == {args.grpc_port, args.http_port, frame_port}
     if args.public_url:
         assert args.public_url.endswith(f":{published[args.http_port][1]}")
 
