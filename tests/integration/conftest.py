@@ -14,6 +14,18 @@ import pytest
 from serverproc import DOORS, ServerProcess
 from sqsq.client import Client, Message
 
+# The credentials of the ``locked`` server (authentication on).
+KEY, SECRET = "AKIDLOCKED", "locked-secret"
+
+
+@pytest.fixture(scope="module")
+def locked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server of the module's own that requires signed calls (``KEY``, ``SECRET``)."""
+    srv = ServerProcess(tmp_path_factory.mktemp("locked") / "data",
+                        env={"SQSQ_ACCESS_KEY_ID": KEY, "SQSQ_SECRET_ACCESS_KEY": SECRET})
+    yield srv.start()
+    srv.stop()
+
 
 def unique_name(prefix: str = "it") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"

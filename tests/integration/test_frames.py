@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import grpc
 import grpc.aio
@@ -31,9 +29,7 @@ from sqsq.wire import (
     grpc_token,
 )
 
-from .conftest import unique_name
-
-KEY, SECRET = "AKIDFRAMES", "frames-secret"
+from .conftest import KEY, SECRET, unique_name
 
 
 @pytest.fixture(autouse=True)
@@ -135,15 +131,6 @@ def _md5(text: str) -> str:
     import hashlib
 
     return hashlib.md5(text.encode()).hexdigest()  # noqa: S324 - SQS's own checksum
-
-
-@pytest.fixture(scope="module")
-def locked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root: Path = tmp_path_factory.mktemp("frames-locked")
-    srv = ServerProcess(root / "data", env={"SQSQ_ACCESS_KEY_ID": KEY,
-                                            "SQSQ_SECRET_ACCESS_KEY": SECRET}).start()
-    yield srv
-    srv.stop()
 
 
 def test_a_frame_connection_checks_credentials_as_the_stream_does(locked: ServerProcess,

@@ -8,7 +8,6 @@ import contextlib
 import hashlib
 from collections.abc import Iterator
 from concurrent import futures
-from pathlib import Path
 
 import grpc
 import grpc.aio
@@ -26,9 +25,7 @@ from sqsq.errors import (
 from sqsq.gateway.auth import ERROR_CODE_KEY
 from sqsq.v1 import queues_pb2 as pb
 
-from .conftest import unique_name
-
-KEY, SECRET = "AKIDSTREAM", "stream-secret"
+from .conftest import KEY, SECRET, unique_name
 
 
 def md5(text: str) -> str:
@@ -318,15 +315,6 @@ def test_a_server_that_sends_no_headers_before_its_first_reply_still_gets_the_ca
 
 
 # ---- authentication -----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def locked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root: Path = tmp_path_factory.mktemp("stream-locked")
-    srv = ServerProcess(root / "data", env={"SQSQ_ACCESS_KEY_ID": KEY,
-                                            "SQSQ_SECRET_ACCESS_KEY": SECRET}).start()
-    yield srv
-    srv.stop()
 
 
 def test_the_stream_is_signed_and_a_bad_signature_refused(locked: ServerProcess,
