@@ -18,6 +18,7 @@ stream. A peer that sends what is not a frame is cut off.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -211,13 +212,15 @@ class _Connection(asyncio.Protocol):
         transport = self._transport
         assert transport is not None
         try:
-            async for frame in session.reply_frames():
-                transport.write(framed(frame))
-                if not self._reading and session.in_flight < MAX_CALLS_PER_CONNECTION // 2:
-                    self._reading = True
-                    transport.resume_reading()
-                if not self._can_write.is_set():
-                    await self._can_write.wait()
+            async with contextlib.aclosing(session.reply_frames()) as replies:
+                async for frame in replies:
+                    transport.write(framed(frame))
+                    if not self._reading and \
+                            session.in_flight < MAX_CALLS_PER_CONNECTION // 2:
+                        self._reading = True
+                        transport.resume_reading()
+                    if not self._can_write.is_set():
+                        await self._can_write.wait()
             transport.close()  # every call answered after the client half-closed
         finally:
             self._server.queues.close_session(session)

@@ -18,6 +18,7 @@ an answer (a client that never half-closes is cut off by the gRPC server's stop 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -97,14 +98,16 @@ class StreamSession:
         """The gRPC stream's side: read ``frames`` while yielding the reply frames."""
         reader = asyncio.create_task(self._read(frames))
         try:
-            async for frame in self.reply_frames():
-                yield frame
+            async with contextlib.aclosing(self.reply_frames()) as replies:
+                async for frame in replies:
+                    yield frame
         finally:
             reader.cancel()
 
     async def reply_frames(self) -> AsyncIterator[pb.StreamReplyFrame]:
         """Replies as they come, those ready together in one frame, until the session ends
-        (the client half-closed and every call is answered)."""
+        (the client half-closed and every call is answered). Closing it early cancels the
+        calls still running: nobody is left to answer."""
         held: Any = _NOTHING  # taken from the queue, but past the last frame's budget
         try:
             while True:
