@@ -3,6 +3,7 @@ hand-off between the SDK, the wire, the server's stream, the shard engine, Raft'
 the journal's fdatasync and the state machine, p50 and mean over ``--sends`` calls.
 
     python -m bench.stages --sends 3000
+    SQSQ_FRAMES=0 python -m bench.stages --sends 3000   # on the gRPC stream, not frames
 
 It starts its own ``sqsq server`` (127.0.0.1, a temporary data directory, stopped by pid)
 with timestamps put around those hand-offs, and stamps the SDK's side the same way. Both
@@ -40,14 +41,14 @@ SERVER_STAGES = [
     ("ap1", "done", "apply to the proposal's callback"),
     ("done", "xe", "callback (tick thread) to the engine's caller (event loop)"),
     ("xe", "put", "engine result to the reply on the stream's queue"),
-    ("put", "yield", "reply queued to handed to gRPC"),
+    ("put", "yield", "reply queued to handed to the transport"),
 ]
 
 
 # ---- the server side (run as ``python -m bench.stages --serve <sqsq server args>``) -------
 
 def _serve(argv: list[str], out: Path) -> None:
-    from sqsq.gateway import grpc_service, streaming
+    from sqsq.gateway import streaming
     from sqsq.shard import engine, raft, statemachine
 
     records: list[dict[str, float]] = []
@@ -100,16 +101,16 @@ def _serve(argv: list[str], out: Path) -> None:
         propose(self, data, stamped)
     raft.ShardReplica.propose = timed_propose  # type: ignore[method-assign]
 
-    stream = grpc_service.QueuesService.Stream
+    reply_frames = streaming.StreamSession.reply_frames
 
-    async def timed_stream(self: Any, frames: Any, context: Any) -> Any:
-        async for reply in stream(self, frames, context):
+    async def timed_replies(self: Any) -> Any:  # a gRPC stream's or a frame connection's
+        async for reply in reply_frames(self):
             cur["yield"] = pc()
             if "xs" in cur:
                 records.append(dict(cur))
             cur.clear()
             yield reply
-    grpc_service.QueuesService.Stream = timed_stream  # type: ignore[method-assign]
+    streaming.StreamSession.reply_frames = timed_replies  # type: ignore[method-assign]
 
     def dump(*_: Any) -> None:
         written = out.with_suffix(".part")  # renamed whole: the reader never sees half of it
@@ -127,10 +128,10 @@ def _serve(argv: list[str], out: Path) -> None:
 # ---- the client side --------------------------------------------------------------------
 
 async def _calls(endpoint: str, server_pid: int, sends: int, out: Path) -> None:
-    from sqsq.client import AsyncClient, _stream
+    from sqsq.client import AsyncClient, _frames, _stream
 
     cur: dict[str, float] = {}
-    call, frame, response = _stream._AioStream.call, _stream._frame, _stream._response
+    call, frame, response = _stream._AioCalls.call, _stream._frame, _stream._response
 
     async def timed_call(self: Any, *a: Any) -> Any:
         cur["c1"] = pc()
@@ -143,8 +144,9 @@ async def _calls(endpoint: str, server_pid: int, sends: int, out: Path) -> None:
     def timed_response(reply: Any) -> Any:
         cur["resp"] = pc()
         return response(reply)
-    _stream._AioStream.call = timed_call  # type: ignore[method-assign]
+    _stream._AioCalls.call = timed_call  # type: ignore[method-assign]
     _stream._frame, _stream._response = timed_frame, timed_response
+    _frames._frame = timed_frame  # (imported by name there)
 
     client = AsyncClient(endpoint)
     queue = await client.create_queue("bench-stages")
@@ -187,7 +189,8 @@ def _report(rows: list[dict[str, float]], server: list[dict[str, float]]) -> Non
         add("wire in: frame written to read by the server", s["read"] - row["w"])
         for a, b, what in SERVER_STAGES:
             add(f"server: {what}", s[b] - s[a])
-        add("wire out: reply handed to gRPC to read by the SDK", row["resp"] - s["yield"])
+        add("wire out: reply handed to the transport to read by the SDK",
+            row["resp"] - s["yield"])
         add("SDK: reply to the caller", row["end"] - row["resp"])
         add("total (the caller's send_message)", row["end"] - row["t0"])
     width = max(len(k) for k in stages)
