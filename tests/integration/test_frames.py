@@ -237,6 +237,38 @@ def test_a_frame_port_out_of_reach_leaves_the_client_on_grpc(
     asyncio.run(main())
 
 
+def test_a_refused_frame_connection_is_tried_again_when_a_later_stream_offers_it(
+        fresh_server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    read = _frames.Offer.read
+    offers: list[str] = []
+
+    def first_names_another_server(target: str, headers: dict[str, str]) -> _frames.Offer:
+        offer = read(target, headers)
+        assert offer is not None
+        offers.append(offer.server_id)
+        if len(offers) == 1:  # as if the port now belonged to another server: refused
+            return _frames.Offer(offer.host, offer.port, "another-server")
+        return offer
+
+    monkeypatch.setattr(_frames.Offer, "read", staticmethod(first_names_another_server))
+
+    async def main() -> None:
+        client = AsyncClient(fresh_server.endpoint, timeout=30)
+        queue = await client.create_queue(unique_name("refused-once"))
+        await asyncio.gather(*(client.send_message(queue, str(i)) for i in range(5)))
+        stub = client._stub()
+        assert isinstance(stub._stream, _stream._AioStream)  # refused: on gRPC
+        assert await asyncio.to_thread(fresh_server.stop) == 0  # that stream ends
+        fresh_server.start()
+        await client.send_message(queue, "after the restart")  # a new stream, a new offer
+        await client.send_message(queue, "on frames")
+        assert isinstance(stub._stream, _frames.AioFrameStream)
+        assert len(offers) == 2
+        await client.close()
+
+    asyncio.run(main())
+
+
 def test_frames_off_in_the_environment_keeps_the_client_on_grpc(
         server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(_frames.ENV_FRAMES, "0")

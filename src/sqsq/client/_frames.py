@@ -43,7 +43,13 @@ def enabled() -> bool:
 
 
 class FramesUnavailable(Exception):
-    """No frame connection to this server now: use the gRPC stream."""
+    """No frame connection to this server now: use the gRPC stream. ``refused``: the server
+    answered, but said no (shutting down, another server on that port now): worth trying
+    again when a later stream offers one; otherwise it could not be reached."""
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 class Offer:
@@ -105,7 +111,7 @@ class AioFrameStream(_AioCalls):
             raise FramesUnavailable(str(e)) from None
         if refused is not None:
             stream._abort()
-            raise FramesUnavailable(refused.message)
+            raise FramesUnavailable(refused.message, refused=True)
         return stream
 
     def _send(self, outgoing: Outgoing) -> None:
@@ -144,8 +150,8 @@ class AioFrameStream(_AioCalls):
 
     def _lost(self, exc: BaseException | None) -> None:
         accepted = self._accepted
-        if accepted is not None and not accepted.done():
-            accepted.set_exception(OSError("the server closed the frame connection"))
+        if accepted is not None and not accepted.done():  # closed before it said yes or no
+            accepted.set_result(pb.StreamError(message="the server closed the connection"))
         self._end(lambda: _broken(exc))
         if self.closed is not None and not self.closed.done():
             self.closed.set_result(None)
@@ -210,12 +216,13 @@ class SyncFrameStream(_SyncCalls):
                     raise OSError("the server closed the frame connection")
                 messages = splitter.feed(data)
             accepted = pb.StreamReplyFrame.FromString(messages[0])
-            if accepted.HasField("refused"):
-                raise OSError(accepted.refused.message)
             sock.settimeout(None)
         except (OSError, FrameError, DecodeError) as e:
             sock.close()
             raise FramesUnavailable(str(e)) from None
+        if accepted.HasField("refused"):
+            sock.close()
+            raise FramesUnavailable(accepted.refused.message, refused=True)
         return cls(sock, splitter)
 
     def _put(self, outgoing: Outgoing) -> None:

@@ -75,8 +75,10 @@ class _StubBase:
         offer, self._offer = self._offer, None  # once: after a break, gRPC says where now
         return offer
 
-    def _no_frames(self, offer: _frames.Offer, error: Exception) -> None:
-        self._frames_failed = True
+    def _no_frames(self, offer: _frames.Offer, error: _frames.FramesUnavailable) -> None:
+        """Calls go on a gRPC stream that offers nothing; out of reach, frames are not tried
+        again (a refusal may pass: the next stream opened may offer them again)."""
+        self._frames_failed = self._frames_failed or not error.refused
         log.info("no frame connection to %s:%d (%s): calls stay on the gRPC stream",
                  offer.host, offer.port, error)
 
@@ -191,6 +193,7 @@ class StreamStub(_StubBase):
                 return _frames.SyncFrameStream.open(offer, _token(self._creds))
             except _frames.FramesUnavailable as e:
                 self._no_frames(offer, e)
+                return _SyncStream(self._channel, _token(self._creds))
         return _SyncStream(self._channel, _token(self._creds), self._offered)
 
     def call(self, method: str, request: Any, timeout: float | None,
