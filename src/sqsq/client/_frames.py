@@ -92,6 +92,7 @@ class AioFrameStream(_AioCalls):
         self._splitter = FrameSplitter()
         self._outbox: deque[Outgoing] = deque()
         self._flush_due = False
+        self._eof_sent = False
         self._accepted: asyncio.Future | None = None
         self.closed: asyncio.Future | None = None
 
@@ -123,8 +124,8 @@ class AioFrameStream(_AioCalls):
     def _flush(self) -> None:
         self._flush_due = False
         outbox, transport = self._outbox, self._transport
-        if self.done or transport is None:
-            outbox.clear()
+        if self.done or transport is None or self._eof_sent:
+            outbox.clear()  # (a cancel after the half-close: the server reads no more)
             return
         while outbox:
             frame, held = _frame(outbox.popleft(), outbox.popleft)
@@ -133,6 +134,7 @@ class AioFrameStream(_AioCalls):
             transport.write(framed(frame))
         if self.draining and transport.can_write_eof():
             transport.write_eof()  # the server answers what it read, then closes
+            self._eof_sent = True
 
     def _received(self, frame: pb.StreamReplyFrame) -> None:
         accepted = self._accepted
