@@ -48,8 +48,8 @@ def grpc_token(key_id: str, secret: str, method: str, now: float | None = None) 
 
 # ---- the frame connection (sqsq.gateway.frames; sqsq.client._frames) --------------------
 # The Stream call's initial metadata: the port of the server's frame connection, and the
-# server's id that a FrameHello must name (a port a client remembers may since belong to
-# another server).
+# server's id. The SDK's FrameHello names it (a port a client remembers may since belong to
+# another server, which refuses it); a hello without one is taken as for this server.
 FRAME_PORT_KEY = "sqsq-frame-port"
 FRAME_ID_KEY = "sqsq-frame-id"
 STREAM_METHOD = "/sqsq.v1.Queues/Stream"  # what a frame connection's token is signed for
