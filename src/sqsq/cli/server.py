@@ -28,6 +28,7 @@ from sqsq.control.keys import NodeRecord
 from sqsq.core.state import ShardConfig
 from sqsq.gateway.auth import Authenticator, load_credentials
 from sqsq.gateway.console import LocalSource
+from sqsq.gateway.frames import frame_port_setting
 from sqsq.gateway.fronts import (
     announce,
     announce_auth,
@@ -93,7 +94,8 @@ async def _serve(name: str, engine: ShardEngine, endpoint: Endpoint, auth: Authe
     fronts = await start_fronts(
         service, auth, host, grpc_port, http_port,
         lambda server: admin_pb2_grpc.add_AdminServicer_to_server(admin, server),
-        metrics=api_metrics(registry), console=LocalSource(service, f"{host}:{grpc_port}"))
+        metrics=api_metrics(registry), console=LocalSource(service, f"{host}:{grpc_port}"),
+        frame_port=frame_port_setting())
     serving[0] = True
     announce(f"{name}: gRPC on {host}:{fronts.grpc_port}{banner}")
     announce_auth(name, auth)
@@ -247,7 +249,8 @@ async def run_cluster_node(
     fronts = await start_fronts(
         None, auth, host, grpc_port, None,
         lambda server: admin_pb2_grpc.add_AdminServicer_to_server(admin, server),
-        select=directory.select, metrics=api_metrics(registry))
+        select=directory.select, metrics=api_metrics(registry),
+        frame_port=frame_port_setting())
     client = Etcd(etcd)
     agent = NodeAgent(client, me, open_shard, ControllerSettings(
         shards=shards, initial_nodes=initial_nodes, replace_after_s=replace_after_s))

@@ -142,13 +142,15 @@ class AioFrameStream(_AioCalls):
             accepted.set_result(frame.refused if frame.HasField("refused") else None)
             return
         self._deliver(frame.replies)
-        if frame.draining and not self.draining:
-            self.draining = True  # new calls go on a new connection; this one half-closes
-            self._send_eof()
+        if frame.draining:
+            self.retire()  # new calls go on a new connection
 
-    def _send_eof(self) -> None:
-        if not self._flush_due:
-            self._flush()
+    def retire(self) -> None:
+        """No new calls here; half-close after those sent (the next flush does)."""
+        if not self.draining:
+            self.draining = True
+            if not self._flush_due:
+                self._flush()
 
     def _lost(self, exc: BaseException | None) -> None:
         accepted = self._accepted

@@ -176,8 +176,8 @@ class StreamStub(_StubBase):
 
     def close(self) -> None:
         with self._open_lock:
-            if isinstance(self._stream, _frames.SyncFrameStream):
-                self._stream.close()  # (the channel's close ends a gRPC stream)
+            if self._stream is not None:
+                self._stream.close()
 
     def _open(self) -> _SyncCalls:
         with self._open_lock:

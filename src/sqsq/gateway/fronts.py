@@ -22,7 +22,7 @@ from sqsq.api import Endpoint, QueueService
 from sqsq.gateway import logs
 from sqsq.gateway.auth import Authenticator, GrpcAuthInterceptor
 from sqsq.gateway.console import ConsoleSource
-from sqsq.gateway.frames import FrameServer, frame_port_setting
+from sqsq.gateway.frames import FrameServer
 from sqsq.gateway.grpc_service import GRPC_ACTIONS, QueuesService
 from sqsq.gateway.http import AppRunner, make_app
 from sqsq.gateway.http.actions import ACTIONS
@@ -64,12 +64,10 @@ async def start_fronts(
     select: Callable[[grpc.aio.ServicerContext], QueueService] | None = None,
     metrics: ApiMetrics | None = None,
     console: ConsoleSource | None = None,
-    frame_port: int | None | str = "env",
+    frame_port: int | None = None,
 ) -> Fronts:
     """HTTP first: tests and scripts take the gRPC port listening as "ready" (the frame
-    connection listens before it; "env": ``frame_port_setting()``; None: none)."""
-    if frame_port == "env":
-        frame_port = frame_port_setting()
+    connection, on ``frame_port`` (0: any free one; None: none), listens before it)."""
     runner = None
     if http_port is not None:
         runner = AppRunner(make_app(api, auth, metrics, console), access_log=None,
@@ -93,7 +91,7 @@ async def start_fronts(
         bound = _bind_grpc(server, host, grpc_port)  # (listening only from server.start())
         if frame_port is not None:
             frames = FrameServer(queues, auth)
-            await frames.start(host, int(frame_port))
+            await frames.start(host, frame_port)
     except OSError:
         if frames is not None:
             await frames.stop(grace=0)

@@ -26,6 +26,7 @@ from sqsq.gateway.auth import Authenticator, load_credentials
 from sqsq.gateway.cluster import ClusterApi
 from sqsq.gateway.console import ClusterSource, NodeSource
 from sqsq.gateway.forwarding import ForwardingApi
+from sqsq.gateway.frames import frame_port_setting
 from sqsq.gateway.fronts import (
     announce,
     announce_auth,
@@ -112,7 +113,8 @@ async def run_gateway(
     fronts = await start_fronts(api, auth, host, grpc_port, http_port,
                                 add_services=admin.register if admin is not None else None,
                                 metrics=api_metrics(registry),
-                                console=ClusterSource(api) if etcd else NodeSource(api))
+                                console=ClusterSource(api) if etcd else NodeSource(api),
+                                frame_port=frame_port_setting())
     ops = None
     if metrics_port is not None:
         checked = api
