@@ -3,6 +3,7 @@ without its fix. Replicas run in this process, ticked by the test under a fake c
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
@@ -265,3 +266,55 @@ def test_a_dump_from_the_leader_wins_over_the_one_being_written(tmp_path: Path) 
     assert s.checkSerializing() == (SERIALIZER_STATE.FAILED, 7)
     assert s.written == 0  # not counted as a snapshot of ours (metrics)
     assert not (tmp_path / "raft.dump.tmp").exists()
+
+
+def test_a_follower_keeps_the_entries_an_append_repeats(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Fix 8: an append that repeats entries a follower holds (a leader re-sending after a
+    reset) does not cut the follower's log after them; it is answered for what it covers,
+    commits no further, and an entry that conflicts still truncates."""
+    me, leader, other = (f"127.0.0.1:{free_port()}" for _ in range(3))
+    machine = RecordingMachine()
+    replica = ShardReplica(RaftSettings(me, [me, leader, other], tmp_path, bootstrap=True,
+                                        auto_tick=False), machine)
+    answers: list[dict] = []
+    monkeypatch.setattr(raft.TCPTransport, "send",
+                        lambda self, node, message: answers.append(message) or True)
+    try:
+        transport = replica._SyncObj__transport  # noqa: SLF001
+        log = [(_regular(replica, b"m%d" % i), i, 1) for i in range(2, 12)]
+
+        def append(sender: str, term: int, prev: int, prev_term: int, entries: list,
+                   commit: int) -> dict:
+            answers.clear()
+            transport._onMessageReceived(TCPNode(sender), {  # noqa: SLF001
+                "type": "append_entries", "term": term, "commit_index": commit,
+                "prevLogIdx": prev, "prevLogTerm": prev_term, "entries": entries})
+            for _ in range(3):
+                replica.doTick(0.0)
+            return next(a for a in answers if a["type"] == "next_node_idx")
+
+        assert append(leader, 1, 1, 0, log, commit=9)["next_node_idx"] == 12
+        assert replica.raftCommitIndex == 9
+
+        answer = append(leader, 1, 5, 1, log[4:6], commit=11)  # entries 6 and 7 again
+        assert (answer["success"], answer["next_node_idx"]) == (True, 8)
+        assert [e[1] for e in replica.journal[-5:]] == [7, 8, 9, 10, 11]
+        assert replica.raftCommitIndex == 9  # 10 and 11 were not vouched for by that append
+        assert not [r for r in caplog.records if r.levelno >= logging.CRITICAL]
+
+        answer = append(leader, 1, 7, 1, [], commit=11)  # a heartbeat from behind
+        assert (answer["success"], answer["next_node_idx"]) == (True, 8)
+        assert replica.journal[-1][1] == 11
+
+        assert append(leader, 1, 11, 1, [], commit=11)["next_node_idx"] == 12
+        assert replica.raftCommitIndex == 11
+        assert [i for i, _ in machine.applied] == list(range(2, 12))
+
+        # A new leader whose entry 12 differs from one this replica appended uncommitted.
+        append(leader, 1, 11, 1, [(_regular(replica, b"stale"), 12, 1)], commit=11)
+        answer = append(other, 2, 11, 1, [(_regular(replica, b"new"), 12, 2)], commit=11)
+        assert (answer["success"], answer["next_node_idx"]) == (True, 13)
+        assert (replica.journal[-1][1], replica.journal[-1][2]) == (12, 2)
+    finally:
+        replica._doDestroy()  # noqa: SLF001

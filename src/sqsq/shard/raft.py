@@ -29,6 +29,12 @@ each fix with a regression test in ``tests/shard/test_raft_fixes.py``:
 7. **Snapshots beside the tick thread**: pysyncobj writes a custom serializer's dump in its
    tick thread, so a leader stops heartbeating and committing while it writes. Only the
    checkpoint is taken there; the file is written in a thread of its own (``dumps.py``).
+8. **Truncation only on a conflict**: a follower deletes every entry after an append's
+   ``prevLogIdx`` before adding the append's entries, even when it holds them all already
+   (a leader re-sending after a reset). Entries past the append's last were acknowledged
+   and may be committed; a follower that drops them (and fsyncs that before its answer) can
+   leave a committed entry on a minority. Entries it already holds are skipped; an append
+   that brings nothing new is answered for what it covers, and the rest is kept.
 
 pysyncobj's private state is reached through ``_SyncObj__*`` names in this module only; the
 version is pinned.
@@ -224,14 +230,21 @@ class _Transport(TCPTransport):
         super().__init__(syncObj, selfNode, otherNodes)
 
     def send(self, node: Any, message: Any) -> bool:
-        if message.get("type") in ("next_node_idx", "response_vote", "request_vote"):
+        kind = message.get("type")
+        if kind in ("next_node_idx", "response_vote", "request_vote"):
             self._replica.make_durable()  # fix 1: a follower acks only what is on disk
+        covered = self._replica.append_covers
+        if kind == "next_node_idx" and covered is not None and message["success"]:
+            message = dict(message, next_node_idx=covered + 1)  # fix 8
         return super().send(node, message)
 
     def _onMessageReceived(self, node: Any, message: Any) -> None:  # noqa: N802
         message = self._replica.filter_message(node, message)
         if message is not None:
-            super()._onMessageReceived(node, message)
+            try:
+                super()._onMessageReceived(node, message)
+            finally:
+                self._replica.append_covers = None
 
 
 class ShardReplica(SyncObj):
@@ -242,6 +255,9 @@ class ShardReplica(SyncObj):
         self.settings = settings
         self.machine = machine
         self.fatal: BaseException | None = None
+        # fix 8: while an append that brought nothing new is handled, the last index it
+        # covers (its answer says that much, not this replica's whole log)
+        self.append_covers: int | None = None
         directory = settings.directory
         directory.mkdir(parents=True, exist_ok=True)
         member = directory / MEMBER_FILE
@@ -403,7 +419,39 @@ class ShardReplica(SyncObj):
             if kind == "append_entries" and "prevLogIdx" in message and \
                     self._catch_up_to is None and message["term"] >= self.raftCurrentTerm:
                 self._catch_up_to = message["commit_index"]
+        if kind == "append_entries" and "prevLogIdx" in message and \
+                "transmission" not in message and message["term"] >= self.raftCurrentTerm:
+            message = self._skip_held_entries(message)
         return message
+
+    def _skip_held_entries(self, message: dict) -> dict:
+        """Fix 8: an append without the entries this replica holds already (same index and
+        term); one that brings nothing new becomes a heartbeat at this replica's last entry,
+        answered (``append_covers``) and committing only as far as the append reached."""
+        last = self._SyncObj__getCurrentLogIndex()  # type: ignore[attr-defined]
+        prev, prev_term = message["prevLogIdx"], message["prevLogTerm"]
+        if prev >= last:
+            return message  # nothing after prevLogIdx to lose
+        held = self._SyncObj__getEntries(prev, 1)  # type: ignore[attr-defined]
+        if not held or held[0][2] != prev_term:
+            return message  # compacted past it, or a mismatch: pysyncobj answers that
+        entries = list(message.get("entries") or ())
+        skipped = 0
+        for _command, idx, term in entries:
+            ours = self._SyncObj__getEntries(idx, 1) if idx <= last else []  # type: ignore[attr-defined]
+            if not ours or ours[0][2] != term:
+                break
+            prev, prev_term = idx, term
+            skipped += 1
+        if skipped < len(entries):  # a conflict (truncated from there, rightly) or new ones
+            if not skipped:
+                return message
+            return dict(message, prevLogIdx=prev, prevLogTerm=prev_term,
+                        entries=entries[skipped:])
+        self.append_covers = prev
+        last_term = self._SyncObj__getCurrentLogTerm()  # type: ignore[attr-defined]
+        return dict(message, prevLogIdx=last, prevLogTerm=last_term, entries=[],
+                    commit_index=min(message["commit_index"], prev))
 
     def _learner_tick(self) -> None:
         now = _syncobj.monotonicTime()
