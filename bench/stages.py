@@ -49,7 +49,7 @@ SERVER_STAGES = [
 
 def _serve(argv: list[str], out: Path) -> None:
     from sqsq.gateway import streaming
-    from sqsq.shard import engine, raft, statemachine
+    from sqsq.shard import engine, journal, raft, statemachine
 
     records: list[dict[str, float]] = []
     cur: dict[str, float] = {}
@@ -77,18 +77,18 @@ def _serve(argv: list[str], out: Path) -> None:
 
     stamp_around(streaming.StreamSession, "_start", "read")
     stamp_around(engine.ShardEngine, "execute", "xs", "xe")
-    stamp_around(raft.DurableJournal, "add", "app")
+    stamp_around(journal.DurableJournal, "add", "app")
     stamp_around(statemachine.ShardMachine, "apply_entry", "ap0", "ap1")
     stamp_around(streaming.StreamSession, "_run", None, "put")
 
-    sync = raft.DurableJournal.sync
+    sync = journal.DurableJournal.sync
 
     def timed_sync(self: Any) -> None:
         dirty, started = self.dirty, pc()
         sync(self)
         if dirty:
             cur["fs0"], cur["fs1"] = started, pc()
-    raft.DurableJournal.sync = timed_sync  # type: ignore[method-assign]
+    journal.DurableJournal.sync = timed_sync  # type: ignore[method-assign]
 
     propose = raft.ShardReplica.propose
 

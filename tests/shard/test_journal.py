@@ -1,4 +1,4 @@
-"""The Raft journal's file: what ``add`` writes (with pwrite, see ``raft._JournalFile``) is
+"""The Raft journal's file: what ``add`` writes (with pwrite, see ``journal._JournalFile``) is
 what a replica reads back, in the same run and after a restart, also past the file's growth."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sqsq.shard.raft import DurableJournal
+from sqsq.shard.journal import DurableJournal
 
 
 def test_entries_read_back_now_and_after_reopening_past_the_files_growth(

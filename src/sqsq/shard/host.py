@@ -17,7 +17,8 @@ from typing import Any
 from sqsq.core.state import ShardConfig
 from sqsq.shard.clock import Ms, wall_clock_ms
 from sqsq.shard.engine import ShardEngine
-from sqsq.shard.raft import RaftSettings, ShardReplica, fsync_path
+from sqsq.shard.journal import fsync_path
+from sqsq.shard.raft import RaftSettings, ShardReplica
 from sqsq.shard.statemachine import ShardMachine
 
 
