@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,38 @@ def test_kill_9_of_the_leader_under_load_loses_no_acknowledged_send(cluster: Clu
         assert not lost, f"acknowledged sends lost: {sorted(lost)[:10]}"
         assert gap < 15.0, "no new leader served within 15 s"
         assert received <= load.attempted, "a message nobody sent was delivered"
+
+
+def _until(done: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_leader_stopped_gracefully_hands_over_first_and_loses_nothing(
+        cluster: Cluster) -> None:
+    """SIGTERM on the leader: before it stops, it hands leadership to a caught-up follower
+    (its log says which), that follower leads, and no acknowledged send is lost."""
+    cluster.start_all(bootstrap=True)
+    with cluster.client() as c:
+        url = c.create_queue("handover", attributes={"VisibilityTimeout": "1"})
+        with Load(cluster, url) as load:
+            _until(lambda: len(load.acked) > 50)
+            leader = cluster.leader()
+            cluster.stop(leader)
+            assert leader.proc is not None and leader.proc.returncode == 0
+            successor = cluster.leader()
+            before = len(load.acked)
+            _until(lambda: len(load.acked) > before + 50)
+        received = set(load.received)
+        drain(c, url, received)
+    log = (cluster.root / f"{leader.root.name}.log").read_text()
+    assert f"shard 0: leadership handed to 127.0.0.1:{successor.raft_port} before stopping" \
+        in log, log[-2000:]
+    lost = set(load.acked) - received
+    assert not lost, f"acknowledged sends lost: {sorted(lost)[:10]}"
+    assert received <= load.attempted
 
 
 def test_a_leader_resumed_after_a_new_election_acknowledges_nothing_new(

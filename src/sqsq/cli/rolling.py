@@ -4,16 +4,12 @@ The running ``sqsq cluster up`` owns the processes, so ``cluster restart`` asks 
 ``DIR/restart-request.json`` and sends SIGUSR1; ``up`` writes its progress to
 ``DIR/restart.json``). Each node is stopped with SIGTERM and started again on the same ports
 and data. The next node is always one leading no shard while one is left, so leaders go last
-(by then the others are fresh, and a leader's stop costs one election: the shard is
-unavailable for about an election timeout, which the SDK's retries cover). After each
+(by then the others are fresh: a stopping leader hands each shard to a caught-up follower,
+``ShardEngine.hand_over``, and the SDK's retries cover the moment that takes). After each
 restart it waits until the node is ready: it is alive in etcd, every shard has a live
 leader, each of the node's replicas has applied the commit index its leader reported when
 the node came back (``Admin.ReplicaStatus``), and the node's own ``/readyz`` says ready, so
 no step starts while a shard is short of an up-to-date replica.
-
-pysyncobj can hand leadership over (``transferLeadership``), but a graceful stop already
-gives a leader's followers an election within about one election timeout; asking it to step
-down first is left out (``docs/backup.md``).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ engine), the shard service over it, and the doors a process opens.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -103,11 +104,22 @@ async def _serve(name: str, engine: ShardEngine, endpoint: Endpoint, auth: Authe
     log.info("shutting down")
     serving[0] = False
     engine.end_long_polls()
+    await _hand_over({0: engine})
     await fronts.stop()
     if ops is not None:
         await ops.stop()
     await engine.stop()
     announce(f"{name}: stopped")
+
+
+async def _hand_over(engines: dict[int, ShardEngine]) -> None:
+    """A graceful stop: every shard this process leads gets its next leader first, so it is
+    not left leaderless for an election timeout (``ShardEngine.hand_over``)."""
+    shards = list(engines.items())  # the node's agent may open another meanwhile
+    moved = await asyncio.gather(*(engine.hand_over() for _, engine in shards))
+    for (shard_id, _), leader in zip(shards, moved, strict=True):
+        if leader is not None:
+            log.info("shard %d: leadership handed to %s before stopping", shard_id, leader)
 
 
 def _serving_problems(serving: list[bool]) -> list[str]:
@@ -281,6 +293,7 @@ async def run_cluster_node(
     log.info("shutting down")
     for engine in engines.values():
         engine.end_long_polls()
+    await _hand_over(engines)
     await fronts.stop()
     if ops is not None:
         await ops.stop()

@@ -47,6 +47,7 @@ import enum
 import logging
 import os
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,6 +154,7 @@ class ShardReplica(SyncObj):
         # fix 8: while an append that brought nothing new is handled, the last index it
         # covers (its answer says that much, not this replica's whole log)
         self.append_covers: int | None = None
+        self._tick_actions: deque[Callable[[], None]] = deque()  # run by the tick thread
         directory = settings.directory
         directory.mkdir(parents=True, exist_ok=True)
         member = directory / MEMBER_FILE
@@ -226,6 +228,16 @@ class ShardReplica(SyncObj):
             except RuntimeError:
                 continue
 
+    def transfer_leadership(self) -> None:
+        """Ask the most caught-up connected follower to stand for election now (Raft's
+        TimeoutNow), so the group has a new leader in a round trip rather than an election
+        timeout after this one stops. pysyncobj refuses while no follower has the whole log;
+        the caller watches ``is_leader`` and may ask again."""
+        self._tick_actions.append(self.transferLeadership)  # leader state: the tick thread's
+        notifier = getattr(self, "_SyncObj__pipeNotifier", None)
+        if notifier is not None:
+            notifier.notify()
+
     def change_member(self, add: str | None, remove: str | None,
                       done: Callable[[bool], None]) -> None:
         """Add or remove one member (Raft's single-server change, applied when appended);
@@ -284,6 +296,8 @@ class ShardReplica(SyncObj):
                 threading.Event().wait(timeToWait)
             return
         self.make_durable()  # fix 1: the leader counts only entries it has on disk
+        while self._tick_actions:
+            self._tick_actions.popleft()()
         if self.learner:
             self._learner_tick()
         try:
