@@ -5,12 +5,10 @@ point (``_entry``, taking an encoded log entry as bytes) and fixes what sqsq can
 each fix with a regression test in ``tests/shard/test_raft_fixes.py``:
 
 1. **fsync**: its ``FileJournal`` writes through an mmap and never syncs. ``DurableJournal``
-   (``journal.py``)
-   is flushed (fdatasync) before anything depends on the log: before the leader counts its
-   own entries (at the start of each tick, ahead of the commit loop) and before a follower
-   answers an append
-   (``next_node_idx``); term and vote are fsynced (file and directory) before a vote is asked
-   for or given.
+   (``journal.py``) is flushed (fdatasync) before anything depends on the log: before the
+   leader counts its own entries (at the start of each tick, ahead of the commit loop) and
+   before a follower answers an append (``next_node_idx``); term and vote are fsynced (file
+   and directory) before a vote is asked for or given.
 2. **Commit through a snapshot chunk**: a follower raises its commit index to
    ``min(leaderCommit, lastLogIndex)`` also for appends that carry no ``prevLogIdx``
    (snapshot chunks), so a deposed leader rejoining through a snapshot "commits" its own
