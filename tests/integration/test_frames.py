@@ -4,8 +4,10 @@ gRPC stream's headers offer it, with the stream's checks, answers and fallbacks.
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import struct
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -15,6 +17,10 @@ import pytest
 from serverproc import ServerProcess, free_port
 from sqsq.client import AsyncClient, Client, _frames, _stream
 from sqsq.errors import QueueError, ServiceUnavailable
+from sqsq.gateway import frames
+from sqsq.gateway.auth import Authenticator
+from sqsq.gateway.frames import FrameServer
+from sqsq.gateway.grpc_service import QueuesService
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import (
     FRAME_ID_KEY,
@@ -343,3 +349,35 @@ def test_the_splitter_rebuilds_frames_cut_anywhere_and_refuses_oversized_ones() 
         assert [pb.FrameHello.FromString(b) for b in out] == messages
     with pytest.raises(FrameError):
         FrameSplitter().feed(struct.pack(">I", MAX_FRAME_BYTES + 1))
+
+
+def test_a_frame_connection_that_never_says_hello_is_cut_off(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection that sends no hello is closed after ``HELLO_TIMEOUT_S``; one that said
+    hello stays open. (A frame server in this process, so the deadline can be short.)"""
+    monkeypatch.setattr(frames, "HELLO_TIMEOUT_S", 0.3)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start() -> FrameServer:
+        server = FrameServer(QueuesService(api=object()), Authenticator({}))
+        await server.start("127.0.0.1")
+        return server
+
+    server = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as polite:
+            polite.sendall(framed(pb.FrameHello(metadata={FRAME_ID_KEY: server.server_id})))
+            assert read_frame(polite) == b""  # accepted
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as silent:
+                assert read_frame(silent) is None  # closed by the server
+            # The polite one connected first: had its deadline not been cancelled, it would
+            # have been closed before the silent one.
+            readable, _, _ = select.select([polite], [], [], 0)
+            assert readable == []
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(0.0), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

@@ -8,11 +8,11 @@ API (and what other languages' clients use): its headers name this port and this
 id, and the SDK moves its calls here when it can reach it (``sqsq.client._frames``).
 
 What a gRPC stream checks, this checks the same way: the client's first message is a
-``FrameHello`` with the stream's metadata, its token verified for the Stream method; the
-server answers with an empty ``StreamReplyFrame`` (accepted) or one whose ``refused`` says
-why not, and then closes the connection. The calls go
-through the same ``StreamSession`` and so the same handlers; shutting down drains it like a
-stream. A peer that sends what is not a frame is cut off.
+``FrameHello`` (within ``HELLO_TIMEOUT_S``) with the stream's metadata, its token verified
+for the Stream method; the server answers with an empty ``StreamReplyFrame`` (accepted) or
+one whose ``refused`` says why not, and then closes the connection. The calls go through the
+same ``StreamSession`` and so the same handlers; shutting down drains it like a stream. A
+peer that sends what is not a frame is cut off.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ ENV_FRAME_PORT = "SQSQ_FRAME_PORT"
 # Calls running on one connection before it stops reading (TCP then holds the client back,
 # as HTTP/2 flow control does a gRPC stream).
 MAX_CALLS_PER_CONNECTION = 4096
+# A connection must say hello within this long; one that does not would hold a descriptor
+# (and a slot in the server's set) until the server stops.
+HELLO_TIMEOUT_S = 10.0
 
 
 def frame_port_setting() -> int | None:
@@ -146,10 +149,18 @@ class _Connection(asyncio.Protocol):
         self._can_write.set()
         self._reading = True
         self.ended: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._hello_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:
         self._transport = transport
         self._server._connections.add(self)
+        self._hello_timer = asyncio.get_running_loop().call_later(
+            HELLO_TIMEOUT_S, self._no_hello)
+
+    def _no_hello(self) -> None:
+        if self._session is None and not self._refused:
+            log.warning("frame connection cut off: no hello within %g s", HELLO_TIMEOUT_S)
+            self.abort()
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -170,6 +181,8 @@ class _Connection(asyncio.Protocol):
             self._pause_reading()
 
     def _open(self, message: bytes) -> None:
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
         hello = self._server.hello(message)
         if isinstance(hello, pb.StreamError):
             self._refused = True
@@ -187,6 +200,8 @@ class _Connection(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
         self._server._connections.discard(self)
         if self._writer is not None:
             self._writer.cancel()  # nobody to answer: the session's calls are cancelled
