@@ -322,31 +322,35 @@ def test_a_follower_keeps_the_entries_an_append_repeats(
 
 def test_a_leader_hands_over_to_a_caught_up_follower_within_an_election_timeout(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``transfer_leadership`` (a graceful stop's hand-over): a follower with the whole log
-    leads in the next term well before any election timeout could have passed, the old
-    leader follows it, and what was committed stays committed."""
+    """``transfer_leadership`` (a graceful stop's hand-over): the chosen follower with the
+    whole log (``pick``, in address order) leads in the next term well before any election
+    timeout could have passed, the old leader follows it, and what was committed stays
+    committed."""
+    lo, _hi = RaftSettings("x", ["x"], tmp_path).election_timeout_s
     with raft_group(tmp_path, monkeypatch) as group:
-        old = group.elect()
+        leader = group.elect()
         for i in range(5):
-            assert group.commit(old, b"m%d" % i) is Proposal.COMMITTED
-        group.run(0.2)  # heartbeats: every follower reports the whole log
-        term = group.replicas[old].raftCurrentTerm
-        group.replicas[old].transfer_leadership()
-        lo, _hi = RaftSettings("x", ["x"], tmp_path).election_timeout_s
+            assert group.commit(leader, b"m%d" % i) is Proposal.COMMITTED
+        for pick in (1, 0, 2):
+            group.run(0.2)  # heartbeats: every follower reports the whole log
+            old, term = leader, group.replicas[leader].raftCurrentTerm
+            followers = sorted(a for a in group.addresses if a != old)
+            group.replicas[old].transfer_leadership(pick)
 
-        def moved() -> bool:  # a new leader, and the old one follows it
-            leaders = group.leaders()
-            return len(leaders) == 1 and leaders[0] != old and \
-                group.replicas[old].leader_address() == leaders[0]
+            def moved(old: str = old) -> bool:  # a new leader, and the old one follows it
+                leaders = group.leaders()
+                return len(leaders) == 1 and leaders[0] != old and \
+                    group.replicas[old].leader_address() == leaders[0]
 
-        waited = 0.0
-        while waited < lo / 2 and not moved():
-            group.step(0.01)
-            waited += 0.01
-        assert moved(), f"no hand-over within {lo / 2}s of fake time"
-        [new] = group.leaders()
-        assert group.replicas[new].raftCurrentTerm == term + 1
-        assert group.commit(new, b"after") is Proposal.COMMITTED
+            waited = 0.0
+            while waited < lo / 2 and not moved():
+                group.step(0.01)
+                waited += 0.01
+            assert moved(), f"no hand-over within {lo / 2}s of fake time"
+            [leader] = group.leaders()
+            assert leader == followers[pick % 2]
+            assert group.replicas[leader].raftCurrentTerm == term + 1
+        assert group.commit(leader, b"after") is Proposal.COMMITTED
         group.run(0.2)
         for machine in group.machines.values():
             assert machine.payloads()[-6:] == [b"m0", b"m1", b"m2", b"m3", b"m4", b"after"]

@@ -115,8 +115,12 @@ async def _serve(name: str, engine: ShardEngine, endpoint: Endpoint, auth: Authe
 async def _hand_over(engines: dict[int, ShardEngine]) -> None:
     """A graceful stop: every shard this process leads gets its next leader first, so it is
     not left leaderless for an election timeout (``ShardEngine.hand_over``)."""
-    shards = list(engines.items())  # the node's agent may open another meanwhile
-    moved = await asyncio.gather(*(engine.hand_over() for _, engine in shards))
+    # A list: the node's agent may open another shard meanwhile. Each shard led here goes
+    # to another caught-up follower in turn, so they do not all land on one node.
+    shards = [(shard_id, engine) for shard_id, engine in engines.items()
+              if engine.leading_term() is not None]
+    moved = await asyncio.gather(*(engine.hand_over(pick=i)
+                                   for i, (_, engine) in enumerate(shards)))
     for (shard_id, _), leader in zip(shards, moved, strict=True):
         if leader is not None:
             log.info("shard %d: leadership handed to %s before stopping", shard_id, leader)

@@ -176,14 +176,16 @@ class ShardEngine:
         self.long_polls_allowed = False
         self.waiters.wake_all()
 
-    async def hand_over(self, timeout_s: float = HAND_OVER_TIMEOUT_S) -> str | None:
+    async def hand_over(self, pick: int = 0, timeout_s: float = HAND_OVER_TIMEOUT_S
+                        ) -> str | None:
         """Before a graceful stop, if this replica leads a group of several: admit nothing
         new, let what is in flight commit, and hand leadership to a caught-up follower, so
         the shard has a leader again within a round trip instead of an election timeout
         after this replica stops. A request that arrives meanwhile waits, then is answered
         NotLeader naming the new leader. Returns the new leader's Raft address; None if this
         replica did not lead, or still leads after ``timeout_s`` (its stop then costs an
-        election, as a crash does)."""
+        election, as a crash does). ``pick`` chooses among the caught-up followers
+        (``ShardReplica.transfer_leadership``)."""
         if self._closing or self._loop is None or not self.replica.is_leader() or \
                 len(self.replica.members()) <= 1:
             return None
@@ -199,7 +201,7 @@ class ShardEngine:
             while time.monotonic() < deadline and (
                     self.replica.is_leader() or self.replica.leader_address() is None):
                 if self.replica.is_leader():
-                    self.replica.transfer_leadership()
+                    self.replica.transfer_leadership(pick)
                 await asyncio.sleep(HAND_OVER_POLL_S)
         finally:
             self._handing_over = None

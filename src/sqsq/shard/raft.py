@@ -226,15 +226,28 @@ class ShardReplica(SyncObj):
             except RuntimeError:
                 continue
 
-    def transfer_leadership(self) -> None:
-        """Ask the most caught-up connected follower to stand for election now (Raft's
-        TimeoutNow), so the group has a new leader in a round trip rather than an election
-        timeout after this one stops. pysyncobj refuses while no follower has the whole log;
-        the caller watches ``is_leader`` and may ask again."""
-        self._tick_actions.append(self.transferLeadership)  # leader state: the tick thread's
+    def transfer_leadership(self, pick: int = 0) -> None:
+        """Ask a caught-up connected follower to stand for election now (Raft's TimeoutNow),
+        so the group has a new leader in a round trip rather than an election timeout after
+        this one stops: of the followers that hold the whole log, in address order, the
+        ``pick``-th (modulo their number), so a node handing several shards over spreads
+        them (pysyncobj's own choice is always the same node). Nothing happens while none
+        holds the whole log; the caller watches ``is_leader`` and may ask again."""
+        self._tick_actions.append(lambda: self._transfer_to_caught_up(pick))
         notifier = getattr(self, "_SyncObj__pipeNotifier", None)
         if notifier is not None:
             notifier.notify()
+
+    def _transfer_to_caught_up(self, pick: int) -> None:  # in the tick thread
+        if not self._isLeader():
+            return
+        last = self._SyncObj__getCurrentLogIndex()  # type: ignore[attr-defined]
+        match = self._SyncObj__raftMatchIndex  # type: ignore[attr-defined]
+        connected = self._SyncObj__connectedNodes  # type: ignore[attr-defined]
+        ready = sorted((n for n in self._SyncObj__otherNodes  # type: ignore[attr-defined]
+                        if n in connected and match.get(n, 0) == last), key=lambda n: n.id)
+        if ready:
+            self.transferLeadership(ready[pick % len(ready)])
 
     def change_member(self, add: str | None, remove: str | None,
                       done: Callable[[bool], None]) -> None:
