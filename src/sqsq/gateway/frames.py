@@ -157,10 +157,9 @@ class _Connection(asyncio.Protocol):
         self._hello_timer = asyncio.get_running_loop().call_later(
             HELLO_TIMEOUT_S, self._no_hello)
 
-    def _no_hello(self) -> None:
-        if self._session is None and not self._refused:
-            log.warning("frame connection cut off: no hello within %g s", HELLO_TIMEOUT_S)
-            self.abort()
+    def _no_hello(self) -> None:  # (the timer is cancelled when the hello comes)
+        log.warning("frame connection cut off: no hello within %g s", HELLO_TIMEOUT_S)
+        self.abort()
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
