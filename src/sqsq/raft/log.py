@@ -17,7 +17,8 @@ from sqsq.raft.types import ConfChange, ConfState, Entry, EntryKind, SnapshotMet
 class RaftLog:
     def __init__(self, snapshot: SnapshotMeta, entries: Sequence[Entry] = (),
                  commit: int = 0) -> None:
-        self.snap = snapshot
+        self.snap = snapshot  # where the log starts: the entries up to here are gone
+        self.snapshot = snapshot  # the newest durable snapshot, what a follower is sent
         self.entries: list[Entry] = []
         self._confs: list[tuple[int, ConfState]] = []  # (index, membership from then on)
         self._extend(entries)
@@ -143,7 +144,7 @@ class RaftLog:
 
     def restore(self, meta: SnapshotMeta) -> None:
         """Replace the whole log with a snapshot (one ahead of this log's commit)."""
-        self.snap = meta
+        self.snap = self.snapshot = meta
         self.entries = []
         self._confs = []
         self.commit = meta.index
@@ -151,13 +152,20 @@ class RaftLog:
         self.unstable_from = None
         self.pending_snapshot = meta
 
-    def compact(self, index: int) -> SnapshotMeta:
-        """Forget the entries up to ``index`` (the host has a durable snapshot there)."""
+    def meta_at(self, index: int) -> SnapshotMeta:
         term = self.term(index)
         if term is None or index > self.stable:
-            raise ValueError(f"cannot compact to {index}: not a durable entry of this log")
-        meta = SnapshotMeta(index, term, self.conf_at(index))
-        del self.entries[: index - self.snap.index]
-        self._confs = [(at, c) for at, c in self._confs if at > index]
-        self.snap = meta
-        return meta
+            raise ValueError(f"no durable entry {index} in this log")
+        return SnapshotMeta(index, term, self.conf_at(index))
+
+    def compact(self, snapshot: SnapshotMeta, keep: int) -> None:
+        """The host holds ``snapshot`` durably: forget the entries up to it, but for the last
+        ``keep`` (a follower a little behind catches up from them, not from the snapshot)."""
+        self.snapshot = snapshot
+        start = max(self.snap.index, snapshot.index - keep)
+        if start == self.snap.index:
+            return
+        point = self.meta_at(start)
+        del self.entries[: start - self.snap.index]
+        self._confs = [(at, c) for at, c in self._confs if at > start]
+        self.snap = point

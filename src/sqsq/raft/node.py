@@ -187,12 +187,16 @@ class RaftNode:
             self._send_append(target)
         return True
 
-    def compact(self, index: int) -> SnapshotMeta:
-        """The host holds a durable snapshot of its state at ``index`` (applied, persisted):
-        drop the entries up to it. Returns the metadata to store with that snapshot."""
+    def snapshot_meta(self, index: int) -> SnapshotMeta:
+        """The metadata to store with a snapshot of the state at ``index`` (applied)."""
         if index > self.applied:
-            raise ValueError(f"cannot compact to {index}: applied only {self.applied}")
-        return self.log.compact(index)
+            raise ValueError(f"no snapshot at {index}: applied only {self.applied}")
+        return self.log.meta_at(index)
+
+    def compact(self, snapshot: SnapshotMeta, keep: int = 0) -> None:
+        """The host holds ``snapshot`` durably: drop the entries it covers but the last
+        ``keep``. Followers further behind are sent that snapshot."""
+        self.log.compact(snapshot, keep)
 
     def snapshot_failed(self, peer: str) -> None:
         """The host could not deliver the snapshot to ``peer``: probe again."""
@@ -462,9 +466,9 @@ class RaftNode:
         prev_term = self.log.term(prev)
         if prev_term is None:
             # The follower needs entries this log has compacted: the snapshot instead.
-            pr.become_snapshot(self.log.snap.index)
+            pr.become_snapshot(self.log.snapshot.index)
             self.msgs.append(Message(MsgType.SNAPSHOT, peer, self.id, self.term,
-                                     snapshot=self.log.snap))
+                                     snapshot=self.log.snapshot))
             return False
         last = self.log.last_index()
         entries = (self.log.slice(pr.next, last, self.cfg.max_append_bytes)

@@ -107,12 +107,13 @@ class SimDisk:
             raise ReplicaUnrecoverable(f"commit {hs.commit} past the log's end {last}")
         return hs, meta, tuple(entries), self.snap_data
 
-    def save_snapshot(self, meta: SnapshotMeta, data: MachineSnapshot,
+    def save_snapshot(self, meta: SnapshotMeta, data: MachineSnapshot, keep: int,
                       cut_after: int | None = None) -> bool:
-        """A snapshot taken here: written durably, then the log before it dropped. With
-        ``cut_after``, a crash strikes that many steps into the compaction: False."""
+        """A snapshot taken here: written durably, then the log before it dropped but for
+        the last ``keep`` entries. With ``cut_after``, a crash strikes that many steps into
+        the compaction: False."""
         self.snap_meta, self.snap_data = meta, data
-        kept = [r for r in self.records if r.entry.index > meta.index]
+        kept = [r for r in self.records if r.entry.index > meta.index - keep]
         if self.guard.segment_compaction or cut_after is None:
             self.records = kept  # whole segments go; the kept ones are never rewritten
             return cut_after is None

@@ -280,13 +280,16 @@ class SimReplica:
     def _maybe_compact(self) -> None:
         core = self.core
         assert core is not None
-        if self.machine.applied - core.log.snap.index < self.world.scenario.compact_every:
+        scenario = self.world.scenario
+        if self.machine.applied - core.log.snapshot.index < scenario.compact_every:
             return
         data = self.machine.snapshot()
-        meta = core.compact(data.applied)
+        meta = core.snapshot_meta(data.applied)
         cut = self.world.cut_compaction(self)
-        if not self.disk.save_snapshot(meta, data, cut_after=cut):
+        if not self.disk.save_snapshot(meta, data, scenario.compact_keep, cut_after=cut):
             self.crash()
+            return
+        core.compact(meta, scenario.compact_keep)
 
     def _send(self, m: Message) -> None:
         if m.type is MsgType.SNAPSHOT:

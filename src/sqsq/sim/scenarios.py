@@ -32,11 +32,13 @@ class Scenario:
     drop: float = 0.02
     duplicate: float = 0.02
     slow: float = 0.02
+    slow_ms: tuple[int, int] = (50, 1500)
     chances: dict[str, float] = field(default_factory=lambda: {
         "before-sync": 0.002, "mid-compaction": 0.02, "install-fails": 0.05,
         "mid-install": 0.05})
     torn: float = 0.5
     compact_every: int = 30
+    compact_keep: int = 10  # entries kept behind a snapshot, for followers a little behind
     max_inflight: int = 8
     max_append_bytes: int = 64 << 10
     pre_vote: bool = True
@@ -44,7 +46,8 @@ class Scenario:
     description: str = ""
 
     def network(self) -> NetworkFaults:
-        return NetworkFaults(drop=self.drop, duplicate=self.duplicate, slow=self.slow)
+        return NetworkFaults(drop=self.drop, duplicate=self.duplicate, slow=self.slow,
+                             slow_ms=self.slow_ms)
 
     def calm_network(self) -> NetworkFaults:
         return NetworkFaults()
@@ -118,7 +121,7 @@ RANDOM = Scenario("random", description="every fault, mixed")
 FINDINGS: dict[str, tuple[Scenario, str]] = {
     "compaction-crash": (Scenario(
         "compaction-crash", faults=("crash", "crash-leader", "partition"), compact_every=8,
-        chances={"mid-compaction": 0.3},
+        compact_keep=20, chances={"mid-compaction": 0.3},
         description="finding 1: a crash in the middle of compaction"), "segment_compaction"),
     "big-entry-repeat": (Scenario(
         "big-entry-repeat", faults=("crash", "partition", "isolate-leader"), duplicate=0.2,
@@ -127,7 +130,8 @@ FINDINGS: dict[str, tuple[Scenario, str]] = {
         "truncate_only_at_conflict"),
     "stale-ack": (Scenario(
         "stale-ack", faults=("crash-leader", "isolate-leader", "partition"), duplicate=0.3,
-        slow=0.3, description="finding 4: acknowledgements from an old term arrive late"),
+        slow=0.3, slow_ms=(500, 5000), fault_every_ms=(100, 800),
+        description="finding 4: acknowledgements from an old term arrive late"),
         "stale_responses_ignored"),
     "failed-install": (Scenario(
         "failed-install", faults=("crash", "partition"), compact_every=5,
@@ -147,8 +151,9 @@ FINDINGS: dict[str, tuple[Scenario, str]] = {
         description="finding 7: a crash in the middle of a snapshot install"),
         "staged_snapshot_install"),
     "old-snapshot": (Scenario(
-        "old-snapshot", faults=("partition", "crash"), compact_every=5, duplicate=0.3,
-        slow=0.3, description="finding 9: an old snapshot arrives after newer entries"),
+        "old-snapshot", faults=("partition", "crash"), compact_every=3, compact_keep=0,
+        duplicate=0.5, slow=0.5, slow_ms=(200, 3000),
+        description="finding 9: an old snapshot arrives after newer entries"),
         "refuse_snapshot_behind_commit"),
 }
 
