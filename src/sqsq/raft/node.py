@@ -12,7 +12,7 @@ check-quorum; replication pipelines appends per follower (``progress``).
 
 from __future__ import annotations
 
-import random
+from typing import TYPE_CHECKING
 
 from sqsq.raft.log import RaftLog
 from sqsq.raft.progress import Progress, ProgressState
@@ -32,6 +32,9 @@ from sqsq.raft.types import (
     Safeguards,
     SnapshotMeta,
 )
+
+if TYPE_CHECKING:
+    import random  # the host's seeded generator; the core draws nothing of its own
 
 _FROM_LEADER = {MsgType.APPEND, MsgType.HEARTBEAT, MsgType.SNAPSHOT}
 DEFAULT_CONFIG = RaftConfig()
