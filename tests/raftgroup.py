@@ -10,12 +10,12 @@ from collections.abc import Iterable
 from sqsq.raft import (
     ConfState,
     Entry,
-    HardState,
+    EntryKind,
     Message,
     RaftConfig,
     RaftNode,
     Safeguards,
-    SnapshotMeta,
+    bootstrap,
 )
 
 
@@ -24,6 +24,7 @@ class Group:
                  config: RaftConfig | None = None, safeguards: Safeguards | None = None,
                  seed: int = 1) -> None:
         ids = list(ids)
+        learners = list(learners)
         self.conf = ConfState(frozenset(ids), frozenset(learners))
         self.config = config or RaftConfig(election_ticks=10, heartbeat_ticks=1)
         self.safeguards = safeguards or Safeguards()
@@ -35,9 +36,10 @@ class Group:
         for n in [*ids, *learners]:
             self.add(n)
 
-    def add(self, node_id: str, conf: ConfState | None = None) -> RaftNode:
-        node = RaftNode(node_id, hard_state=HardState(),
-                        snapshot=SnapshotMeta(0, 0, conf or self.conf),
+    def add(self, node_id: str) -> RaftNode:
+        """A first member of the group (its membership bootstrapped in the log)."""
+        hs, snap, entries = bootstrap(self.conf.voters, self.conf.learners)
+        node = RaftNode(node_id, hard_state=hs, snapshot=snap, entries=entries,
                         rng=random.Random(self.rng.getrandbits(32)), config=self.config,
                         safeguards=self.safeguards)
         self.nodes[node_id] = node
@@ -100,4 +102,4 @@ class Group:
         return max(leaders, key=lambda n: n.term) if leaders else None
 
     def payloads(self, node_id: str) -> list[bytes]:
-        return [e.data for e in self.applied[node_id] if e.data]
+        return [e.data for e in self.applied[node_id] if e.data and e.kind is EntryKind.NORMAL]

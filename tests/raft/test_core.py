@@ -119,7 +119,7 @@ def test_without_terms_on_acknowledgements_a_stale_one_commits_what_no_follower_
 
 
 def _repeat_old_append(safeguards: Safeguards) -> Group:
-    """b holds entries 1..11; the leader's old append of entry 6 (70 KB, as a group commit of
+    """b holds entries 1..12; the leader's old append of entry 7 (70 KB, as a group commit of
     many commands is) arrives again."""
     g = Group(("a", "b"), safeguards=safeguards)
     leader = g.elect("a")
@@ -129,9 +129,9 @@ def _repeat_old_append(safeguards: Safeguards) -> Group:
         leader.propose(big if i == 4 else b"e%d" % i)
     g.flush()
     b = g.nodes["b"]
-    assert b.log.last_index() == 11 and b.log.commit < 6
-    old = Message(MsgType.APPEND, "b", "a", leader.term, log_term=leader.term, index=5,
-                  entries=(b.log.entries[5],), commit=5)
+    assert b.log.last_index() == 12 and b.log.commit < 7  # membership, no-op, 10 entries
+    old = Message(MsgType.APPEND, "b", "a", leader.term, log_term=leader.term, index=6,
+                  entries=(b.log.entries[6],), commit=6)
     b.step(old)
     g.flush()
     return g
@@ -140,12 +140,12 @@ def _repeat_old_append(safeguards: Safeguards) -> Group:
 def test_a_repeated_append_of_a_large_entry_truncates_nothing() -> None:
     """Finding 2: truncation only at a conflict, whatever the entry's size."""
     g = _repeat_old_append(Safeguards())
-    assert g.nodes["b"].log.last_index() == 11
+    assert g.nodes["b"].log.last_index() == 12
 
 
 def test_without_the_conflict_rule_a_repeated_append_drops_acknowledged_entries() -> None:
     g = _repeat_old_append(Safeguards(truncate_only_at_conflict=False))
-    assert g.nodes["b"].log.last_index() == 6  # 7..11 gone, acknowledged and committed
+    assert g.nodes["b"].log.last_index() == 7  # 8..12 gone, though acknowledged
 
 
 def _two_changes_then_split(safeguards: Safeguards) -> tuple[Group, object]:
@@ -195,7 +195,7 @@ def _old_snapshot_after_commit(safeguards: Safeguards) -> Group:
         leader.propose(b"e%d" % i)
     g.flush()
     b = g.nodes["b"]
-    assert b.log.commit == 11
+    assert b.log.commit == 12
     old = SnapshotMeta(5, leader.term, g.conf)
     b.step(Message(MsgType.SNAPSHOT, "b", "a", leader.term, snapshot=old))
     return g
@@ -205,7 +205,7 @@ def test_a_snapshot_older_than_the_commit_is_refused() -> None:
     """Finding 9."""
     g = _old_snapshot_after_commit(Safeguards())
     b = g.nodes["b"]
-    assert b.log.last_index() == 11 and b.log.commit == 11
+    assert b.log.last_index() == 12 and b.log.commit == 12
     assert b.ready().snapshot is None
 
 
@@ -245,8 +245,9 @@ def test_a_leadership_transfer_hands_over_within_one_round() -> None:
 
 def test_a_learner_never_campaigns_and_is_promoted_only_once_caught_up() -> None:
     g = Group(("a", "b", "c"), learners=("n",))
+    term = g.nodes["n"].term
     g.tick(100, only=["n"])
-    assert g.nodes["n"].role is Role.FOLLOWER and g.nodes["n"].term == 0
+    assert g.nodes["n"].role is Role.FOLLOWER and g.nodes["n"].term == term
     leader = g.elect("a")
     g.isolate("n")
     leader.propose(b"x")

@@ -15,7 +15,7 @@ from sqsq.sim.__main__ import run_one
 from sqsq.sim.scenarios import FINDINGS, SCENARIOS
 
 STEPS = 20_000
-SEEDS = 6  # per scenario: 9 scenarios x 6 seeds x ~23,000 steps > 1,000,000 steps
+SEEDS = 6  # per scenario: 10 scenarios x 6 seeds x ~23,000 steps > 1,000,000 steps
 
 
 def test_a_million_steps_over_every_scenario_end_without_a_violation() -> None:

@@ -21,10 +21,11 @@ from sqsq.raft.types import (
     Role,
     Safeguards,
     SnapshotMeta,
+    bootstrap,
 )
 
 __all__ = [
     "ConfChange", "ConfOp", "ConfState", "Entry", "EntryKind", "HardState", "Message",
     "MsgType", "RaftConfig", "RaftNode", "ReadState", "Ready", "Role", "Safeguards",
-    "SnapshotMeta",
+    "SnapshotMeta", "bootstrap",
 ]

@@ -58,6 +58,7 @@ class ConfState:
 
 
 class ConfOp(enum.Enum):
+    BOOTSTRAP = "bootstrap"  # a new group's first entry: ``node`` is "voters|learners"
     ADD_LEARNER = "add-learner"
     PROMOTE = "promote"
     REMOVE = "remove"
@@ -80,6 +81,9 @@ class ConfChange:
 
     def applied_to(self, conf: ConfState) -> ConfState:
         voters, learners = set(conf.voters), set(conf.learners)
+        if self.op is ConfOp.BOOTSTRAP:
+            v, _, lr = self.node.partition("|")
+            return ConfState(frozenset(v.split(",")), frozenset(filter(None, lr.split(","))))
         if self.op is ConfOp.ADD_LEARNER:
             learners.add(self.node)
         elif self.op is ConfOp.PROMOTE:
@@ -177,3 +181,14 @@ class Safeguards:
     stale_responses_ignored: bool = True  # finding 4: acks carry a term
     refuse_snapshot_behind_commit: bool = True  # finding 9
     # finding 8, pre-vote and check-quorum, are RaftConfig's pre_vote and check_quorum
+
+
+def bootstrap(voters: frozenset[str] | set[str], learners: frozenset[str] | set[str] = frozenset()
+              ) -> tuple[HardState, SnapshotMeta, tuple[Entry, ...]]:
+    """What every first member of a new group starts from: the membership as the log's first
+    entry, committed. It must be in the log, not only in each member's own start-up state:
+    a server that joins later learns who votes from the log (or a snapshot), never from
+    nowhere."""
+    members = ",".join(sorted(voters)) + "|" + ",".join(sorted(learners))
+    entry = Entry(1, 1, ConfChange(ConfOp.BOOTSTRAP, members).encode(), EntryKind.CONF)
+    return HardState(term=1, commit=1), SnapshotMeta(0, 0, ConfState(frozenset())), (entry,)

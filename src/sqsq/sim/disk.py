@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from sqsq.raft import ConfState, Entry, HardState, SnapshotMeta
+from sqsq.raft import ConfState, Entry, HardState, SnapshotMeta, bootstrap
 from sqsq.sim.machine import MachineSnapshot
 
 
@@ -36,7 +36,6 @@ class Record:
 
 @dataclass
 class SimDisk:
-    conf: ConfState  # the group's first membership (a new group's "snapshot" at index 0)
     guard: DiskSafeguards = field(default_factory=DiskSafeguards)
     hard_state: HardState = field(default_factory=HardState)
     snap_meta: SnapshotMeta | None = None
@@ -46,6 +45,12 @@ class SimDisk:
     pending: list[tuple[str, object]] = field(default_factory=list)
     syncs: int = 0
     lazy_hard_state: HardState | None = None
+
+    @classmethod
+    def bootstrapped(cls, voters: frozenset[str], guard: DiskSafeguards) -> SimDisk:
+        """A first member's disk: the group's membership is the log's first entry."""
+        hs, _, entries = bootstrap(voters)
+        return cls(guard, hard_state=hs, records=[Record(e) for e in entries])
 
     def write_entries(self, entries: tuple[Entry, ...]) -> None:
         self.pending.append(("entries", entries))
@@ -86,7 +91,7 @@ class SimDisk:
     def load(self) -> tuple[HardState, SnapshotMeta, tuple[Entry, ...], MachineSnapshot | None]:
         if self.state_missing:
             raise ReplicaUnrecoverable("the state directory is gone (an install was cut)")
-        meta = self.snap_meta or SnapshotMeta(0, 0, self.conf)
+        meta = self.snap_meta or SnapshotMeta(0, 0, ConfState(frozenset()))
         entries: list[Entry] = []
         for r in self.records:
             if r.entry.index <= meta.index:

@@ -69,6 +69,7 @@ class SimReplica:
         self.drift = 0.0  # how much faster than real time this node's clock runs
         self.incarnation = 0
         self.unrecoverable = False
+        self.retired = False
         self.read_seq = 0
 
     @property

@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from sqsq.raft import Safeguards
+from sqsq.raft import ConfChange, ConfOp, Safeguards
 from sqsq.sim.disk import DiskSafeguards
 from sqsq.sim.network import NetworkFaults
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from sqsq.sim.world import World
 
 FAULTS = ("crash", "crash-leader", "partition", "isolate-leader", "one-way", "bridge",
-          "clock-step", "drift")
+          "clock-step", "drift", "transfer", "reconfigure")
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,15 @@ class Nemesis:
             half = len(rest) // 2
             w.network.bridge(set(rest[:half]), middle, set(rest[half:]))
             w.after(heal_in, lambda _: w.network.heal())
+        elif kind == "transfer":
+            leader = w.replicas[self._leader()]
+            if leader.core is not None and leader.core.is_leader():
+                others = sorted(leader.core.voters() - {leader.id})
+                if others:
+                    leader.core.transfer_leadership(self.rng.choice(others))
+                    leader.process()
+        elif kind == "reconfigure":
+            self._reconfigure()
         elif kind == "clock-step":
             r = w.replicas[self.rng.choice(nodes)]
             r.clock_offset_ms += self.rng.choice([-3_600_000, -5_000, 5_000, 60_000])
@@ -113,6 +122,32 @@ class Nemesis:
             r = w.replicas[self.rng.choice(nodes)]
             r.drift = self.rng.choice([0.0, -0.3, 0.3, 1.0])
         self.schedule()
+
+    def _reconfigure(self) -> None:
+        """One membership step: promote a caught-up learner, retire a removed replica, or
+        change the group by one server (remove a voter down to three, else add a learner)."""
+        w = self.world
+        leader = w.replicas[self._leader()]
+        core = leader.core
+        if core is None or not core.is_leader():
+            return
+        conf = core.log.conf()
+        committed = core.log.last_conf_index() <= core.log.commit
+        for node_id in list(w.node_ids):
+            if committed and node_id not in conf.members() and node_id != leader.id:
+                w.retire(node_id)
+        changes = []
+        if conf.learners:
+            changes.append(ConfChange(ConfOp.PROMOTE, self.rng.choice(sorted(conf.learners))))
+        if len(conf.voters) > 3:
+            victim = self.rng.choice(sorted(conf.voters - {leader.id}))
+            changes.append(ConfChange(ConfOp.REMOVE, victim))
+        if not changes:
+            changes.append(ConfChange(ConfOp.ADD_LEARNER, w.join().id))
+        # Back to back: the second is refused while the first is uncommitted (finding 3).
+        for change in self.rng.sample(changes, len(changes)):
+            core.propose_conf_change(change)
+        leader.process()
 
 
 RANDOM = Scenario("random", description="every fault, mixed")
@@ -133,6 +168,12 @@ FINDINGS: dict[str, tuple[Scenario, str]] = {
         slow=0.3, slow_ms=(500, 5000), fault_every_ms=(100, 800),
         description="finding 4: acknowledgements from an old term arrive late"),
         "stale_responses_ignored"),
+    "membership": (Scenario(
+        "membership", faults=("reconfigure", "reconfigure", "reconfigure", "transfer",
+                              "crash", "crash-leader", "partition", "isolate-leader"),
+        fault_every_ms=(100, 800),
+        description="finding 3: servers added, promoted and removed under faults"),
+        "one_conf_change_at_a_time"),
     "failed-install": (Scenario(
         "failed-install", faults=("crash", "partition"), compact_every=5,
         chances={"install-fails": 0.5},

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqsq.raft import ConfState, RaftConfig, Safeguards
+from sqsq.raft import RaftConfig, Safeguards
 from sqsq.sim.checker import Checker, Violation
 from sqsq.sim.clients import SimClient
 from sqsq.sim.disk import DiskSafeguards, SimDisk
@@ -55,17 +55,41 @@ class World:
         self.calm = False
         self.checker = Checker()
         self.network = SimNetwork(self.rng, self._schedule_packet, scenario.network())
-        self.node_ids = [f"n{i + 1}" for i in range(scenario.nodes)]
-        conf = ConfState(frozenset(self.node_ids))
-        raft_config = RaftConfig(election_ticks=10, heartbeat_ticks=2,
-                                 max_inflight=scenario.max_inflight,
-                                 max_append_bytes=scenario.max_append_bytes,
-                                 pre_vote=scenario.pre_vote, check_quorum=scenario.pre_vote)
-        self.replicas = {
-            n: SimReplica(self, n, SimDisk(conf, disk_safeguards), raft_config, safeguards)
-            for n in self.node_ids}
+        self.node_ids = [f"n{i + 1}" for i in range(scenario.nodes)]  # members, not retired
+        self._safeguards, self._disk_safeguards = safeguards, disk_safeguards
+        self.raft_config = RaftConfig(election_ticks=10, heartbeat_ticks=2,
+                                      max_inflight=scenario.max_inflight,
+                                      max_append_bytes=scenario.max_append_bytes,
+                                      pre_vote=scenario.pre_vote,
+                                      check_quorum=scenario.pre_vote)
+        self.replicas: dict[str, SimReplica] = {}
+        voters = frozenset(self.node_ids)
+        for n in self.node_ids:
+            self._new_replica(n, SimDisk.bootstrapped(voters, disk_safeguards))
         self.clients = {name: SimClient(self, name, setup=(i == 0))
                         for i, name in enumerate(f"c{i + 1}" for i in range(scenario.clients))}
+
+    def _new_replica(self, node_id: str, disk: SimDisk) -> SimReplica:
+        replica = SimReplica(self, node_id, disk, self.raft_config, self._safeguards)
+        self.replicas[node_id] = replica
+        return replica
+
+    def join(self) -> SimReplica:
+        """A new, empty replica under a new name (a wiped replica never rejoins as itself):
+        it knows no members until the leader's log or snapshot tells it."""
+        node_id = f"n{len(self.replicas) + 1}"
+        replica = self._new_replica(node_id, SimDisk(self._disk_safeguards))
+        self.node_ids.append(node_id)
+        replica.start()
+        return replica
+
+    def retire(self, node_id: str) -> None:
+        """A replica removed from the group is stopped for good."""
+        replica = self.replicas[node_id]
+        replica.crash()
+        replica.retired = True
+        if node_id in self.node_ids:
+            self.node_ids.remove(node_id)
 
     # ---- scheduling -------------------------------------------------------------------------
 
@@ -109,7 +133,7 @@ class World:
         self.after(self.rng.randint(50, 1500), lambda _: self._restart(replica))
 
     def _restart(self, replica: SimReplica) -> None:
-        if not replica.up and not replica.unrecoverable:
+        if not replica.up and not replica.unrecoverable and not replica.retired:
             replica.start()
             replica.process()
 
@@ -151,26 +175,36 @@ class World:
         for client in self.clients.values():
             client.stopped = True
         self._loop(self.steps + 200_000, self.now_ms + 30_000, self._agreed)
+        agreed = self._agreed()
         up = {n: r for n, r in self.replicas.items() if r.up}
-        if not self._agreed():
+        if not agreed:
             lagging = {n: r.machine.applied for n, r in up.items()}
             self.checker.violation("no-progress", f"replicas did not converge: {lagging}")
         self.checker.final({n: r.machine for n, r in up.items()})
 
     def _agreed(self) -> bool:
         up = [r for r in self.replicas.values() if r.up]
-        if len(up) < len([r for r in self.replicas.values() if not r.unrecoverable]):
-            return False
         leaders = [r for r in up if r.core is not None and r.core.is_leader()]
         if len(leaders) != 1:
             return False
-        commit = leaders[0].core.log.commit  # type: ignore[union-attr]
-        return all(r.machine.applied == commit for r in up)
+        log = leaders[0].core.log  # type: ignore[union-attr]
+        if log.last_conf_index() > log.commit:
+            return False  # a membership change is still in flight
+        members = log.conf().members()
+        for r in list(up):
+            if r.id not in members:
+                self.retire(r.id)  # removed from the group: stopped for good
+                up.remove(r)
+        if any(not self.replicas[m].up for m in members if not self.replicas[m].unrecoverable):
+            return False
+        return all(r.machine.applied == log.commit for r in up)
 
     def _stats(self) -> dict[str, int]:
         return {"acks": self.checker.acks, "reads": self.checker.reads,
                 "committed": self.checker.max_applied, "terms": len(self.checker.leaders),
-                "packets": self.network.sent, "dropped": self.network.dropped}
+                "packets": self.network.sent, "dropped": self.network.dropped,
+                "replicas": len(self.replicas),
+                "retired": sum(r.retired for r in self.replicas.values())}
 
 
 def ticks_ms(ticks: int) -> int:
