@@ -159,8 +159,9 @@ FINDINGS: dict[str, tuple[Scenario, str]] = {
         compact_keep=20, chances={"mid-compaction": 0.3},
         description="finding 1: a crash in the middle of compaction"), "segment_compaction"),
     "big-entry-repeat": (Scenario(
-        "big-entry-repeat", faults=("crash", "partition", "isolate-leader"), duplicate=0.2,
-        slow=0.2, big_bodies=0.2, max_append_bytes=1 << 20,
+        "big-entry-repeat", faults=("crash-leader", "isolate-leader", "partition"),
+        duplicate=0.5, slow=0.5, slow_ms=(20, 400), big_bodies=0.1, drop=0.05,
+        max_append_bytes=1 << 20, fault_every_ms=(200, 1200),
         description="finding 2: old appends of large entries repeated to a follower"),
         "truncate_only_at_conflict"),
     "stale-ack": (Scenario(
