@@ -265,3 +265,35 @@ def test_a_log_entry_of_an_earlier_term_commits_only_with_one_of_the_current_ter
     leader = g.elect("a")
     # A new leader's first entry is its no-op; nothing is read before it commits.
     assert leader.log.entries[-1] == Entry(leader.log.last_index(), leader.term, b"")
+
+
+def _quiet_group() -> Group:
+    g = Group(config=RaftConfig(election_ticks=10, heartbeat_ticks=1, quiesce_after_ticks=5))
+    leader = g.elect("a")
+    leader.propose(b"x")
+    g.tick(10)
+    return g
+
+
+def test_an_idle_group_goes_quiet_and_a_proposal_wakes_it() -> None:
+    g = _quiet_group()
+    assert all(n.quiesced for n in g.nodes.values())
+    for node in g.nodes.values():
+        for _ in range(50):
+            node.tick()
+        assert not node.has_ready()  # no heartbeats, no elections: nothing to send
+    g.nodes["a"].propose(b"y")
+    g.flush()
+    assert g.payloads("c")[-1] == b"y"
+    assert not any(n.quiesced for n in g.nodes.values())
+
+
+def test_a_quiet_follower_woken_by_its_host_replaces_a_dead_leader() -> None:
+    g = _quiet_group()
+    g.isolate("a")  # the leader's node is gone; only the host's liveness can tell
+    g.tick(100, only=["b", "c"])
+    assert not g.nodes["b"].is_leader() and not g.nodes["c"].is_leader()
+    for n in ("b", "c"):
+        g.nodes[n].wake()
+    g.tick(60, only=["b", "c"])
+    assert g.nodes["b"].is_leader() or g.nodes["c"].is_leader()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sqsq.raft.progress import Progress, ProgressState
-from sqsq.raft.types import Entry, EntryKind, Message, MsgType, ReadState, Role
+from sqsq.raft.types import QUIESCE, Entry, EntryKind, Message, MsgType, ReadState, Role
 
 if TYPE_CHECKING:
     from sqsq.raft.log import RaftLog
@@ -31,6 +31,8 @@ class Leading:
     transferee: str | None
     pending_reads: list[tuple[bytes, int, set[str]]]
     waiting_reads: list[bytes]
+    quiesced: bool
+    idle_ticks: int
 
     def voters(self) -> frozenset[str]: ...
     def _become_follower(self, term: int, lead: str | None) -> None: ...
@@ -51,7 +53,22 @@ class Leading:
                     pr.become_probe()  # the snapshot or its answer was lost: try again
         if self.heartbeat_elapsed >= self.cfg.heartbeat_ticks:
             self.heartbeat_elapsed = 0
-            self._broadcast_heartbeat(b"")
+            quiet = self._idle()
+            self._broadcast_heartbeat(QUIESCE if quiet else b"")
+            self.quiesced = quiet
+
+    def _idle(self) -> bool:
+        """Long enough with nothing to do that the group may go quiet."""
+        if not self.cfg.quiesce_after_ticks:
+            return False
+        last = self.log.last_index()
+        if (self.transferee is not None or self.pending_reads or self.waiting_reads
+                or self.log.commit != last
+                or any(pr.match != last for pr in self.progress.values())):
+            self.idle_ticks = 0
+            return False
+        self.idle_ticks += self.cfg.heartbeat_ticks
+        return self.idle_ticks >= self.cfg.quiesce_after_ticks
 
     def _quorum_active(self) -> bool:
         voters = self.voters()

@@ -18,6 +18,7 @@ from sqsq.raft.leader import Leading
 from sqsq.raft.log import RaftLog
 from sqsq.raft.progress import Progress, ProgressState
 from sqsq.raft.types import (
+    QUIESCE,
     TRANSFER,
     ConfChange,
     ConfOp,
@@ -70,6 +71,8 @@ class RaftNode(Leading):
         self.transferee: str | None = None
         self.pending_reads: list[tuple[bytes, int, set[str]]] = []  # (context, index, acks)
         self.waiting_reads: list[bytes] = []  # asked before this term's first commit
+        self.quiesced = False
+        self.idle_ticks = 0
         self._persisted = hard_state
         self._reset_timeout()
 
@@ -132,6 +135,8 @@ class RaftNode(Leading):
     # ---- inputs ----------------------------------------------------------------------------
 
     def tick(self) -> None:
+        if self.quiesced:
+            return  # asleep: no heartbeats, no election countdown, until woken
         self.election_elapsed += 1
         if self.role is Role.LEADER:
             self._tick_leader()
@@ -139,10 +144,20 @@ class RaftNode(Leading):
             self.election_elapsed = 0
             self._campaign(pre=self.cfg.pre_vote, transfer=False)
 
+    def wake(self) -> None:
+        """Leave quiescence: the host saw work, or stopped hearing from the leader's node.
+        A woken leader heartbeats at once; a woken follower counts towards an election."""
+        if self.quiesced:
+            self.quiesced = False
+            self.idle_ticks = 0
+            if self.role is Role.LEADER:
+                self._broadcast_heartbeat(b"")
+
     def propose(self, data: bytes) -> tuple[int, int] | None:
         """Append ``data`` if this node leads; its (term, index), or None (not leading, or
         handing leadership over). The entry is the host's once it is applied at that index
         with that term."""
+        self.wake()
         if self.role is not Role.LEADER or self.transferee is not None:
             return None
         return self._append_own(data, EntryKind.NORMAL)
@@ -150,6 +165,7 @@ class RaftNode(Leading):
     def propose_conf_change(self, change: ConfChange) -> tuple[int, int] | None:
         """One membership change; None if this node does not lead, one is still uncommitted,
         this term has committed nothing yet, or the change makes no sense here."""
+        self.wake()
         if self.role is not Role.LEADER or self.transferee is not None:
             return None
         if self.guard.one_conf_change_at_a_time and (
@@ -171,6 +187,7 @@ class RaftNode(Leading):
     def read_index(self, context: bytes) -> bool:
         """Ask for a linearizable read: a ReadState with ``context`` comes out once this
         leader has confirmed it still leads; False if it does not lead."""
+        self.wake()
         if self.role is not Role.LEADER:
             return False
         if not self._committed_in_term():
@@ -193,6 +210,7 @@ class RaftNode(Leading):
 
     def snapshot_meta(self, index: int) -> SnapshotMeta:
         """The metadata to store with a snapshot of the state at ``index`` (applied)."""
+        self.wake()
         if index > self.applied:
             raise ValueError(f"no snapshot at {index}: applied only {self.applied}")
         return self.log.meta_at(index)
@@ -209,6 +227,8 @@ class RaftNode(Leading):
             pr.become_probe()
 
     def step(self, m: Message) -> None:
+        if self.quiesced and m.context != QUIESCE:
+            self.wake()  # anything but the quiet round itself is a sign of life
         if m.term > self.term:
             if m.type in (MsgType.VOTE, MsgType.PRE_VOTE) and m.context != TRANSFER and (
                     self.cfg.check_quorum and self.lead is not None
@@ -251,6 +271,8 @@ class RaftNode(Leading):
         self.transferee = None
         self.pending_reads = []
         self.waiting_reads = []
+        self.quiesced = False
+        self.idle_ticks = 0
 
     def _reset_timeout(self) -> None:
         self.timeout = self.cfg.election_ticks + self.rng.randrange(self.cfg.election_ticks)
@@ -344,6 +366,8 @@ class RaftNode(Leading):
             self.lead = m.frm
             self.log.commit_to(min(m.commit, self.log.last_index()))
             self._send(m.frm, MsgType.HEARTBEAT_RESP, context=m.context)
+            if m.context == QUIESCE:
+                self.quiesced = True
         elif m.type is MsgType.SNAPSHOT:
             self.election_elapsed = 0
             self.lead = m.frm

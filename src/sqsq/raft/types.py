@@ -131,6 +131,7 @@ class Message:
 
 
 TRANSFER = b"transfer"  # a vote asked for by a leadership transfer: it may break a lease
+QUIESCE = b"quiesce"  # a heartbeat that puts an idle group to sleep (no ticks until woken)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +169,11 @@ class RaftConfig:
     max_append_bytes: int = 1 << 20  # a batch of entries per append, by data size
     pre_vote: bool = True
     check_quorum: bool = True
+    # An idle group goes quiet after this many ticks (0: never): every replica caught up,
+    # nothing to commit, nothing read; no heartbeats until something happens. Followers stop
+    # counting towards an election, so the host must wake them (``wake``) when it stops
+    # hearing from the leader's node: that liveness is the host's, shared by all its shards.
+    quiesce_after_ticks: int = 0
 
 
 @dataclass(frozen=True)

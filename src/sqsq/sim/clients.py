@@ -86,7 +86,7 @@ class SimClient:
             assert reply.outcome is not None
             self.world.checker.on_ack(self.world.now_ms, reply.index, reply.term, reply.outcome)
             self._learn(req.command, reply.outcome)
-        self.world.after(self.rng.randint(1, 30), self._next, 0)
+        self.world.after(self.rng.randint(*self.world.scenario.think_ms), self._next, 0)
 
     def _resend(self, attempt: int) -> None:
         if attempt == self.attempt and self.current is not None:

@@ -16,15 +16,19 @@ from typing import TYPE_CHECKING
 from sqsq.core import commands as c
 from sqsq.core.entry import Entry as LogEntry
 from sqsq.core.entry import encode_entry
+from sqsq.core.machine import effective_now, sweep_needed
+from sqsq.core.state import ShardState
 from sqsq.raft import Message, MsgType, RaftConfig, RaftNode, Ready, Role, Safeguards
 from sqsq.sim.disk import ReplicaUnrecoverable, SimDisk
-from sqsq.sim.machine import MachineSnapshot, SimMachine
+from sqsq.sim.machine import CONFIG, MachineSnapshot, SimMachine
 
 if TYPE_CHECKING:
     from sqsq.sim.world import World
 
 TICK_MS = 10
 SWEEP_EVERY_MS = 1000
+PING_EVERY_MS = 100  # the node's own heartbeat, one per peer node for all its groups
+LIVENESS_MS = 400  # a quiet follower wakes when the leader's node is silent this long
 SNAPSHOT_CHUNK = 4  # items per chunk: a snapshot crosses the network in pieces
 
 
@@ -48,11 +52,20 @@ class Reply:
 
 
 @dataclass(frozen=True)
+class NodePing:
+    frm: str
+
+
+@dataclass(frozen=True)
 class SnapshotChunk:
     message: Message
     part: int
     parts: int
     data: MachineSnapshot
+
+
+def _sweep_needed(txn: object, now_ms: int) -> bool:
+    return sweep_needed(ShardState(txn, CONFIG), effective_now(txn, now_ms))  # type: ignore[arg-type]
 
 
 class SimReplica:
@@ -98,6 +111,8 @@ class SimReplica:
         self.ready_reads: list[tuple[int, Request]] = []
         self.chunks: dict[tuple[str, int, int], dict[int, SnapshotChunk]] = {}
         self.last_sweep_ms = self.wall_ms()
+        self.heard: dict[str, int] = {}  # node -> when anything last came from it (ms)
+        self.last_ping_ms = -PING_EVERY_MS
         self._schedule_tick(self.incarnation)
 
     def crash(self, torn: bool = False) -> None:
@@ -117,10 +132,21 @@ class SimReplica:
     def _tick(self, incarnation: int) -> None:
         if self.core is None or incarnation != self.incarnation:
             return
-        self.core.tick()
-        if self.core.is_leader() and self.wall_ms() - self.last_sweep_ms >= SWEEP_EVERY_MS:
+        now = self.world.now_ms
+        if now - self.last_ping_ms >= PING_EVERY_MS:
+            self.last_ping_ms = now
+            for peer in self.world.node_ids:
+                if peer != self.id:
+                    self.world.send(self.id, peer, NodePing(self.id))
+        core = self.core
+        if core.quiesced and not core.is_leader() and (
+                core.lead is None or now - self.heard.get(core.lead, -LIVENESS_MS) > LIVENESS_MS):
+            core.wake()  # the leader's node went silent: count towards an election again
+        core.tick()
+        if core.is_leader() and self.wall_ms() - self.last_sweep_ms >= SWEEP_EVERY_MS:
             self.last_sweep_ms = self.wall_ms()
-            self._propose(None, c.Sweep())
+            if self.machine.query(_sweep_needed, self.wall_ms()):
+                self._propose(None, c.Sweep())
         self.process()
         self._schedule_tick(incarnation)
 
@@ -129,9 +155,14 @@ class SimReplica:
     def receive(self, packet: object) -> None:
         if self.core is None:
             return
+        if isinstance(packet, NodePing):
+            self.heard[packet.frm] = self.world.now_ms
+            return
         if isinstance(packet, SnapshotChunk):
+            self.heard[packet.message.frm] = self.world.now_ms
             self._on_chunk(packet)
         elif isinstance(packet, Message):
+            self.heard[packet.frm] = self.world.now_ms
             self.core.step(packet)
         elif isinstance(packet, Request):
             self._on_request(packet)

@@ -43,6 +43,8 @@ class Scenario:
     max_append_bytes: int = 64 << 10
     pre_vote: bool = True
     big_bodies: float = 0.0  # chance a send carries a 100 KB - 1 MiB body
+    think_ms: tuple[int, int] = (1, 30)  # a client's pause between two calls
+    quiesce_after_ticks: int = 20
     description: str = ""
 
     def network(self) -> NetworkFaults:
@@ -70,7 +72,8 @@ class Nemesis:
         self.rng = world.rng
 
     def schedule(self) -> None:
-        self.world.after(self.rng.randint(*self.s.fault_every_ms), self._strike)
+        if self.s.faults:
+            self.world.after(self.rng.randint(*self.s.fault_every_ms), self._strike)
 
     def _leader(self) -> str:
         for n, r in self.world.replicas.items():
@@ -151,6 +154,10 @@ class Nemesis:
 
 
 RANDOM = Scenario("random", description="every fault, mixed")
+# Clients that pause for seconds: the group goes quiet between calls and must wake for each
+# call, and elect a new leader when the quiet one is gone.
+IDLE = Scenario("idle", clients=2, think_ms=(300, 4000),
+                description="an idle group going quiet and waking, under every fault")
 
 # One scenario per finding; the mutant names the safeguard the scenario exists to prove.
 FINDINGS: dict[str, tuple[Scenario, str]] = {
@@ -199,7 +206,8 @@ FINDINGS: dict[str, tuple[Scenario, str]] = {
         "refuse_snapshot_behind_commit"),
 }
 
-SCENARIOS: dict[str, Scenario] = {"random": RANDOM} | {k: v[0] for k, v in FINDINGS.items()}
+SCENARIOS: dict[str, Scenario] = {"random": RANDOM, "idle": IDLE} | {
+    k: v[0] for k, v in FINDINGS.items()}
 
 
 def mutant(name: str) -> tuple[Safeguards, DiskSafeguards]:

@@ -61,7 +61,8 @@ class World:
                                       max_inflight=scenario.max_inflight,
                                       max_append_bytes=scenario.max_append_bytes,
                                       pre_vote=scenario.pre_vote,
-                                      check_quorum=scenario.pre_vote)
+                                      check_quorum=scenario.pre_vote,
+                                      quiesce_after_ticks=scenario.quiesce_after_ticks)
         self.replicas: dict[str, SimReplica] = {}
         voters = frozenset(self.node_ids)
         for n in self.node_ids:
