@@ -29,7 +29,7 @@ def test_a_million_steps_over_every_scenario_end_without_a_violation() -> None:
     assert not failures, "\n".join(failures)
     assert steps >= 1_000_000
     # The runs did work: clients were answered and leaders changed under the faults.
-    assert all(r.stats["acks"] > 100 for r in results)
+    assert all(r.stats["acks"] > 10 for r in results)
     assert sum(r.stats["terms"] for r in results) > len(results)
 
 

@@ -29,7 +29,7 @@ class RaftLog:
         if self.commit > self.last_index():
             raise ValueError(f"commit {self.commit} is past the log's end {self.last_index()}")
         self.stable = self.last_index()  # durable up to here
-        self.unstable_from: int | None = None  # first index the host has not persisted
+        self.unstable_from: int | None = None  # first index not yet handed to the host
         self.pending_snapshot: SnapshotMeta | None = None  # to install before the next apply
 
     # ---- reading --------------------------------------------------------------------------
@@ -131,16 +131,20 @@ class RaftLog:
             return True
         return False
 
-    def unstable(self) -> tuple[Entry, ...]:
+    def take_unstable(self) -> tuple[Entry, ...]:
+        """The entries to persist next, handed to the host once: what is appended (or
+        replaced) after this is handed out by the next call."""
         if self.unstable_from is None:
             return ()
-        return tuple(self.entries[self.unstable_from - self.snap.index - 1 :])
+        out = tuple(self.entries[self.unstable_from - self.snap.index - 1 :])
+        self.unstable_from = None
+        return out
 
-    def stable_to(self, index: int) -> None:
-        """The host has persisted everything up to ``index``."""
-        if self.unstable_from is not None and index >= self.last_index():
-            self.unstable_from = None
-        self.stable = max(self.stable, min(index, self.last_index()))
+    def stable_to(self, index: int, term: int) -> None:
+        """The host has persisted everything up to ``index`` (whose term was ``term``). The
+        log may have changed since it was handed out: a replaced entry is not durable."""
+        if self.term(index) == term:
+            self.stable = max(self.stable, index)
 
     def restore(self, meta: SnapshotMeta) -> None:
         """Replace the whole log with a snapshot (one ahead of this log's commit)."""

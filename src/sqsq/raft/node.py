@@ -94,11 +94,14 @@ class RaftNode(Leading):
                     or self.applied < min(self.log.commit, self.log.last_index()))
 
     def ready(self) -> Ready:
+        """What to do next. The core may be stepped and ticked while the host works on it
+        (persisting takes a while); call ``advance`` with it before asking again."""
         hs = self.hard_state()
+        snapshot, self.log.pending_snapshot = self.log.pending_snapshot, None
         rd = Ready(
             hard_state=hs if hs != self._persisted else None,
-            entries=self.log.unstable(),
-            snapshot=self.log.pending_snapshot,
+            entries=self.log.take_unstable(),
+            snapshot=snapshot,
             messages=tuple(self.msgs),
             committed=self._committed(),
             read_states=tuple(self.read_states),
@@ -120,10 +123,9 @@ class RaftNode(Leading):
         if rd.hard_state is not None:
             self._persisted = rd.hard_state
         if rd.snapshot is not None:
-            self.log.pending_snapshot = None
             self.applied = max(self.applied, rd.snapshot.index)
         if rd.entries:
-            self.log.stable_to(rd.entries[-1].index)
+            self.log.stable_to(rd.entries[-1].index, rd.entries[-1].term)
         if rd.committed:
             self.applied = max(self.applied, rd.committed[-1].index)
         if self.role is Role.LEADER and self.id in self.progress:

@@ -104,12 +104,14 @@ class SimReplica:
                              rng=random.Random(self.world.rng.getrandbits(64)),
                              config=self.config, safeguards=self.safeguards)
         self.incarnation += 1
+        self.busy = False  # a Ready is with the disk
         self.role = Role.FOLLOWER
         self.term = hs.term
         self.proposals: dict[int, tuple[int, Request]] = {}  # index -> (term, request)
         self.reads: dict[bytes, Request] = {}
         self.ready_reads: list[tuple[int, Request]] = []
         self.chunks: dict[tuple[str, int, int], dict[int, SnapshotChunk]] = {}
+        self.staged: dict[tuple[int, int], MachineSnapshot] = {}  # whole, not yet installed
         self.last_sweep_ms = self.wall_ms()
         self.heard: dict[str, int] = {}  # node -> when anything last came from it (ms)
         self.last_ping_ms = -PING_EVERY_MS
@@ -175,7 +177,7 @@ class SimReplica:
         parts[chunk.part] = chunk
         if len(parts) == chunk.parts:  # whole: only now does the core hear of it
             del self.chunks[key]
-            self.staged = chunk.data
+            self.staged[key[1:]] = chunk.data  # by (index, term): installed if the core asks
             assert self.core is not None
             self.core.step(m)
 
@@ -220,12 +222,26 @@ class SimReplica:
     # ---- the Ready loop ----------------------------------------------------------------
 
     def process(self) -> None:
-        while self.core is not None and self.core.has_ready():
-            rd = self.core.ready()
-            if not self._handle(rd):
-                return
-            self.core.advance(rd)
-            self._after(rd)
+        """Hand the next Ready to the disk. Writing it takes simulated time, during which
+        the core goes on taking messages and ticks (as it does on a node, where the fsync
+        runs in a worker thread); the next Ready waits for this one's ``advance``."""
+        if self.core is None or self.busy or not self.core.has_ready():
+            return
+        rd = self.core.ready()
+        self.busy = True
+        self.world.after(self.world.rng.randint(*self.world.scenario.disk_ms), self._done,
+                         (self.incarnation, rd))
+
+    def _done(self, arg: tuple[int, Ready]) -> None:
+        incarnation, rd = arg
+        if self.core is None or incarnation != self.incarnation:
+            return  # crashed meanwhile: whatever was not synced is gone
+        self.busy = False
+        if not self._handle(rd):
+            return
+        self.core.advance(rd)
+        self._after(rd)
+        self.process()
 
     def _handle(self, rd: Ready) -> bool:
         world, disk = self.world, self.disk
@@ -253,8 +269,9 @@ class SimReplica:
 
     def _install(self, rd: Ready) -> bool:
         meta = rd.snapshot
-        data = getattr(self, "staged", None)
-        assert meta is not None and data is not None and data.applied == meta.index
+        assert meta is not None
+        data = self.staged.pop((meta.index, meta.term))
+        self.staged.clear()  # older ones will never be asked for
         if self.world.chance("install-fails"):
             if self.disk.guard.failed_install_stops:
                 self.crash()
@@ -316,6 +333,8 @@ class SimReplica:
         if self.machine.applied - core.log.snapshot.index < scenario.compact_every:
             return
         data = self.machine.snapshot()
+        if core.log.term(data.applied) is None or data.applied > core.log.stable:
+            return  # the log moved on meanwhile (a snapshot from the leader replaced it)
         meta = core.snapshot_meta(data.applied)
         cut = self.world.cut_compaction(self)
         if not self.disk.save_snapshot(meta, data, scenario.compact_keep, cut_after=cut):
@@ -325,9 +344,11 @@ class SimReplica:
 
     def _send(self, m: Message) -> None:
         if m.type is MsgType.SNAPSHOT:
-            data = self.disk.snap_data
-            assert data is not None and m.snapshot is not None
-            assert data.applied == m.snapshot.index
+            # The newest durable snapshot goes, which may be newer than the one the core
+            # named when it wrote the message (the host took another meanwhile).
+            data, meta = self.disk.snap_data, self.disk.snap_meta
+            assert data is not None and meta is not None and data.applied == meta.index
+            m = dataclasses.replace(m, snapshot=meta)
             items = data.items
             parts = max(1, (len(items) + SNAPSHOT_CHUNK - 1) // SNAPSHOT_CHUNK)
             for part in range(min(parts, 8)):

@@ -44,6 +44,7 @@ class Scenario:
     pre_vote: bool = True
     big_bodies: float = 0.0  # chance a send carries a 100 KB - 1 MiB body
     think_ms: tuple[int, int] = (1, 30)  # a client's pause between two calls
+    disk_ms: tuple[int, int] = (0, 3)  # how long persisting a Ready takes
     quiesce_after_ticks: int = 20
     description: str = ""
 
