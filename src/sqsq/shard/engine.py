@@ -36,7 +36,7 @@ from sqsq.errors import not_leader_message
 from sqsq.shard.clock import LeaderClock, Ms, monotonic_ms, wall_clock_ms
 from sqsq.shard.raft import Proposal, ShardReplica
 from sqsq.shard.stamp import stamp
-from sqsq.shard.statemachine import ShardMachine
+from sqsq.shard.statemachine import ShardMachine, describe
 
 log = logging.getLogger("sqsq.shard")
 T = TypeVar("T")
@@ -301,6 +301,9 @@ class ShardEngine:
         loop = self._loop
         assert loop is not None
         now = self.clock.stamp(self.machine.last_now_ms)
+        batch = self._proven(now, batch)
+        if not batch:
+            return  # every command refused: nothing to propose
         data, batch = _encode(now, batch)
         if self.on_group_commit is not None:
             self.on_group_commit(sum(1 for cmd, _ in batch if cmd is not _BARRIER))
@@ -315,6 +318,26 @@ class ShardEngine:
             loop.call_soon_threadsafe(self._answer, proposal, status, result)
 
         self.replica.propose(data, on_done)
+
+    def _proven(self, now: int, batch: list) -> list:
+        """``batch`` less the commands whose apply raises on a scratch transaction: each is
+        answered InternalError with one log line, and never enters the log, where it would
+        stop every replica (``ShardMachine.prove``)."""
+        commands = [cmd for cmd, _ in batch if cmd is not _BARRIER]
+        if not commands:
+            return batch
+        failures = iter(self.machine.prove(now, commands))
+        kept = []
+        for cmd, fut in batch:
+            failure = None if cmd is _BARRIER else next(failures)
+            if failure is None:
+                kept.append((cmd, fut))
+                continue
+            log.error("shard %d: refused %s: its apply raises %r; it was not proposed",
+                      self.config.shard_id, describe(cmd), failure)
+            _settle(fut, Rejection(ErrorCode.INTERNAL_ERROR,
+                                   "The server could not apply the request."))
+        return kept
 
     def _answer(self, proposal: _InFlight, status: Proposal, outcomes: Any) -> None:
         """An entry's fate (or its timeout, whichever comes first): answer its commands."""
