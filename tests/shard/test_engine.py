@@ -150,3 +150,24 @@ def test_an_entry_that_raises_on_apply_names_shard_index_and_command(
         m.apply_entry(7, data)
     assert m.applied_index == 0
     m.close()
+
+
+def test_a_receive_at_a_lagging_follower_answers_not_leader(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower that has not applied a queue's creation yet: a receive without
+    WaitTimeSeconds must send the client to the leader, not tell it the queue is gone."""
+    from sqsq.errors import NotLeader
+
+    async def scenario() -> None:
+        engine = await _engine(tmp_path)  # its state lacks the queue: it lags
+        api = ShardService(engine, Endpoint())
+        monkeypatch.setattr(engine.replica, "is_leader", lambda: False)
+        monkeypatch.setattr(engine.replica, "leader_address", lambda: "127.0.0.1:1")
+        with pytest.raises(NotLeader):
+            await api.receive_message("created-at-the-leader")
+        monkeypatch.undo()
+        with pytest.raises(QueueDoesNotExist):  # where it leads, the queue is looked for
+            await api.receive_message("created-at-the-leader")
+        await engine.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

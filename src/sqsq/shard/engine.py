@@ -32,11 +32,11 @@ from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.machine import effective_now, sweep_needed
 from sqsq.core.state import ShardConfig, ShardState
 from sqsq.core.txn import Txn
-from sqsq.errors import not_leader_message
+from sqsq.errors import from_rejection, not_leader_message
 from sqsq.shard.clock import LeaderClock, Ms, monotonic_ms, wall_clock_ms
 from sqsq.shard.raft import Proposal, ShardReplica
 from sqsq.shard.stamp import stamp
-from sqsq.shard.statemachine import ShardMachine, describe
+from sqsq.shard.statemachine import Installing, ShardMachine, describe
 
 log = logging.getLogger("sqsq.shard")
 T = TypeVar("T")
@@ -265,9 +265,15 @@ class ShardEngine:
     def query(self, fn: Callable[..., T], *args: object) -> T:
         """A read-only question ``fn(state, *args, now)`` over this replica's applied state,
         as is: for the leader's own bookkeeping (sweep checks, a queue's wait time)."""
-        txn = Txn(self.store)
-        now = effective_now(txn, self.now_ms())
-        return fn(ShardState(txn, self.config), *args, now)
+        try:
+            with self.machine.store.reading():  # never over a store an install closed
+                txn = Txn(self.store)
+                now = effective_now(txn, self.now_ms())
+                return fn(ShardState(txn, self.config), *args, now)
+        except Installing:
+            raise from_rejection(Rejection(
+                ErrorCode.SERVICE_UNAVAILABLE,
+                "The replica is installing a snapshot. Retry the request.")) from None
 
     async def read(self, fn: Callable[..., T], *args: object) -> T | Rejection:
         """``query`` for a client: after a barrier, so it sees every write acknowledged before

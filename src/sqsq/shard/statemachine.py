@@ -27,6 +27,7 @@ import struct
 import tarfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import msgpack
@@ -69,11 +70,50 @@ def describe(command: c.Command) -> str:
     return f"{kind} on queue {queue!r}" if queue else kind
 
 
+class Installing(RuntimeError):
+    """The store is being replaced by a snapshot's: read again in a moment."""
+
+
 class CurrentStore:
-    """The store, through one indirection: installing a snapshot swaps what is behind it."""
+    """The store, through one indirection: installing a snapshot swaps what is behind it.
+
+    Reads from other threads than the tick thread (the leader's queries, proofs) run inside
+    ``reading()``; the swap (``swapping()``, closing the old store and opening the new)
+    waits for those under way and refuses new ones with ``Installing`` until it is done,
+    so no read ever touches a closed RocksDB handle, and none blocks the event loop for
+    the length of an install."""
 
     def __init__(self, store: Store) -> None:
         self.inner = store
+        self._guard = threading.Condition()
+        self._readers = 0
+        self._swapping = False
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._guard:
+            if self._swapping:
+                raise Installing("the replica is installing a snapshot")
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._guard:
+                self._readers -= 1
+                if not self._readers:
+                    self._guard.notify_all()
+
+    @contextmanager
+    def swapping(self) -> Iterator[None]:
+        with self._guard:
+            self._swapping = True
+            while self._readers:
+                self._guard.wait()
+        try:
+            yield
+        finally:
+            with self._guard:
+                self._swapping = False
 
     def get(self, key: bytes) -> bytes | None:
         return self.inner.get(key)
@@ -165,22 +205,29 @@ class ShardMachine:
         one at fault. Runs beside the tick thread's applies: a failure seen while the store
         changed underneath (its Meta moved) is not trusted, and the command goes to the log."""
         try:
-            txn = Txn(self.store)
-            for command in commands:
-                apply(txn, self.config, command, now_ms)
+            with self.store.reading():
+                txn = Txn(self.store)
+                for command in commands:
+                    apply(txn, self.config, command, now_ms)
+            return [None] * len(commands)
+        except Installing:  # no leader installs a snapshot: let the log decide
             return [None] * len(commands)
         except Exception:  # noqa: BLE001 - find which one
             return [self._prove_one(now_ms, command) for command in commands]
 
     def _prove_one(self, now_ms: int, command: c.Command) -> Exception | None:
         for _ in range(3):
-            before = self.store.get(records.META_KEY)
             try:
-                apply(Txn(self.store), self.config, command, now_ms)
+                with self.store.reading():
+                    before = self.store.get(records.META_KEY)
+                    try:
+                        apply(Txn(self.store), self.config, command, now_ms)
+                        return None
+                    except Exception as exc:  # noqa: BLE001 - the point is to catch it
+                        if self.store.get(records.META_KEY) == before:
+                            return exc
+            except Installing:
                 return None
-            except Exception as exc:  # noqa: BLE001 - the point is to catch it
-                if self.store.get(records.META_KEY) == before:
-                    return exc
         return None
 
     # ---- snapshots ----
@@ -224,13 +271,14 @@ class ShardMachine:
             with tarfile.open(fileobj=f, mode="r|") as tar:  # type: ignore[arg-type]
                 tar.extractall(fresh, filter="data")
             _fsync_tree(fresh)
-            self.store.inner.close()
-            _remove(self._db_path)
-            os.replace(fresh / "db", self._db_path)
-            fsync_path(self.directory, directory=True)
+            with self.store.swapping():  # reads wait for nothing closed, or are refused
+                self.store.inner.close()
+                _remove(self._db_path)
+                os.replace(fresh / "db", self._db_path)
+                fsync_path(self.directory, directory=True)
+                self.store.inner = open_store(self._db_path, self.memory)
+                self._read_progress()
             _remove(fresh)
-            self.store.inner = open_store(self._db_path, self.memory)
-            self._read_progress()
             log.info("installed a snapshot at index %d (%s)", index, self.directory)
 
     def checkpoint(self, path: str) -> None:
