@@ -158,6 +158,8 @@ class ShardEngine:
 
     # ---- lifecycle ----
     async def start(self) -> None:
+        if len(self.replica.members()) > 1:  # others keep the time: start from the log's
+            self.clock.observe(self.machine.last_now_ms)
         self._loop = asyncio.get_running_loop()
         self._tasks = [asyncio.create_task(self._ticker(), name="ticker")]
 
@@ -381,6 +383,10 @@ class ShardEngine:
             await asyncio.sleep(SWEEP_INTERVAL_S)
             try:
                 leads = not self._closing and self.replica.is_leader()
+                if not leads and len(self.replica.members()) > 1:
+                    # a follower keeps up with the log's time (``shard.clock``); a group of
+                    # one keeps none but its own, and starts from its wall clock
+                    self.clock.observe(self.machine.last_now_ms)
                 if leads and self.machine.recorded_fingerprint() is None:
                     await self.execute(c.Configure(self.config.fingerprint()))
                 more = leads and self.query(sweep_needed)
