@@ -27,6 +27,7 @@ at the same paths (one machine, as ``sqsq cluster up`` runs it, or a shared file
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 
@@ -44,6 +45,7 @@ from sqsq.shard.admin import require_admin
 from sqsq.v1 import admin_pb2 as pb
 from sqsq.v1 import admin_pb2_grpc as pb_grpc
 
+log = logging.getLogger("sqsq.admin")
 _FROM_ENV = object()
 CALL_TIMEOUT_S = 30.0  # one node's checkpoint (a memtable flush) is given this long
 MAX_REMEMBERED = 4096  # checkpoints whose node the gateway remembers for DeleteSnapshot
@@ -56,6 +58,9 @@ class ClusterAdmin(pb_grpc.AdminServicer):
         self.caller = caller
         self.admin_key: bytes | None = admincred.load() if admin_key is _FROM_ENV \
             else admin_key  # type: ignore[assignment]
+        if self.admin_key is None:
+            log.warning("no admin credential (%s or %s): every Admin call (backup, export) "
+                        "is refused", admincred.ENV_TOKEN, admincred.ENV_TOKEN_FILE)
         self.timeout_s = timeout_s
         self._creds = _auth.resolve(credentials)
         self._stubs: dict[str, tuple[grpc.aio.Channel, pb_grpc.AdminStub]] = {}
