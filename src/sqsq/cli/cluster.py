@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from sqsq import admincred
 from sqsq.cli import rolling
 from sqsq.cli.localprocs import (
     EtcdProcess,
@@ -123,6 +124,9 @@ class LocalCluster:
             fd = os.open(self.secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(os.urandom(32))
+        # one admin credential for the nodes, the gateway and this process's status calls
+        admincred.for_children(self.env, self.root)
+        admincred.use_directory(self.root)
         self.etcd = EtcdProcess(self.root / "etcd", host=self._address("etcd"),
                                 wrap=self._wrap("etcd"))
         self.nodes = [NodeProcess(f"n{i + 1}", self.root / f"n{i + 1}", free_port(),
@@ -412,6 +416,7 @@ def _stop_on_signals() -> Any:
 
 def cmd_status(args: argparse.Namespace) -> int:
     path = args.dir / "cluster.json"
+    admincred.use_directory(args.dir)  # --replicas asks the nodes' Admin API
     try:
         if args.etcd:
             status = read_status(args.etcd, replicas=args.replicas)
