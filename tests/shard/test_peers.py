@@ -27,12 +27,15 @@ class Inbox:
     def __init__(self) -> None:
         self.events: list[tuple[Any, ...]] = []
         self._changed = asyncio.Event()
+        self.refuse_snapshots = False
 
     def on_messages(self, peer: str, batch: list[tuple[int, Message]]) -> None:
         self.events.append(("batch", peer, batch))
         self._changed.set()
 
     def on_snapshot(self, peer: str, shard: int, message: Message, path: Path) -> None:
+        if self.refuse_snapshots:
+            raise OSError("no room to install it")
         self.events.append(("snapshot", peer, shard, message, path, path.read_bytes()))
         self._changed.set()
 
@@ -159,6 +162,7 @@ def test_two_nodes_dialing_each_other_at_once_settle_on_one_connection(
             await b.inbox.wait(lambda: len(b.inbox.messages()) == 9)
             await a.inbox.wait(lambda: len(a.inbox.messages()) == 9)
             assert a.t.connections() == {"b": 1} and b.t.connections() == {"a": 1}
+            assert (a.t.connects, b.t.connects) == (2, 2)  # both dials did connect
 
     run(scenario)
 
@@ -351,5 +355,33 @@ def test_a_connection_cut_mid_snapshot_leaves_no_file_and_reports_failure(
                 writer.close()  # ends the sender's blocked read
             await a.t.stop()
             await b.t.stop()
+
+    run(scenario)
+
+
+def test_a_snapshot_the_host_cannot_take_is_reported_failed(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a, b = Node("a", tmp_path), Node("b", tmp_path)
+        b.inbox.refuse_snapshots = True
+        path = tmp_path / "snapshot"
+        path.write_bytes(b"state" * 1000)
+        async with running(a, b):
+            done = a.t.send_snapshot("b", b.address, 3, _snapshot_message(a, b), path)
+            async with asyncio.timeout(TIMEOUT_S):
+                assert await done is False
+            assert a.t.snapshots_failed == 1 and a.t.connections() == {"b": 1}
+
+    run(scenario)
+
+
+def test_a_snapshot_file_that_cannot_be_read_is_reported_failed(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a, b = Node("a", tmp_path), Node("b", tmp_path)
+        async with running(a, b):
+            done = a.t.send_snapshot("b", b.address, 3, _snapshot_message(a, b),
+                                     tmp_path / "missing")
+            async with asyncio.timeout(TIMEOUT_S):
+                assert await done is False
+            assert b.inbox.events == [] and not any(b.staging.iterdir())
 
     run(scenario)

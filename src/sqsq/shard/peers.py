@@ -23,13 +23,13 @@ once (a crashed machine's half-open connection would otherwise be kept over the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from sqsq.raft.types import Message
 from sqsq.shard import snapxfer
@@ -51,15 +51,8 @@ from sqsq.shard.peerlink import (
     PeerState,
     message_size,
 )
-from sqsq.shard.raftwire import (
-    Chunk,
-    decode_ack,
-    decode_chunk,
-    decode_messages,
-    encode_ack,
-    encode_chunk,
-    encode_messages,
-)
+from sqsq.shard.peersnap import CONNECT_TIMEOUT_S, SnapshotTransfers
+from sqsq.shard.raftwire import decode_ack, decode_chunk, decode_messages, encode_messages
 
 log = logging.getLogger("sqsq.peers")
 
@@ -74,11 +67,10 @@ MAX_WRITE_BUFFER_BYTES = 32 << 20  # past this, a peer that does not read loses 
 MAX_PENDING_HANDSHAKES = 64
 MAX_INCOMING_TRANSFERS = 8  # per connection
 MAX_SNAPSHOT_BYTES = 1 << 40
-CONNECT_TIMEOUT_S = 5.0
 BACKOFF_S = (0.05, 2.0)  # the first retry's wait, doubled per failure up to the second
 
 
-class PeerTransport:
+class PeerTransport(SnapshotTransfers):
     """The node's Raft peer transport. Counters (plain ints) say what it did; the host
     exports them."""
 
@@ -217,63 +209,6 @@ class PeerTransport:
         self.bytes_sent += link.write(kind, payload)
         self.frames_sent += 1
 
-    def send_snapshot(self, peer_id: str, address: tuple[str, int], shard_id: int,
-                      message: Message, path: Path) -> asyncio.Future[bool]:
-        """Stream the snapshot file ``path`` (for ``message``, a SNAPSHOT) to ``peer_id``.
-        The future is True once the peer holds it whole and durably, False if the transfer
-        failed (the host then calls ``RaftNode.snapshot_failed``); it never raises."""
-        if message.snapshot is None:
-            raise ValueError("a snapshot transfer needs a SNAPSHOT message")
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        if self._stopped:
-            done.set_result(False)
-            return done
-        peer = self._peer(peer_id, address)
-        self._spawn(self._send_snapshot(peer, shard_id, message, path, done))
-        return done
-
-    async def _send_snapshot(self, peer: PeerState, shard_id: int, message: Message,
-                             path: Path, done: asyncio.Future[bool]) -> None:
-        transfer = next(self._transfer_ids)
-        meta = message.snapshot
-        assert meta is not None
-        link: Link | None = None
-        seq = itertools.count()
-        try:
-            self._dial_soon(peer)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(peer.connected.wait(), CONNECT_TIMEOUT_S)
-            link = peer.active()
-            if link is None:
-                raise ConnectionError(f"no connection to {peer.id}")
-            link.outgoing[transfer] = done
-            sending = link
-
-            async def chunk(data: bytes, last: bool) -> None:
-                if sending.closed:
-                    raise ConnectionError("the connection was lost")
-                n = next(seq)
-                self._write(sending, KIND_CHUNK, encode_chunk(Chunk(
-                    transfer, n, last, shard_id, meta.index, meta.term, data,
-                    message if n == 0 else None)))
-                await sending.drain()
-
-            await snapxfer.stream_file(path, self.chunk_bytes, chunk)
-            # Sent; ``done`` is settled by the peer's acknowledgement or the link's loss.
-        except (OSError, ConnectionError) as e:
-            log.warning("snapshot of shard %d to %s failed: %s", shard_id, peer.id, e)
-            if link is not None and not link.closed and link.outgoing.pop(transfer, None):
-                self._write(link, KIND_ABORT, encode_ack(transfer, False))
-            self._settle(done, False)
-
-    def _settle(self, done: asyncio.Future[bool], ok: bool) -> None:
-        if not done.done():
-            done.set_result(ok)
-            if ok:
-                self.snapshots_sent += 1
-            else:
-                self.snapshots_failed += 1
-
     # ---- connections -------------------------------------------------------------------
 
     def _peer(self, peer_id: str, address: tuple[str, int] | None) -> PeerState:
@@ -284,8 +219,8 @@ class PeerTransport:
             peer.address = address
         return peer
 
-    def _spawn(self, coro: object) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
@@ -362,23 +297,26 @@ class PeerTransport:
 
     def _attach(self, peer: PeerState, hello: Hello, reader: asyncio.StreamReader,
                 writer: asyncio.StreamWriter, *, dialed: bool) -> None:
-        for old in list(peer.links.values()):
-            if old.incarnation != hello.incarnation:
-                self._drop(peer, old)  # the peer restarted: that connection is dead
         link = Link(peer.id, hello.incarnation, reader, writer, dialed=dialed,
                     receiving=snapxfer.Receiving(self.snapshot_dir, MAX_INCOMING_TRANSFERS,
                                                  MAX_SNAPSHOT_BYTES))
-        if dialed in peer.links:
-            self._drop(peer, peer.links[dialed])
+        # A different incarnation: the peer restarted, the old connection is dead whatever
+        # TCP says. (The new link goes in first, so dropping the old one dials nothing.)
+        stale = [old for old in peer.links.values()
+                 if old.dialed == dialed or old.incarnation != hello.incarnation]
         peer.links[dialed] = link
+        for old in stale:
+            self._drop(peer, old)
+        self.connects += 1
         if len(peer.links) == 2:
             # Both dialed at once. Both ends keep the one the smaller id dialed, so they
             # agree without a word; the other is retired: no more sends on it, and it is
             # half-closed so what is in flight on it still arrives.
-            keep = self.node_id < peer.id
-            retired = peer.links.pop(not keep)
+            retired = peer.links.pop(self.node_id > peer.id)
             retired.retire()
-        self.connects += 1
+            if retired is link:
+                link.task = self._spawn(self._read(peer, link))
+                return
         if peer.ever_connected:
             self.reconnects += 1
         peer.ever_connected = peer.reachable = True
@@ -432,45 +370,10 @@ class PeerTransport:
             except Exception:
                 log.exception("the host failed on messages from %s", peer.id)
         elif kind == KIND_CHUNK:
-            chunk = decode_chunk(payload)
-            try:
-                whole = link.receiving.take(chunk)
-            except OSError as e:
-                log.warning("snapshot of shard %d from %s discarded: %s", chunk.shard,
-                            peer.id, e)
-                self.snapshots_discarded += 1
-                self._write(link, KIND_ACK, encode_ack(chunk.transfer, False))
-                return
-            if whole is not None:
-                self._spawn(self._snapshot_arrived(peer, link, chunk.transfer, whole))
+            self._chunk_arrived(peer, link, decode_chunk(payload))
         elif kind == KIND_ACK:
-            transfer, ok = decode_ack(payload)
-            done = link.outgoing.pop(transfer, None)
-            if done is not None:
-                self._settle(done, ok)
+            self._ack_arrived(link, *decode_ack(payload))
         elif kind == KIND_ABORT:
-            transfer, _ = decode_ack(payload)
-            if link.receiving.transfers.get(transfer) is not None:
-                link.receiving.discard(transfer)
-                self.snapshots_discarded += 1
+            self._abort_arrived(link, decode_ack(payload)[0])
         else:
             raise ValueError(f"a frame of unknown kind {kind}")
-
-    async def _snapshot_arrived(self, peer: PeerState, link: Link, transfer: int,
-                                inc: snapxfer.Incoming) -> None:
-        try:
-            path = await asyncio.to_thread(snapxfer.make_durable, inc)
-        except OSError as e:
-            log.warning("snapshot of shard %d from %s discarded: %s", inc.shard, peer.id, e)
-            self.snapshots_discarded += 1
-            if not link.closed:
-                self._write(link, KIND_ACK, encode_ack(transfer, False))
-            return
-        self.snapshots_received += 1
-        try:
-            self.on_snapshot(peer.id, inc.shard, inc.message, path)
-        except Exception:
-            log.exception("the host failed on a snapshot from %s", peer.id)
-        # Whole and durable: the file is the host's now, whatever the connection does.
-        if not link.closed:
-            self._write(link, KIND_ACK, encode_ack(transfer, True))
