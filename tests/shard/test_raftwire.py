@@ -115,3 +115,46 @@ def test_the_good_shape_used_above_does_decode() -> None:
     """(So each refusal above is the one field's doing.)"""
     (shard, message), = decode_messages(_raw(GOOD))
     assert (shard, message.entries) == (0, (Entry(1, 1, b"x"),))
+
+
+EDGE_VALUES = [None, True, False, -1, 0, 1, 7, 10, 11, (1 << 64) - 1, 1 << 64, 1.5, "", "a",
+               "x" * 1025, b"", b"x", [], [[1, 1, b"x", 0]], [[1, 1, b"x", 9]], [[-1, 1, b"", 0]],
+               [2, 1, ["a"], []], [2, 1, ["a"]], {"a": 1}]
+
+
+def _quick_and_full_agree(fields: list[object]) -> None:
+    from sqsq.shard import raftwire
+
+    def outcome(decode: object) -> object:
+        try:
+            return decode(fields)  # type: ignore[operator]
+        except ValueError:
+            return ValueError
+
+    assert outcome(raftwire._unpack_message) == outcome(  # noqa: SLF001
+        raftwire._unpack_message_checked), fields  # noqa: SLF001
+
+
+def test_the_quick_check_accepts_exactly_what_the_full_check_accepts() -> None:
+    """Decoding checks the common case in one expression and falls back to the checks that
+    name the bad field: both must agree on what is a message, for every field of a good
+    one replaced by every odd value (and one field too many)."""
+    for position in range(len(GOOD) + 1):
+        for value in EDGE_VALUES:
+            fields = list(GOOD)
+            if position < len(GOOD):
+                fields[position] = value
+            else:
+                fields.append(value)
+            _quick_and_full_agree(fields)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(GOOD) - 1), st.sampled_from(EDGE_VALUES)),
+                min_size=2, max_size=3))
+def test_the_quick_and_full_checks_agree_on_several_odd_fields(
+        changes: list[tuple[int, object]]) -> None:
+    fields = list(GOOD)
+    for position, value in changes:
+        fields[position] = value
+    _quick_and_full_agree(fields)

@@ -58,7 +58,34 @@ def decode_messages(data: bytes) -> list[tuple[int, Message]]:
     return out
 
 
+_MSG_TYPES = {int(t): t for t in MsgType}
+_ENTRY_KINDS = {int(k): k for k in EntryKind}
+
+
 def _unpack_message(raw: object) -> Message:
+    # The common case checked in one expression (a call per field costs more than the rest
+    # of decoding); anything it does not pass goes the field-by-field way, which says what
+    # is wrong. Entries and the snapshot are checked in full either way.
+    if type(raw) is list and len(raw) == 12:
+        (mtype, to, frm, term, log_term, index, entries, commit, reject, hint, snap,
+         context) = raw
+        kind = _MSG_TYPES.get(mtype) if type(mtype) is int else None
+        if (kind is not None and type(to) is str and type(frm) is str
+                and 0 < len(to) <= MAX_ID_CHARS and 0 < len(frm) <= MAX_ID_CHARS
+                and type(term) is int and type(log_term) is int and type(index) is int
+                and type(commit) is int and type(hint) is int
+                and 0 <= term <= _U64_MAX and 0 <= log_term <= _U64_MAX
+                and 0 <= index <= _U64_MAX and 0 <= commit <= _U64_MAX
+                and 0 <= hint <= _U64_MAX and type(reject) is bool
+                and type(entries) is list and type(context) is bytes):
+            return Message(kind, to, frm, term, log_term, index,
+                           tuple(_unpack_entry(e) for e in entries) if entries else (),
+                           commit, reject, hint,
+                           None if snap is None else _unpack_snapshot(snap), context)
+    return _unpack_message_checked(raw)
+
+
+def _unpack_message_checked(raw: object) -> Message:
     (mtype, to, frm, term, log_term, index, entries, commit, reject, hint, snap,
      context) = _list(raw, "message", 12)
     return Message(
@@ -78,6 +105,12 @@ def _unpack_message(raw: object) -> Message:
 
 
 def _unpack_entry(raw: object) -> Entry:
+    if type(raw) is list and len(raw) == 4:
+        index, term, data, kind = raw
+        if (type(index) is int and type(term) is int and type(data) is bytes
+                and type(kind) is int and kind in _ENTRY_KINDS
+                and 0 <= index <= _U64_MAX and 0 <= term <= _U64_MAX):
+            return Entry(index, term, data, _ENTRY_KINDS[kind])
     index, term, data, kind = _list(raw, "entry", 4)
     return Entry(_uint(index, "entry index"), _uint(term, "entry term"),
                  _bytes(data, "entry data"), _enum(EntryKind, kind, "entry kind"))
