@@ -283,6 +283,26 @@ def test_a_peer_that_restarts_is_reconnected_and_gets_what_was_queued(
     run(scenario)
 
 
+def test_a_restarted_peer_replaces_a_connection_that_still_looks_alive(
+        tmp_path: Path) -> None:
+    """A machine that crashed leaves a half-open connection the survivor cannot tell from a
+    live one; when the peer comes back (a new incarnation) and dials, its new connection is
+    the one used. (Played here by a second "b" while the first still runs.)"""
+    async def scenario() -> None:
+        a, old = Node("a", tmp_path), Node("b", tmp_path)
+        new = Node("b", tmp_path)
+        async with running(a, old, new):
+            a.send(old, 0, heartbeat(old, a, commit=1))  # a dials: the connection a keeps
+            await old.inbox.wait(lambda: len(old.inbox.messages()) == 1)
+            new.send(a, 0, heartbeat(a, new))
+            await a.inbox.wait(lambda: len(a.inbox.messages()) == 1)
+            a.send(new, 0, heartbeat(new, a, commit=2))
+            await new.inbox.wait(lambda: len(new.inbox.messages()) == 1)
+            assert len(old.inbox.messages()) == 1 and a.t.connections() == {"b": 1}
+
+    run(scenario)
+
+
 def test_while_a_peer_is_down_the_queue_keeps_the_newest_within_its_bound(
         tmp_path: Path) -> None:
     async def scenario() -> None:
@@ -304,7 +324,7 @@ def _snapshot_message(a: Node, b: Node) -> Message:
     return Message(MsgType.SNAPSHOT, b.id, a.id, 4, snapshot=meta)
 
 
-def test_a_snapshot_arrives_whole_without_holding_up_other_shards(tmp_path: Path) -> None:
+def test_a_snapshot_of_a_few_mb_arrives_whole_and_is_handed_on_once(tmp_path: Path) -> None:
     async def scenario() -> None:
         a, b = Node("a", tmp_path), Node("b", tmp_path)
         data = os.urandom(6 * (1 << 20) + 12345)
@@ -313,15 +333,45 @@ def test_a_snapshot_arrives_whole_without_holding_up_other_shards(tmp_path: Path
         message = _snapshot_message(a, b)
         async with running(a, b):
             done = a.t.send_snapshot("b", b.address, 3, message, path)
-            a.send(b, 7, heartbeat(b, a))  # another shard's: it need not wait for the file
             async with asyncio.timeout(TIMEOUT_S):
                 assert await done is True
             (snap,) = b.inbox.snapshots()
             _, peer, shard, got, where, contents = snap
             assert (peer, shard, got, contents == data) == ("a", 3, message, True)
-            assert [e[0] for e in b.inbox.events] == ["batch", "snapshot"]
             assert sorted(p.name for p in b.staging.iterdir()) == [where.name]
             assert (a.t.snapshots_sent, b.t.snapshots_received) == (1, 1)
+            assert b.t.frames_received == 7  # 1 MiB chunks
+
+    run(scenario)
+
+
+def test_other_shards_messages_flow_while_a_snapshot_is_in_transfer(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        chunk = 64 << 10
+        a, b = Node("a", tmp_path, chunk_bytes=chunk), Node("b", tmp_path)
+        # A pipe as the snapshot "file": the sender sends what the test wrote and waits for
+        # more, so the transfer is held open for as long as the test likes.
+        fifo = tmp_path / "snapshot.fifo"
+        os.mkfifo(fifo)
+        data = os.urandom(5 * chunk)
+        async with running(a, b):
+            done = a.t.send_snapshot("b", b.address, 3, _snapshot_message(a, b), fifo)
+            writer = await asyncio.to_thread(open, fifo, "wb")
+            try:
+                await asyncio.to_thread(writer.write, data[:3 * chunk])
+                await asyncio.to_thread(writer.flush)
+                await until(lambda: any(b.staging.iterdir()))  # under way
+                for shard in (4, 5):
+                    a.send(b, shard, heartbeat(b, a))
+                await b.inbox.wait(lambda: len(b.inbox.messages()) == 2)
+                assert not done.done() and b.inbox.snapshots() == []
+                await asyncio.to_thread(writer.write, data[3 * chunk:])
+            finally:
+                await asyncio.to_thread(writer.close)
+            async with asyncio.timeout(TIMEOUT_S):
+                assert await done is True
+            assert [e[0] for e in b.inbox.events] == ["batch", "snapshot"]
+            assert b.inbox.snapshots()[0][-1] == data
 
     run(scenario)
 
