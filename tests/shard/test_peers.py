@@ -12,9 +12,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from serverproc import free_port
 from sqsq.raft.types import ConfState, Entry, Message, MsgType, SnapshotMeta
-from sqsq.shard import peerauth
+from sqsq.shard import peerauth, peers
 from sqsq.shard.peers import MAX_FRAME_BYTES, PeerTransport
 
 SECRET = b"the cluster secret"
@@ -259,6 +261,91 @@ def test_a_frame_that_is_not_a_batch_closes_the_connection(tmp_path: Path) -> No
                 assert await reader.read() == b""
             writer.close()
             assert a.t.bad_frames == 1 and a.inbox.events == []
+
+    run(scenario)
+
+
+def test_a_connection_that_does_not_authenticate_in_time_is_cut(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(peers, "HANDSHAKE_TIMEOUT_S", 0.2)
+
+    async def scenario() -> None:
+        a = Node("a", tmp_path)
+        async with running(a):
+            reader, writer = await asyncio.open_connection(*a.address)
+            await reader.readexactly(4 + 36)  # the challenge; then silence
+            async with asyncio.timeout(TIMEOUT_S):
+                assert await reader.read() == b""
+            writer.close()
+
+    run(scenario)
+
+
+def test_connections_still_authenticating_are_bounded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(peers, "MAX_PENDING_HANDSHAKES", 2)
+
+    async def scenario() -> None:
+        a = Node("a", tmp_path)
+        async with running(a):
+            held = [await asyncio.open_connection(*a.address) for _ in range(2)]
+            for reader, _ in held:
+                await reader.readexactly(4 + 36)  # both are being authenticated
+            reader, writer = await asyncio.open_connection(*a.address)
+            async with asyncio.timeout(TIMEOUT_S):
+                assert await reader.read() == b""  # the third is not even challenged
+            writer.close()
+            for _, w in held:
+                w.close()
+            await until(lambda: a.t._handshakes == 0)  # noqa: SLF001
+            b = Node("b", tmp_path)  # and once they are gone, a peer gets in
+            async with running(b):
+                b.send(a, 0, heartbeat(a, b))
+                await a.inbox.wait(lambda: len(a.inbox.messages()) == 1)
+
+    run(scenario)
+
+
+def test_a_peer_that_does_not_read_costs_a_bounded_buffer(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a = Node("a", tmp_path, max_write_buffer_bytes=1 << 20)
+        stuck: list[asyncio.StreamWriter] = []
+
+        async def never_reads(reader: asyncio.StreamReader,
+                              writer: asyncio.StreamWriter) -> None:
+            await peerauth.accept(reader, writer, secret=SECRET, node_id="b",
+                                  incarnation=b"87654321")
+            stuck.append(writer)
+
+        server = await asyncio.start_server(never_reads, "127.0.0.1", 0)
+        address = server.sockets[0].getsockname()[:2]
+        try:
+            async with running(a):
+                append = Message(MsgType.APPEND, "b", "a", 1,
+                                 entries=(Entry(1, 1, b"x" * 100_000),))
+                for _ in range(2000):  # 200 MB, were nothing dropped
+                    a.t.send("b", address, 0, append)
+                    await asyncio.sleep(0)  # a loop turn: the batch is written
+                    if a.t.messages_dropped:
+                        break
+                assert a.t.messages_dropped == 1 and stuck
+        finally:
+            for writer in stuck:
+                writer.close()
+            server.close()
+
+    run(scenario)
+
+
+def test_a_forgotten_peer_is_disconnected(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a, b = Node("a", tmp_path), Node("b", tmp_path)
+        async with running(a, b):
+            a.send(b, 0, heartbeat(b, a))
+            await b.inbox.wait(lambda: len(b.inbox.messages()) == 1)
+            a.t.forget("b")
+            assert a.t.connections() == {}
+            await until(lambda: b.t.connections() == {})
 
     run(scenario)
 

@@ -72,7 +72,7 @@ BACKOFF_S = (0.05, 2.0)  # the first retry's wait, doubled per failure up to the
 
 class PeerTransport(SnapshotTransfers):
     """The node's Raft peer transport. Counters (plain ints) say what it did; the host
-    exports them."""
+    exports them. Everything is called on the node's event loop (it keeps no lock)."""
 
     def __init__(self, node_id: str, host: str, port: int, secret: bytes,
                  on_messages: OnMessages, on_snapshot: OnSnapshot, *, snapshot_dir: Path,
@@ -80,6 +80,7 @@ class PeerTransport(SnapshotTransfers):
                  max_queue_bytes: int = MAX_QUEUE_BYTES,
                  max_frame_bytes: int = MAX_FRAME_BYTES,
                  chunk_bytes: int = SNAPSHOT_CHUNK_BYTES,
+                 max_write_buffer_bytes: int = MAX_WRITE_BUFFER_BYTES,
                  backoff_s: tuple[float, float] = BACKOFF_S) -> None:
         if not host:
             # An empty host would listen on every interface; say so explicitly if meant.
@@ -94,6 +95,7 @@ class PeerTransport(SnapshotTransfers):
         self.snapshot_dir = snapshot_dir
         self.max_queue_messages, self.max_queue_bytes = max_queue_messages, max_queue_bytes
         self.max_frame_bytes, self.chunk_bytes = max_frame_bytes, chunk_bytes
+        self.max_write_buffer_bytes = max_write_buffer_bytes
         self.backoff_s = backoff_s
         self.incarnation = os.urandom(INCARNATION_BYTES)
         self._peers: dict[str, PeerState] = {}
@@ -196,7 +198,7 @@ class PeerTransport(SnapshotTransfers):
         if link is None:
             self._dial_soon(peer)  # the queue waits (bounded) for the connection
             return
-        if link.buffered() > MAX_WRITE_BUFFER_BYTES:
+        if link.buffered() > self.max_write_buffer_bytes:
             self.messages_dropped += len(peer.queue)  # it does not read: do not buffer more
             peer.clear_queue()
             return
