@@ -82,6 +82,11 @@ class PeerTransport(SnapshotTransfers):
                  chunk_bytes: int = SNAPSHOT_CHUNK_BYTES,
                  max_write_buffer_bytes: int = MAX_WRITE_BUFFER_BYTES,
                  backoff_s: tuple[float, float] = BACKOFF_S) -> None:
+        """``node_id``: this node's name among its peers (each proves it with ``secret``).
+        ``on_messages(peer, [(shard, message), ...])`` gets each batch as it arrives;
+        ``on_snapshot(peer, shard, message, path)`` each snapshot file once whole and
+        durable in ``snapshot_dir`` (the transport's own directory: unfinished transfers
+        found there at start are removed; finished ones are the host's to move or delete)."""
         if not host:
             # An empty host would listen on every interface; say so explicitly if meant.
             raise ValueError("the Raft transport needs the address to listen on")
@@ -260,8 +265,14 @@ class PeerTransport(SnapshotTransfers):
                     await asyncio.sleep(delay)  # back off: a down peer is not hammered
                     delay = min(delay * 2, self.backoff_s[1])
                     continue
-                if not self._stopped:
-                    self._attach(peer, hello, reader, writer, dialed=True)
+                except asyncio.CancelledError:
+                    if writer is not None:
+                        writer.transport.abort()  # stopped mid-handshake
+                    raise
+                if self._stopped or peer.forgotten:
+                    writer.transport.abort()
+                    return
+                self._attach(peer, hello, reader, writer, dialed=True)
         finally:
             peer.dialer = None
 
@@ -289,6 +300,9 @@ class PeerTransport(SnapshotTransfers):
             log.warning("Raft peer connection from %s refused: %s", who,
                         e or type(e).__name__)
             return
+        except asyncio.CancelledError:
+            writer.transport.abort()  # stopped mid-handshake
+            raise
         finally:
             self._handshakes -= 1
             self._tasks.discard(task)
