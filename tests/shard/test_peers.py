@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import struct
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -18,6 +19,7 @@ from serverproc import free_port
 from sqsq.raft.types import ConfState, Entry, Message, MsgType, SnapshotMeta
 from sqsq.shard import peerauth, peers
 from sqsq.shard.peers import MAX_FRAME_BYTES, PeerTransport
+from sqsq.shard.raftwire import Chunk, encode_chunk
 
 SECRET = b"the cluster secret"
 TIMEOUT_S = 10.0
@@ -124,6 +126,31 @@ def test_every_shards_messages_share_one_connection_in_order(tmp_path: Path) -> 
             # The answer came back over the connection a dialed: one for the pair.
             assert a.t.connections() == {"b": 1} and b.t.connections() == {"a": 1}
             assert a.t.frames_sent > 2 and b.t.connects == 1
+
+    run(scenario)
+
+
+def test_three_nodes_keep_one_connection_per_pair(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        nodes = [Node(name, tmp_path) for name in "abc"]
+        async with running(*nodes):
+            for turn in range(3):
+                for frm in nodes:
+                    for to in nodes:
+                        if to is not frm:
+                            for shard in range(4):
+                                frm.send(to, shard, heartbeat(to, frm, commit=turn))
+                await asyncio.sleep(0)
+            for node in nodes:
+                await node.inbox.wait(lambda node=node: len(node.inbox.messages()) == 24)
+                others = {n.id for n in nodes} - {node.id}
+                assert {peer for peer, _, _ in node.inbox.messages()} == others
+                for peer in others:  # in order per sender and shard
+                    assert [m.commit for p, s, m in node.inbox.messages()
+                            if p == peer and s == 2] == [0, 1, 2]
+            for node in nodes:
+                await until(lambda node=node: node.t.connections() == dict.fromkeys(
+                    {n.id for n in nodes} - {node.id}, 1))
 
     run(scenario)
 
@@ -350,6 +377,21 @@ def test_a_forgotten_peer_is_disconnected(tmp_path: Path) -> None:
     run(scenario)
 
 
+def test_a_snapshot_chunk_out_of_order_closes_the_connection(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a = Node("a", tmp_path)
+        async with running(a):
+            reader, writer = await _authenticated_socket(a)
+            payload = encode_chunk(Chunk(1, 1, False, 3, 500, 4, b"data"))  # no first chunk
+            writer.write(struct.pack(">IB", len(payload) + 1, 2) + payload)
+            async with asyncio.timeout(TIMEOUT_S):
+                assert await reader.read() == b""
+            writer.close()
+            assert a.t.bad_frames == 1 and not any(a.staging.iterdir())
+
+    run(scenario)
+
+
 def test_a_peer_that_restarts_is_reconnected_and_gets_what_was_queued(
         tmp_path: Path) -> None:
     async def scenario() -> None:
@@ -520,5 +562,25 @@ def test_a_snapshot_file_that_cannot_be_read_is_reported_failed(tmp_path: Path) 
             async with asyncio.timeout(TIMEOUT_S):
                 assert await done is False
             assert b.inbox.events == [] and not any(b.staging.iterdir())
+
+    run(scenario)
+
+
+def test_a_snapshot_the_receiver_cannot_store_fails_but_keeps_the_connection(
+        tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a, b = Node("a", tmp_path, chunk_bytes=64 << 10), Node("b", tmp_path)
+        path = tmp_path / "snapshot"
+        path.write_bytes(os.urandom(1 << 20))
+        async with running(a, b):
+            a.send(b, 0, heartbeat(b, a))
+            await b.inbox.wait(lambda: len(b.inbox.messages()) == 1)
+            shutil.rmtree(b.staging)  # its disk fails it: no staging file can be made
+            done = a.t.send_snapshot("b", b.address, 3, _snapshot_message(a, b), path)
+            async with asyncio.timeout(TIMEOUT_S):
+                assert await done is False
+            a.send(b, 0, heartbeat(b, a))  # the connection carries on
+            await b.inbox.wait(lambda: len(b.inbox.messages()) == 2)
+            assert b.t.bad_frames == 0 and a.t.connects == 1 and b.inbox.snapshots() == []
 
     run(scenario)
