@@ -1,108 +1,28 @@
 """The Raft peer transport between real sockets on 127.0.0.1: one connection per node pair
 for every shard, heartbeats coalesced, peers proven by the cluster secret, frames bounded,
-restarts survived, snapshots delivered whole or not at all."""
+restarts survived."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import struct
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from serverproc import free_port
-from sqsq.raft.types import ConfState, Entry, Message, MsgType, SnapshotMeta
+from peersupport import (
+    SECRET,
+    TIMEOUT_S,
+    Node,
+    authenticated_socket,
+    heartbeat,
+    run,
+    running,
+    until,
+)
+from sqsq.raft.types import Entry, Message, MsgType
 from sqsq.shard import peerauth, peers
-from sqsq.shard.peers import MAX_FRAME_BYTES, PeerTransport
-from sqsq.shard.raftwire import Chunk, encode_chunk
-
-SECRET = b"the cluster secret"
-TIMEOUT_S = 10.0
-
-
-class Inbox:
-    """What a transport handed its host, in order."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[Any, ...]] = []
-        self._changed = asyncio.Event()
-        self.refuse_snapshots = False
-
-    def on_messages(self, peer: str, batch: list[tuple[int, Message]]) -> None:
-        self.events.append(("batch", peer, batch))
-        self._changed.set()
-
-    def on_snapshot(self, peer: str, shard: int, message: Message, path: Path) -> None:
-        if self.refuse_snapshots:
-            raise OSError("no room to install it")
-        self.events.append(("snapshot", peer, shard, message, path, path.read_bytes()))
-        self._changed.set()
-
-    def batches(self) -> list[list[tuple[int, Message]]]:
-        return [e[2] for e in self.events if e[0] == "batch"]
-
-    def messages(self) -> list[tuple[str, int, Message]]:
-        return [(e[1], shard, m) for e in self.events if e[0] == "batch" for shard, m in e[2]]
-
-    def snapshots(self) -> list[tuple[Any, ...]]:
-        return [e for e in self.events if e[0] == "snapshot"]
-
-    async def wait(self, done: Callable[[], bool]) -> None:
-        async with asyncio.timeout(TIMEOUT_S):
-            while not done():
-                self._changed.clear()
-                await self._changed.wait()
-
-
-async def until(done: Callable[[], bool]) -> None:
-    """Wait for a condition on a transport's counters or on the file system (no event to
-    wait on there): looked at every few milliseconds, failing after ``TIMEOUT_S``."""
-    async with asyncio.timeout(TIMEOUT_S):
-        while not done():
-            await asyncio.sleep(0.005)
-
-
-class Node:
-    def __init__(self, node_id: str, tmp_path: Path, port: int = 0, secret: bytes = SECRET,
-                 **options: Any) -> None:
-        self.id = node_id
-        self.inbox = Inbox()
-        self.port = port or free_port()
-        self.staging = tmp_path / f"{node_id}-{self.port}"
-        self.t = PeerTransport(node_id, "127.0.0.1", self.port, secret,
-                               self.inbox.on_messages, self.inbox.on_snapshot,
-                               snapshot_dir=self.staging, backoff_s=(0.01, 0.05), **options)
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return ("127.0.0.1", self.port)
-
-    def send(self, to: Node, shard: int, message: Message) -> None:
-        self.t.send(to.id, to.address, shard, message)
-
-
-@asynccontextmanager
-async def running(*nodes: Node) -> Iterator[None]:  # type: ignore[misc]
-    for node in nodes:
-        await node.t.start()
-    try:
-        yield
-    finally:
-        for node in nodes:
-            await node.t.stop()
-
-
-def heartbeat(to: Node, frm: Node, commit: int = 0) -> Message:
-    return Message(MsgType.HEARTBEAT, to.id, frm.id, 1, commit=commit)
-
-
-def run(scenario: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(scenario())
+from sqsq.shard.peers import MAX_FRAME_BYTES
 
 
 def test_every_shards_messages_share_one_connection_in_order(tmp_path: Path) -> None:
@@ -249,19 +169,11 @@ def test_it_listens_on_the_given_address_only(tmp_path: Path) -> None:
     run(scenario)
 
 
-async def _authenticated_socket(node: Node) -> tuple[asyncio.StreamReader,
-                                                        asyncio.StreamWriter]:
-    reader, writer = await asyncio.open_connection(*node.address)
-    await peerauth.dial(reader, writer, secret=SECRET, node_id="z",
-                        incarnation=b"12345678", expect=node.id)
-    return reader, writer
-
-
 def test_an_oversized_frame_closes_the_connection_before_it_is_read(tmp_path: Path) -> None:
     async def scenario() -> None:
         a = Node("a", tmp_path)
         async with running(a):
-            reader, writer = await _authenticated_socket(a)
+            reader, writer = await authenticated_socket(a)
             writer.write(struct.pack(">IB", MAX_FRAME_BYTES + 1, 1))  # and no payload
             async with asyncio.timeout(TIMEOUT_S):
                 assert await reader.read() == b""  # closed by a
@@ -282,7 +194,7 @@ def test_a_frame_that_is_not_a_batch_closes_the_connection(tmp_path: Path) -> No
     async def scenario() -> None:
         a = Node("a", tmp_path)
         async with running(a):
-            reader, writer = await _authenticated_socket(a)
+            reader, writer = await authenticated_socket(a)
             writer.write(struct.pack(">IB", 5, 1) + b"\x93\x01\x02\x03")  # [1, 2, 3]
             async with asyncio.timeout(TIMEOUT_S):
                 assert await reader.read() == b""
@@ -377,21 +289,6 @@ def test_a_forgotten_peer_is_disconnected(tmp_path: Path) -> None:
     run(scenario)
 
 
-def test_a_snapshot_chunk_out_of_order_closes_the_connection(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        a = Node("a", tmp_path)
-        async with running(a):
-            reader, writer = await _authenticated_socket(a)
-            payload = encode_chunk(Chunk(1, 1, False, 3, 500, 4, b"data"))  # no first chunk
-            writer.write(struct.pack(">IB", len(payload) + 1, 2) + payload)
-            async with asyncio.timeout(TIMEOUT_S):
-                assert await reader.read() == b""
-            writer.close()
-            assert a.t.bad_frames == 1 and not any(a.staging.iterdir())
-
-    run(scenario)
-
-
 def test_a_peer_that_restarts_is_reconnected_and_gets_what_was_queued(
         tmp_path: Path) -> None:
     async def scenario() -> None:
@@ -444,143 +341,5 @@ def test_while_a_peer_is_down_the_queue_keeps_the_newest_within_its_bound(
             async with running(b):
                 await b.inbox.wait(lambda: len(b.inbox.messages()) == 10)
                 assert [m.commit for _, _, m in b.inbox.messages()] == list(range(15, 25))
-
-    run(scenario)
-
-
-def _snapshot_message(a: Node, b: Node) -> Message:
-    meta = SnapshotMeta(500, 4, ConfState(frozenset({"a", "b", "c"}), frozenset({"d"})))
-    return Message(MsgType.SNAPSHOT, b.id, a.id, 4, snapshot=meta)
-
-
-def test_a_snapshot_of_a_few_mb_arrives_whole_and_is_handed_on_once(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        a, b = Node("a", tmp_path), Node("b", tmp_path)
-        data = os.urandom(6 * (1 << 20) + 12345)
-        path = tmp_path / "snapshot"
-        path.write_bytes(data)
-        message = _snapshot_message(a, b)
-        async with running(a, b):
-            done = a.t.send_snapshot("b", b.address, 3, message, path)
-            async with asyncio.timeout(TIMEOUT_S):
-                assert await done is True
-            (snap,) = b.inbox.snapshots()
-            _, peer, shard, got, where, contents = snap
-            assert (peer, shard, got, contents == data) == ("a", 3, message, True)
-            assert sorted(p.name for p in b.staging.iterdir()) == [where.name]
-            assert (a.t.snapshots_sent, b.t.snapshots_received) == (1, 1)
-            assert b.t.frames_received == 7  # 1 MiB chunks
-
-    run(scenario)
-
-
-def test_other_shards_messages_flow_while_a_snapshot_is_in_transfer(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        chunk = 64 << 10
-        a, b = Node("a", tmp_path, chunk_bytes=chunk), Node("b", tmp_path)
-        # A pipe as the snapshot "file": the sender sends what the test wrote and waits for
-        # more, so the transfer is held open for as long as the test likes.
-        fifo = tmp_path / "snapshot.fifo"
-        os.mkfifo(fifo)
-        data = os.urandom(5 * chunk)
-        async with running(a, b):
-            done = a.t.send_snapshot("b", b.address, 3, _snapshot_message(a, b), fifo)
-            writer = await asyncio.to_thread(open, fifo, "wb")
-            try:
-                await asyncio.to_thread(writer.write, data[:3 * chunk])
-                await asyncio.to_thread(writer.flush)
-                await until(lambda: any(b.staging.iterdir()))  # under way
-                for shard in (4, 5):
-                    a.send(b, shard, heartbeat(b, a))
-                await b.inbox.wait(lambda: len(b.inbox.messages()) == 2)
-                assert not done.done() and b.inbox.snapshots() == []
-                await asyncio.to_thread(writer.write, data[3 * chunk:])
-            finally:
-                await asyncio.to_thread(writer.close)
-            async with asyncio.timeout(TIMEOUT_S):
-                assert await done is True
-            assert [e[0] for e in b.inbox.events] == ["batch", "snapshot"]
-            assert b.inbox.snapshots()[0][-1] == data
-
-    run(scenario)
-
-
-def test_a_connection_cut_mid_snapshot_leaves_no_file_and_reports_failure(
-        tmp_path: Path) -> None:
-    async def scenario() -> None:
-        chunk = 64 << 10
-        a, b = Node("a", tmp_path, chunk_bytes=chunk), Node("b", tmp_path)
-        # A pipe as the snapshot "file": the sender reads what the test writes, and then
-        # waits for more, so the transfer is cut at a point the test chose.
-        fifo = tmp_path / "snapshot.fifo"
-        os.mkfifo(fifo)
-        await a.t.start()
-        await b.t.start()
-        writer = None
-        try:
-            done = a.t.send_snapshot("b", b.address, 3, _snapshot_message(a, b), fifo)
-            writer = await asyncio.to_thread(open, fifo, "wb")
-            await asyncio.to_thread(writer.write, os.urandom(3 * chunk))
-            await asyncio.to_thread(writer.flush)
-            await until(lambda: sum(p.stat().st_size for p in b.staging.iterdir()) >= chunk)
-            await a.t.stop()  # cut
-            async with asyncio.timeout(TIMEOUT_S):
-                assert await done is False
-            await until(lambda: not any(b.staging.iterdir()))
-            assert b.inbox.events == [] and b.t.snapshots_discarded == 1
-            assert a.t.snapshots_failed == 1
-        finally:
-            if writer is not None:
-                writer.close()  # ends the sender's blocked read
-            await a.t.stop()
-            await b.t.stop()
-
-    run(scenario)
-
-
-def test_a_snapshot_the_host_cannot_take_is_reported_failed(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        a, b = Node("a", tmp_path), Node("b", tmp_path)
-        b.inbox.refuse_snapshots = True
-        path = tmp_path / "snapshot"
-        path.write_bytes(b"state" * 1000)
-        async with running(a, b):
-            done = a.t.send_snapshot("b", b.address, 3, _snapshot_message(a, b), path)
-            async with asyncio.timeout(TIMEOUT_S):
-                assert await done is False
-            assert a.t.snapshots_failed == 1 and a.t.connections() == {"b": 1}
-
-    run(scenario)
-
-
-def test_a_snapshot_file_that_cannot_be_read_is_reported_failed(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        a, b = Node("a", tmp_path), Node("b", tmp_path)
-        async with running(a, b):
-            done = a.t.send_snapshot("b", b.address, 3, _snapshot_message(a, b),
-                                     tmp_path / "missing")
-            async with asyncio.timeout(TIMEOUT_S):
-                assert await done is False
-            assert b.inbox.events == [] and not any(b.staging.iterdir())
-
-    run(scenario)
-
-
-def test_a_snapshot_the_receiver_cannot_store_fails_but_keeps_the_connection(
-        tmp_path: Path) -> None:
-    async def scenario() -> None:
-        a, b = Node("a", tmp_path, chunk_bytes=64 << 10), Node("b", tmp_path)
-        path = tmp_path / "snapshot"
-        path.write_bytes(os.urandom(1 << 20))
-        async with running(a, b):
-            a.send(b, 0, heartbeat(b, a))
-            await b.inbox.wait(lambda: len(b.inbox.messages()) == 1)
-            shutil.rmtree(b.staging)  # its disk fails it: no staging file can be made
-            done = a.t.send_snapshot("b", b.address, 3, _snapshot_message(a, b), path)
-            async with asyncio.timeout(TIMEOUT_S):
-                assert await done is False
-            a.send(b, 0, heartbeat(b, a))  # the connection carries on
-            await b.inbox.wait(lambda: len(b.inbox.messages()) == 2)
-            assert b.t.bad_frames == 0 and a.t.connects == 1 and b.inbox.snapshots() == []
 
     run(scenario)
