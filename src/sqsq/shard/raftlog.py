@@ -1,0 +1,379 @@
+"""The durable Raft log of one replica: append-only segment files, a checksum per record.
+
+A record is ``[u32 length][u32 crc][payload]`` (little-endian), the payload msgpack
+``[index, term, kind, data]`` (never pickle). The crc is zlib's crc32 over the length field
+and the payload, so a damaged length is caught as well as damaged data. Each segment file
+holds a run of consecutive indexes and is named by its first (``00000000000000000001.log``);
+a new one is started once the active one passes ``segment_bytes``.
+
+What a crash can leave, and what ``open`` does with it:
+
+- a torn last record (the process or the machine died inside a write that was never
+  synced, so nothing was acknowledged on it): cut off, the file truncated there and fsynced;
+- a bad record anywhere else: ``CorruptLog``. Data that was synced went bad; reading past it
+  would serve or drop entries this replica acknowledged, so the replica must not start.
+
+Compaction unlinks whole segments, oldest first, and never rewrites a file that holds live
+entries (pysyncobj cleared its journal and re-added the kept entries, so a crash in between
+lost them: finding 1). Truncation happens only where the core asks (a conflict), newest
+segment first, and is made durable before anything is written after it, so a crash never
+leaves new entries followed by the old ones they replaced.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import re
+import struct
+import zlib
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgpack
+
+from sqsq.raft import Entry, EntryKind
+from sqsq.shard.durable import fsync_dir, write_all
+
+log = logging.getLogger("sqsq.shard")
+
+_LEN = struct.Struct("<I")
+_HEADER = struct.Struct("<II")  # length, crc
+MAX_RECORD_BYTES = 256 << 20  # far above any batch the core sends: a larger length is damage
+SEGMENT_BYTES = 64 << 20
+_BASE = -1  # the kind of the record a reset log starts with: the (index, term) it follows
+_PAGE = 4096
+_NAME = re.compile(r"^(\d{20})\.log$")
+
+
+class CorruptLog(Exception):
+    """The log is damaged where a crash cannot have damaged it; the replica must stop."""
+
+
+def _checksum(length: bytes | memoryview, payload: bytes | memoryview) -> int:
+    return zlib.crc32(payload, zlib.crc32(length))
+
+
+def encode_record(index: int, term: int, kind: int, data: bytes) -> bytes:
+    payload = msgpack.packb([index, term, kind, data], use_bin_type=True)
+    length = _LEN.pack(len(payload))
+    return length + _LEN.pack(_checksum(length, payload)) + payload
+
+
+@dataclass
+class _Bad(Exception):
+    offset: int
+    reason: str
+    end: int | None  # where the bad record ends, if its length is believable
+
+
+def _records(buf: bytes | memoryview, base: int = 0
+             ) -> Iterator[tuple[int, int, int, int, bytes]]:
+    """(offset, index, term, kind, data) of each record in ``buf`` (which starts at file
+    offset ``base``); raises ``_Bad`` at the first record that does not check out."""
+    view = memoryview(buf)
+    pos, size = 0, len(view)
+    while pos < size:
+        if size - pos < _HEADER.size:
+            raise _Bad(base + pos, "a record header cut short", base + size)
+        length, crc = _HEADER.unpack_from(view, pos)
+        if length == 0 or length > MAX_RECORD_BYTES:
+            raise _Bad(base + pos, f"an impossible record length {length}", None)
+        end = pos + _HEADER.size + length
+        if end > size:
+            raise _Bad(base + pos, "a record cut short", base + size)
+        payload = view[pos + _HEADER.size:end]
+        if _checksum(view[pos:pos + _LEN.size], payload) != crc:
+            raise _Bad(base + pos, "a bad checksum", base + end)
+        try:
+            index, term, kind, data = msgpack.unpackb(payload, raw=False)
+            if not (isinstance(index, int) and isinstance(term, int)
+                    and isinstance(kind, int) and isinstance(data, bytes)):
+                raise ValueError("bad field types")
+        except Exception as exc:  # a checksummed record that does not decode: a bug or damage
+            raise _Bad(base + pos, f"an undecodable record ({exc})", base + end) from None
+        yield base + pos, index, term, kind, data
+        pos = end
+
+
+def _is_torn(buf: bytes, bad: _Bad) -> bool:
+    """Whether a bad record at the end of the last segment is what a cut-short write leaves:
+    a record running past the end of the file, the file's last record, or a record with a
+    page the disk never wrote (reads back as zeros). Anything else is damage to data that
+    may have been synced, followed by more records: refuse it rather than cut them off."""
+    if bad.end is not None and bad.end >= len(buf):
+        return True
+    end = len(buf) if bad.end is None else bad.end
+    for page in range(bad.offset - bad.offset % _PAGE, end, _PAGE):
+        chunk = buf[page:min(page + _PAGE, len(buf))]
+        if chunk and chunk.count(0) == len(chunk):
+            return True
+    return False
+
+
+def _advice(path: Path, offset: int, index: int, reason: str) -> str:
+    return (f"{path}: {reason} at offset {offset} (where entry {index} should be). The Raft "
+            f"log is damaged before its end, so entries this replica acknowledged may be "
+            f"lost; it will not start. Restore its data directory from a backup, or replace "
+            f"the replica (remove it from the group and add a new one with an empty disk)")
+
+
+@dataclass(eq=False)
+class _Segment:
+    first: int  # the index the file is named by: its first record's
+    path: Path
+    # Per record: its byte offset and its term (8 bytes each, no entry data: a million
+    # entries cost 16 MB; compaction keeps the count bounded).
+    offsets: array[int] = field(default_factory=lambda: array("q"))
+    terms: array[int] = field(default_factory=lambda: array("q"))
+    size: int = 0
+    fd: int | None = None  # open while it is the active segment or holds unsynced writes
+
+    def last(self) -> int:
+        return self.first + len(self.offsets) - 1
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class SegmentedLog:
+    def __init__(self, directory: Path, segment_bytes: int = SEGMENT_BYTES) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self._segments: list[_Segment] = []
+        self._firsts: list[int] = []  # each segment's first index, for bisect
+        self._has_base = False  # the first record is a reset's marker, not an entry
+        self._dirty: list[_Segment] = []  # written since the last sync
+        self._dir_dirty = False  # a segment was created since the last sync
+        directory.mkdir(parents=True, exist_ok=True)
+        self._open()
+
+    # ---- opening ---------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        names = sorted(p.name for p in self.directory.iterdir() if _NAME.match(p.name))
+        for n, name in enumerate(names):
+            seg = _Segment(int(name[:20]), self.directory / name)
+            self._load(seg, last=n == len(names) - 1)
+            prev = self._segments[-1] if self._segments else None
+            if prev is not None and seg.first != prev.last() + 1:
+                raise CorruptLog(_advice(seg.path, 0, prev.last() + 1,
+                                         f"a segment starting at {seg.first} after one "
+                                         f"ending at {prev.last()}"))
+            if not seg.offsets:
+                if n != len(names) - 1:
+                    raise CorruptLog(_advice(seg.path, 0, seg.first, "an empty segment"))
+                # Created by a roll or emptied by a truncation just before a crash: nothing.
+                seg.path.unlink()
+                fsync_dir(self.directory)
+                continue
+            self._segments.append(seg)
+        self._firsts = [s.first for s in self._segments]
+
+    def _load(self, seg: _Segment, *, last: bool) -> None:
+        buf = seg.path.read_bytes()
+        expect = seg.first
+        try:
+            for offset, index, term, kind, _ in _records(buf):
+                if index != expect:
+                    raise CorruptLog(_advice(seg.path, offset, expect,
+                                             f"entry {index} out of place"))
+                if kind == _BASE:
+                    if self._segments or offset != 0:
+                        raise CorruptLog(_advice(seg.path, offset, index,
+                                                 "a reset marker inside the log"))
+                    self._has_base = True
+                seg.offsets.append(offset)
+                seg.terms.append(term)
+                expect += 1
+            seg.size = len(buf)
+        except _Bad as bad:
+            if not (last and _is_torn(buf, bad)):
+                raise CorruptLog(_advice(seg.path, bad.offset, expect, bad.reason)) from None
+            # A write cut short by a crash, never synced, so never acknowledged: cut it off.
+            log.warning("%s: cutting a torn last record at offset %d (%d bytes, %s)",
+                        seg.path, bad.offset, len(buf) - bad.offset, bad.reason)
+            fd = os.open(seg.path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.ftruncate(fd, bad.offset)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            seg.size = bad.offset
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def first_index(self) -> int:
+        """The first entry held; ``last_index() + 1`` when the log holds none."""
+        if not self._segments:
+            return 1
+        return self._segments[0].first + (1 if self._has_base else 0)
+
+    def last_index(self) -> int:
+        return self._segments[-1].last() if self._segments else 0
+
+    def _locate(self, index: int) -> tuple[_Segment, int] | None:
+        k = bisect.bisect_right(self._firsts, index) - 1
+        if k < 0:
+            return None
+        seg = self._segments[k]
+        return (seg, index - seg.first) if index <= seg.last() else None
+
+    def term(self, index: int) -> int | None:
+        """The term of entry ``index`` (or of a reset's base); None if the log lacks it."""
+        if index == 0:
+            return 0
+        found = self._locate(index)
+        return None if found is None else found[0].terms[found[1]]
+
+    def entries(self, after: int = 0) -> list[Entry]:
+        """Every entry past ``after`` (the snapshot's index when a replica restarts)."""
+        out: list[Entry] = []
+        for seg in self._segments:
+            if seg.last() <= after:
+                continue
+            start = max(0, after + 1 - seg.first)
+            offset = seg.offsets[start]
+            with open(seg.path, "rb") as f:
+                f.seek(offset)
+                buf = f.read(seg.size - offset)
+            try:
+                for _, index, term, kind, data in _records(buf, offset):
+                    if kind != _BASE:
+                        out.append(Entry(index, term, data, EntryKind(kind)))
+            except _Bad as bad:  # it checked out on open: something changed the file since
+                raise CorruptLog(_advice(seg.path, bad.offset, -1, bad.reason)) from None
+        return out
+
+    def segment_paths(self) -> list[Path]:
+        return [s.path for s in self._segments]
+
+    # ---- writing ---------------------------------------------------------------------------
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Write ``entries`` (consecutive) after the log's end; if the first is already held,
+        the log is first truncated there (the core asks for that only at a conflict). Not
+        durable until ``sync``."""
+        if not entries:
+            return
+        start = entries[0].index
+        for i, e in enumerate(entries):
+            if e.index != start + i:
+                raise ValueError(f"entries to append are not consecutive at {e.index}")
+        if start <= self.last_index():
+            self._truncate(start)
+        elif start != self.last_index() + 1:
+            raise ValueError(f"entry {start} does not follow the log's end {self.last_index()}")
+        seg = self._segments[-1] if self._segments else self._create(start)
+        buf = bytearray()
+        for e in entries:
+            if seg.size + len(buf) >= self.segment_bytes and (seg.offsets or buf):
+                self._write(seg, buf)
+                buf = bytearray()
+                # The full segment is made durable before the next one holds anything, so a
+                # crash can tear only the last segment (a torn record in an earlier one would
+                # read as damage).
+                if seg in self._dirty:
+                    os.fdatasync(self._fd(seg))
+                    self._dirty.remove(seg)
+                seg.close()
+                seg = self._create(e.index)
+            seg.offsets.append(seg.size + len(buf))
+            seg.terms.append(e.term)
+            buf += encode_record(e.index, e.term, int(e.kind), e.data)
+        self._write(seg, buf)
+
+    def _fd(self, seg: _Segment) -> int:
+        if seg.fd is None:
+            # O_APPEND: every write lands at the end, also after a truncation.
+            seg.fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        return seg.fd
+
+    def _write(self, seg: _Segment, buf: bytearray) -> None:
+        if buf:
+            write_all(self._fd(seg), buf)
+            seg.size += len(buf)
+            if seg not in self._dirty:
+                self._dirty.append(seg)
+
+    def _create(self, first: int) -> _Segment:
+        seg = _Segment(first, self.directory / f"{first:020d}.log")
+        seg.fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL
+                         | os.O_CLOEXEC, 0o644)
+        self._segments.append(seg)
+        self._firsts.append(first)
+        self._dir_dirty = True
+        return seg
+
+    def sync(self) -> None:
+        """Make every append so far durable: the data of each segment written, then the
+        directory if a segment was created."""
+        for seg in self._dirty:
+            os.fdatasync(self._fd(seg))
+            if seg is not self._segments[-1]:
+                seg.close()
+        self._dirty.clear()
+        if self._dir_dirty:
+            fsync_dir(self.directory)
+            self._dir_dirty = False
+
+    def _drop(self, seg: _Segment) -> None:
+        """Unlink one whole segment, durably before the next step (a later segment gone
+        while an earlier one survives would leave a gap that reads as damage)."""
+        seg.close()
+        if seg in self._dirty:
+            self._dirty.remove(seg)
+        seg.path.unlink()
+        fsync_dir(self.directory)
+
+    def _truncate(self, index: int) -> None:
+        if index < self.first_index():
+            raise ValueError(f"cannot truncate at {index}: the log starts at "
+                             f"{self.first_index()}")
+        k = bisect.bisect_right(self._firsts, index) - 1
+        # Newest first: a crash part way leaves a shorter log, never one with a gap.
+        while len(self._segments) > k + 1:
+            self._drop(self._segments.pop())
+            self._firsts.pop()
+        seg = self._segments[k]
+        i = index - seg.first
+        offset = seg.offsets[i]
+        fd = self._fd(seg)
+        os.ftruncate(fd, offset)
+        os.fsync(fd)  # durable before new entries land where the old ones were
+        del seg.offsets[i:]
+        del seg.terms[i:]
+        seg.size = offset
+
+    def compact(self, index: int) -> None:
+        """Drop the segments whose entries are all ``<= index``, oldest first; never the
+        active one, and never a file rewritten. The first kept segment may still hold entries
+        up to ``index``: readers skip them (``entries(after=...)``)."""
+        while len(self._segments) > 1 and self._segments[0].last() <= index:
+            self._drop(self._segments.pop(0))
+            self._firsts.pop(0)
+            self._has_base = False
+
+    def reset(self, index: int, term: int) -> None:
+        """Drop the whole log (a snapshot from the leader replaces it): the log continues
+        after ``(index, term)``, which a marker record remembers so that ``term(index)``
+        still answers, and a restart can tell this log from the one the install replaced."""
+        while self._segments:
+            self._drop(self._segments.pop())
+        self._firsts.clear()
+        seg = self._create(index)
+        seg.offsets.append(0)
+        seg.terms.append(term)
+        self._write(seg, bytearray(encode_record(index, term, _BASE, b"")))
+        self._has_base = True
+        self.sync()
+
+    def close(self) -> None:
+        for seg in self._segments:
+            seg.close()
+        self._dirty.clear()
