@@ -309,3 +309,58 @@ def test_a_segment_written_whole_is_synced_before_the_next_holds_anything(
     log.append(make(40))  # several rolls, no sync asked for
     assert len(synced) == len(log.segment_paths()) - 1
     log.close()
+
+
+def crash_at_step(monkeypatch: pytest.MonkeyPatch, step: int) -> list[str]:
+    """Every call that changes the disk (write, truncate, sync, unlink) counts as a step; the
+    ``step``-th raises Crash. Returns the steps taken, named."""
+    taken: list[str] = []
+
+    def counted(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if len(taken) == step:
+                raise Crash
+            taken.append(name)
+            return real(*args, **kwargs)
+        return wrapper
+
+    for name in ("ftruncate", "fsync", "fdatasync"):
+        monkeypatch.setattr(os, name, counted(name, getattr(os, name)))
+    monkeypatch.setattr(raftlog, "write_all", counted("write", raftlog.write_all))
+    monkeypatch.setattr(Path, "unlink", counted("unlink", Path.unlink))
+    return taken
+
+
+@pytest.mark.parametrize("step", range(13))  # 12 steps, then none
+def test_a_crash_at_any_step_of_a_truncation_leaves_a_log_that_opens(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    """Either a prefix of the old log (what was cut was not committed) or the new one."""
+    log = written(tmp_path)
+    taken = crash_at_step(monkeypatch, step)
+    try:
+        log.append([Entry(5, 2, b"new"), Entry(6, 2, b"new")])
+        log.sync()
+    except Crash:
+        pass
+    monkeypatch.undo()
+    assert step < 12 or len(taken) == 12  # the last case ran the truncation whole
+    got = reopen(log).entries()
+    assert got in ([*make(4), Entry(5, 2, b"new"), Entry(6, 2, b"new")],
+                   make(40)[:len(got)])
+
+
+@pytest.mark.parametrize("step", range(7))  # 6 steps, then none
+def test_a_crash_at_any_step_of_a_compaction_keeps_every_kept_entry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    log = written(tmp_path)
+    taken = crash_at_step(monkeypatch, step)
+    try:
+        log.compact(30)
+    except Crash:
+        pass
+    monkeypatch.undo()
+    assert step < 6 or len(taken) == 6
+    log = reopen(log)
+    assert log.entries(after=30) == make(40)[30:]
+    assert log.entries() == make(40)[log.first_index() - 1:]
+    log.close()

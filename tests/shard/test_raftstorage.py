@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import pytest
 
 from sqsq.raft import ConfState, Entry, HardState, SnapshotMeta
-from sqsq.shard import durable, statedir
+from sqsq.shard import durable, raftlog, statedir
 from sqsq.shard.hardstate import HardStateError, read_hard_state, write_hard_state
 from sqsq.shard.raftlog import SegmentedLog
 from sqsq.shard.raftstorage import RaftStorage, StorageError
@@ -375,3 +375,67 @@ def test_an_installed_snapshot_replaces_the_log(tmp_path: Path) -> None:
     assert st.load() == (HardState(4, None, 100), SnapshotMeta(100, 4, CONF),
                          tuple(entries(101, 103, term=4)))
     st.close()
+
+
+# ---- a crash at every step ---------------------------------------------------------------
+
+def crash_at_step(monkeypatch: pytest.MonkeyPatch, step: int,
+                  targets: list[tuple[object, str]]) -> list[str]:
+    """Each call of a target (a write, sync, rename, unlink) is a step; the ``step``-th
+    raises Crash. Returns the steps taken, named."""
+    taken: list[str] = []
+    for owner, name in targets:
+        real = getattr(owner, name)
+
+        def wrapper(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            if len(taken) == step:
+                raise Crash
+            taken.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
+    return taken
+
+
+DISK_STEPS = [(os, "fsync"), (os, "fdatasync"), (os, "replace"), (os, "rename"),
+              (os, "ftruncate"), (Path, "unlink"), (raftlog, "write_all")]
+
+
+@pytest.mark.parametrize("step", range(11))  # 10 steps, then none
+def test_a_crash_at_any_step_of_an_install_loads_the_old_state_or_the_new(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    st = storage(tmp_path)
+    st.load()
+    st.persist(entries(1, 30), HardState(1, "a", 10))
+    taken = crash_at_step(monkeypatch, step, DISK_STEPS)
+    try:
+        st.install_snapshot(SnapshotMeta(20, 3, CONF), lambda f: f.write(b"state@20"))
+    except Crash:
+        pass
+    monkeypatch.undo()
+    assert step < 10 or len(taken) == 10  # the last case ran the install whole
+    st.close()
+    st = storage(tmp_path)
+    assert st.load() in ((HardState(1, "a", 10), None, tuple(entries(1, 30))),
+                         (HardState(1, "a", 10), SnapshotMeta(20, 3, CONF), ()))
+    st.close()
+
+
+@pytest.mark.parametrize("step", range(13))  # 12 steps, then none
+def test_a_crash_at_any_step_of_a_state_switch_leaves_one_state_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    sd, old, before = state_with_old(tmp_path)
+    staged = sd.stage()
+    fill(staged, "new")
+    after = contents(staged)
+    taken = crash_at_step(monkeypatch, step, [*DISK_STEPS, (statedir, "remove_tree")])
+    try:
+        sd.commit(staged)
+    except Crash:
+        pass
+    monkeypatch.undo()
+    assert step < 12 or len(taken) == 12
+    reopened = StateDir(tmp_path / "state")
+    assert contents(reopened.current()) in (before, after)
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == [
+        "CURRENT", reopened.current().name]

@@ -63,11 +63,12 @@ def encode_record(index: int, term: int, kind: int, data: bytes) -> bytes:
     return length + _LEN.pack(_checksum(length, payload)) + payload
 
 
-@dataclass
 class _Bad(Exception):
-    offset: int
-    reason: str
-    end: int | None  # where the bad record ends, if its length is believable
+    def __init__(self, offset: int, reason: str, end: int | None) -> None:
+        super().__init__(reason)
+        self.offset = offset
+        self.reason = reason
+        self.end = end  # where the bad record ends, if its length is believable
 
 
 def _records(buf: bytes | memoryview, base: int = 0
@@ -142,6 +143,9 @@ class _Segment:
 
 
 class SegmentedLog:
+    """One replica's log. Not thread-safe: the host appends, syncs, truncates and compacts
+    from one thread at a time (the sync may run in a worker while nothing else touches it)."""
+
     def __init__(self, directory: Path, segment_bytes: int = SEGMENT_BYTES) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
