@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sqsq.raft import Entry, EntryKind
 from sqsq.shard import raftlog
@@ -363,4 +365,50 @@ def test_a_crash_at_any_step_of_a_compaction_keeps_every_kept_entry(
     log = reopen(log)
     assert log.entries(after=30) == make(40)[30:]
     assert log.entries() == make(40)[log.first_index() - 1:]
+    log.close()
+
+
+_op = st.tuples(st.sampled_from(["append", "append", "append", "sync", "compact", "reopen",
+                                 "torn"]),
+                st.integers(0, 1 << 16), st.integers(1, 9), st.booleans())
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(_op, max_size=25))
+def test_the_log_matches_a_list_through_random_appends_truncations_compactions_and_crashes(
+        tmp_path: Path, ops: list[tuple[str, int, int, bool]]) -> None:
+    """Model: a dict index -> entry, and the highest index compacted (whose entries the log
+    may still hold). A torn write is an unsynced append the crash cut: never in the model."""
+    directory = tmp_path / os.urandom(6).hex()
+    log = SegmentedLog(directory, 200)
+    model: dict[int, Entry] = {}
+    floor = 0  # compacted up to here
+    term = 1
+    for op, a, n, flag in ops:
+        last = max(model, default=floor)
+        if op == "append":
+            lo = max(floor + 1, log.first_index())
+            start = lo + a % (last + 2 - lo)
+            term += flag
+            new = [Entry(i, term, os.urandom(a % 60)) for i in range(start, start + n)]
+            log.append(new)
+            model = {i: e for i, e in model.items() if i < start} | {e.index: e for e in new}
+        elif op == "sync":
+            log.sync()
+        elif op == "compact":
+            floor = max(floor, a % (last + 1))
+            log.compact(floor)
+        elif op == "reopen":
+            log = reopen(log)
+        else:
+            path = log.segment_paths()[-1] if log.segment_paths() else None
+            if path is not None:
+                record = encode_record(last + 1, term, 0, b"torn" * n)
+                with open(path, "ab") as f:
+                    f.write(record[: 1 + a % (len(record) - 1)])  # never the whole record
+                log = reopen(log)
+        assert log.last_index() == max(model, default=log.last_index())
+        assert log.entries(after=floor) == [model[i] for i in sorted(model) if i > floor]
+        assert all(log.term(i) == model[i].term for i in model if i >= log.first_index())
     log.close()
