@@ -12,6 +12,7 @@ switched off shows the loss the safeguard prevents.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -411,4 +412,44 @@ def test_the_log_matches_a_list_through_random_appends_truncations_compactions_a
         assert log.last_index() == max(model, default=log.last_index())
         assert log.entries(after=floor) == [model[i] for i in sorted(model) if i > floor]
         assert all(log.term(i) == model[i].term for i in model if i >= log.first_index())
+    log.close()
+
+
+def test_a_failed_sync_is_final(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel may drop pages it failed to write and mark them clean: a retried sync
+    could succeed with the data gone. So the log refuses every sync after a failure."""
+    log = written(tmp_path, n=3)
+    log.append(make(2, start=4))
+
+    def eio(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    with pytest.raises(OSError, match="Input/output"):
+        log.sync()
+    monkeypatch.undo()
+    with pytest.raises(OSError, match="an earlier sync failed"):
+        log.sync()  # the disk works again, but what the failed sync held may be gone
+    log.close()
+
+
+def test_a_write_cut_short_by_a_full_disk_is_taken_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Otherwise the next append would follow a torn record, which the next open reads as
+    damage in the middle of the log."""
+    log = written(tmp_path, n=3, segment_bytes=1 << 20)
+
+    def half_then_enospc(fd: int, data: bytes) -> None:
+        os.write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(raftlog, "write_all", half_then_enospc)
+    with pytest.raises(OSError, match="No space"):
+        log.append(make(2, start=4))
+    monkeypatch.undo()
+    assert log.last_index() == 3
+    log.append(make(2, term=2, start=4))  # space was freed; the host goes on
+    log.sync()
+    log = reopen(log)
+    assert log.entries() == make(3) + make(2, term=2, start=4)
     log.close()

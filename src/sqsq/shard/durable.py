@@ -53,6 +53,19 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)  # the rename itself survives a power loss
 
 
+def make_dir(path: Path) -> None:
+    """``mkdir -p``, durably: a directory created here is fsynced into its parent, or a
+    power loss could take it, and everything written in it, away."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for p in reversed(missing):
+        p.mkdir(exist_ok=True)
+        fsync_dir(p.parent)
+
+
 def fsync_tree(root: Path) -> None:
     """fsync every file and directory under ``root`` (a staged state directory), deepest
     first, so that renaming ``root`` into place publishes only durable content."""

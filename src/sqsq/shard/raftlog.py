@@ -36,7 +36,7 @@ from pathlib import Path
 import msgpack
 
 from sqsq.raft import Entry, EntryKind
-from sqsq.shard.durable import fsync_dir, write_all
+from sqsq.shard.durable import fsync_dir, make_dir, write_all
 
 log = logging.getLogger("sqsq.shard")
 
@@ -47,6 +47,7 @@ SEGMENT_BYTES = 64 << 20
 _BASE = -1  # the kind of the record a reset log starts with: the (index, term) it follows
 _PAGE = 4096
 _NAME = re.compile(r"^(\d{20})\.log$")
+_KINDS = {int(k): k for k in EntryKind}  # an enum call per entry costs a restart ~1 us each
 
 
 class CorruptLog(Exception):
@@ -154,7 +155,8 @@ class SegmentedLog:
         self._has_base = False  # the first record is a reset's marker, not an entry
         self._dirty: list[_Segment] = []  # written since the last sync
         self._dir_dirty = False  # a segment was created since the last sync
-        directory.mkdir(parents=True, exist_ok=True)
+        self._failed: OSError | None = None  # a sync that failed: this log is done
+        make_dir(directory)
         self._open()
 
     # ---- opening ---------------------------------------------------------------------------
@@ -187,6 +189,9 @@ class SegmentedLog:
                 if index != expect:
                     raise CorruptLog(_advice(seg.path, offset, expect,
                                              f"entry {index} out of place"))
+                if kind not in _KINDS and kind != _BASE:  # written by a newer version?
+                    raise CorruptLog(_advice(seg.path, offset, index,
+                                             f"an unknown entry kind {kind}"))
                 if kind == _BASE:
                     if self._segments or offset != 0:
                         raise CorruptLog(_advice(seg.path, offset, index,
@@ -249,7 +254,7 @@ class SegmentedLog:
             try:
                 for _, index, term, kind, data in _records(buf, offset):
                     if kind != _BASE:
-                        out.append(Entry(index, term, data, EntryKind(kind)))
+                        out.append(Entry(index, term, data, _KINDS[kind]))
             except _Bad as bad:  # it checked out on open: something changed the file since
                 raise CorruptLog(_advice(seg.path, bad.offset, -1, bad.reason)) from None
         return out
@@ -300,7 +305,17 @@ class SegmentedLog:
 
     def _write(self, seg: _Segment, buf: bytearray) -> None:
         if buf:
-            write_all(self._fd(seg), buf)
+            fd = self._fd(seg)
+            try:
+                write_all(fd, buf)
+            except OSError:
+                # A full disk, say: take back the part written, or the next append would
+                # follow a torn record that reads as damage on the next open.
+                os.ftruncate(fd, seg.size)
+                keep = bisect.bisect_left(seg.offsets, seg.size)  # the records of ``buf`` on
+                del seg.offsets[keep:]
+                del seg.terms[keep:]
+                raise
             seg.size += len(buf)
             if seg not in self._dirty:
                 self._dirty.append(seg)
@@ -316,15 +331,26 @@ class SegmentedLog:
 
     def sync(self) -> None:
         """Make every append so far durable: the data of each segment written, then the
-        directory if a segment was created."""
-        for seg in self._dirty:
-            os.fdatasync(self._fd(seg))
-            if seg is not self._segments[-1]:
-                seg.close()
-        self._dirty.clear()
-        if self._dir_dirty:
-            fsync_dir(self.directory)
-            self._dir_dirty = False
+        directory if a segment was created.
+
+        A failed sync is final: the kernel may have dropped the pages it could not write and
+        marked them clean, so a retry could report success for data that is gone (Postgres's
+        "fsyncgate"). Every later sync raises; the replica must stop and reopen the log."""
+        if self._failed is not None:
+            raise OSError(f"{self.directory}: an earlier sync failed ({self._failed}); "
+                          f"restart the replica") from self._failed
+        try:
+            for seg in self._dirty:
+                os.fdatasync(self._fd(seg))
+                if seg is not self._segments[-1]:
+                    seg.close()
+            self._dirty.clear()
+            if self._dir_dirty:
+                fsync_dir(self.directory)
+                self._dir_dirty = False
+        except OSError as exc:
+            self._failed = exc
+            raise
 
     def _drop(self, seg: _Segment) -> None:
         """Unlink one whole segment, durably before the next step (a later segment gone

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from sqsq.raft import Entry, HardState, SnapshotMeta
+from sqsq.shard.durable import make_dir
 from sqsq.shard.hardstate import read_hard_state, write_hard_state
 from sqsq.shard.raftlog import SEGMENT_BYTES, SegmentedLog
 from sqsq.shard.statedir import SnapshotStore
@@ -45,7 +46,7 @@ class RaftStorage:
     def __init__(self, directory: Path, *, segment_bytes: int = SEGMENT_BYTES,
                  keep_snapshots: int = 2) -> None:
         self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
+        make_dir(directory)
         self.log = SegmentedLog(directory / "log", segment_bytes)
         self.snapshots = SnapshotStore(directory / "snapshots", keep_snapshots)
         self.hard_state_path = directory / "hardstate"

@@ -27,7 +27,14 @@ from typing import BinaryIO
 import msgpack
 
 from sqsq.raft import ConfState, SnapshotMeta
-from sqsq.shard.durable import TMP_SUFFIX, atomic_write, fsync_dir, fsync_tree, remove_tree
+from sqsq.shard.durable import (
+    TMP_SUFFIX,
+    atomic_write,
+    fsync_dir,
+    fsync_tree,
+    make_dir,
+    remove_tree,
+)
 
 POINTER = "CURRENT"
 _STATE = re.compile(r"^state-(\d{8})$")
@@ -41,7 +48,7 @@ class StateDirError(Exception):
 class StateDir:
     def __init__(self, root: Path) -> None:
         self.root = root
-        root.mkdir(parents=True, exist_ok=True)
+        make_dir(root)
         self._current = self._read_pointer()
         self._clean()
 
@@ -147,7 +154,7 @@ class SnapshotStore:
             raise ValueError("a replica keeps at least its newest snapshot")
         self.directory = directory
         self.keep = keep
-        directory.mkdir(parents=True, exist_ok=True)
+        make_dir(directory)
         leftovers = [p for p in directory.iterdir() if p.name.endswith(TMP_SUFFIX)]
         for p in leftovers:  # a save a crash cut short: never renamed in, never relied on
             p.unlink()
