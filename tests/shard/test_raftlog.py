@@ -3,10 +3,8 @@ reopen; a torn last record is cut off and the log goes on; damage anywhere else 
 replica with a message naming the file; truncation only where asked; compaction unlinks whole
 segments and never rewrites a kept one, also when a crash cuts it short.
 
-A "crash" here is an exception raised at one step of an operation, after which the files are
-reopened as they are: every step before it has completed (and synced, where the code syncs).
-Losing unsynced page-cache writes cannot be shown with real files; torn records are written
-by hand instead. Each safeguard also has a mutant test: the same scenario with the safeguard
+Crashes are exceptions raised at one step (``crashsupport``). Each safeguard also has a
+mutant test: the same scenario with the safeguard
 switched off shows the loss the safeguard prevents.
 """
 
@@ -14,35 +12,16 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from crashsupport import Crash, crash_after, crash_at_step
 from sqsq.raft import Entry, EntryKind
 from sqsq.shard import raftlog
 from sqsq.shard.raftlog import CorruptLog, SegmentedLog, encode_record
-
-
-class Crash(Exception):
-    """The process died here."""
-
-
-def crash_after(calls: int, real: Callable[..., Any]) -> Callable[..., Any]:
-    """``real``, which raises Crash from its ``calls + 1``-th call on."""
-    count = 0
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        nonlocal count
-        count += 1
-        if count > calls:
-            raise Crash
-        return real(*args, **kwargs)
-
-    return wrapper
 
 
 def make(n: int, term: int = 1, start: int = 1) -> list[Entry]:
@@ -312,26 +291,6 @@ def test_a_segment_written_whole_is_synced_before_the_next_holds_anything(
     log.append(make(40))  # several rolls, no sync asked for
     assert len(synced) == len(log.segment_paths()) - 1
     log.close()
-
-
-def crash_at_step(monkeypatch: pytest.MonkeyPatch, step: int) -> list[str]:
-    """Every call that changes the disk (write, truncate, sync, unlink) counts as a step; the
-    ``step``-th raises Crash. Returns the steps taken, named."""
-    taken: list[str] = []
-
-    def counted(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if len(taken) == step:
-                raise Crash
-            taken.append(name)
-            return real(*args, **kwargs)
-        return wrapper
-
-    for name in ("ftruncate", "fsync", "fdatasync"):
-        monkeypatch.setattr(os, name, counted(name, getattr(os, name)))
-    monkeypatch.setattr(raftlog, "write_all", counted("write", raftlog.write_all))
-    monkeypatch.setattr(Path, "unlink", counted("unlink", Path.unlink))
-    return taken
 
 
 @pytest.mark.parametrize("step", range(13))  # 12 steps, then none

@@ -1,0 +1,61 @@
+"""Crashes for the storage tests: an exception raised at one step of an operation, after which
+the test reopens the files as they are. Every step before it has completed (and synced, where
+the code syncs); losing unsynced page-cache writes cannot be shown with real files, so torn
+records are written by hand instead."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sqsq.shard import raftlog
+
+
+class Crash(Exception):
+    """The process died here."""
+
+
+def crash(*args: object, **kwargs: object) -> None:
+    raise Crash
+
+
+def crash_after(calls: int, real: Callable[..., Any]) -> Callable[..., Any]:
+    """``real``, which raises Crash from its ``calls + 1``-th call on."""
+    count = 0
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        nonlocal count
+        count += 1
+        if count > calls:
+            raise Crash
+        return real(*args, **kwargs)
+
+    return wrapper
+
+
+# Every call that changes what is on the disk, for crash_at_step.
+DISK_STEPS: list[tuple[object, str]] = [
+    (os, "fsync"), (os, "fdatasync"), (os, "replace"), (os, "rename"), (os, "ftruncate"),
+    (Path, "unlink"), (raftlog, "write_all")]
+
+
+def crash_at_step(monkeypatch: pytest.MonkeyPatch, step: int,
+                  targets: list[tuple[object, str]] = DISK_STEPS) -> list[str]:
+    """Each call of a target (a write, sync, rename, unlink) is a step; the ``step``-th
+    raises Crash. Returns the steps taken, named."""
+    taken: list[str] = []
+    for owner, name in targets:
+        real = getattr(owner, name)
+
+        def wrapper(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            if len(taken) == step:
+                raise Crash
+            taken.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
+    return taken
