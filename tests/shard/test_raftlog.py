@@ -4,8 +4,7 @@ replica with a message naming the file; truncation only where asked; compaction 
 segments and never rewrites a kept one, also when a crash cuts it short.
 
 Crashes are exceptions raised at one step (``crashsupport``). Each safeguard also has a
-mutant test: the same scenario with the safeguard
-switched off shows the loss the safeguard prevents.
+mutant test: the same scenario with the safeguard switched off shows the loss it prevents.
 """
 
 from __future__ import annotations
