@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from crashsupport import Crash, crash_after, crash_at_step
 from sqsq.raft import Entry, EntryKind
-from sqsq.shard import raftlog
-from sqsq.shard.raftlog import CorruptLog, SegmentedLog, encode_record
+from sqsq.shard import raftlog, raftrecord
+from sqsq.shard.raftlog import CorruptLog, SegmentedLog
+from sqsq.shard.raftrecord import encode_record
 
 
 def make(n: int, term: int = 1, start: int = 1) -> list[Entry]:
@@ -99,6 +100,25 @@ def test_a_torn_record_with_an_unwritten_page_is_cut_with_what_follows(tmp_path:
     log.close()
 
 
+def test_zeros_at_the_end_of_the_last_segment_are_cut_as_a_torn_write(tmp_path: Path) -> None:
+    """The file grew but the data never reached the disk (XFS's "NULL files"); or the page
+    holding the next header was not written while a later one was."""
+    log = written(tmp_path, segment_bytes=1 << 20)
+    path = log.segment_paths()[-1]
+    size = path.stat().st_size
+    log.close()
+    with open(path, "ab") as f:
+        f.write(bytes(300))
+    log = SegmentedLog(tmp_path / "log", 1 << 20)
+    assert log.last_index() == 40 and path.stat().st_size == size
+    log.close()
+    with open(path, "ab") as f:
+        f.write(bytes(3000) + encode_record(42, 1, 0, b"written before the page of 41"))
+    log = SegmentedLog(tmp_path / "log", 1 << 20)
+    assert log.last_index() == 40 and path.stat().st_size == size
+    log.close()
+
+
 def flip_middle_of(log: SegmentedLog, path: Path) -> int:
     """Flip one data byte of an entry in the middle of ``path``; return that entry's index."""
     firsts = [int(p.name[:20]) for p in log.segment_paths()] + [1 << 62]
@@ -144,7 +164,7 @@ def test_a_damaged_record_inside_the_last_segment_stops_the_replica(tmp_path: Pa
 def test_mutant_without_checksums_a_damaged_entry_is_served_as_data(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The two tests above fail without the checksum: the damaged entry reads as data."""
-    monkeypatch.setattr(raftlog, "_checksum", lambda length, payload: 0)
+    monkeypatch.setattr(raftrecord, "checksum", lambda length, payload: 0)
     log = written(tmp_path)
     index = flip_middle_of(log, log.segment_paths()[1])
     reopened = SegmentedLog(tmp_path / "log", 300)  # no CorruptLog
@@ -388,6 +408,8 @@ def test_a_failed_sync_is_final(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.undo()
     with pytest.raises(OSError, match="an earlier sync failed"):
         log.sync()  # the disk works again, but what the failed sync held may be gone
+    with pytest.raises(OSError, match="an earlier sync failed"):
+        log.append(make(1, start=6))
     log.close()
 
 

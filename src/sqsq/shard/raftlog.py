@@ -1,10 +1,9 @@
 """The durable Raft log of one replica: append-only segment files, a checksum per record.
 
-A record is ``[u32 length][u32 crc][payload]`` (little-endian), the payload msgpack
-``[index, term, kind, data]`` (never pickle). The crc is zlib's crc32 over the length field
-and the payload, so a damaged length is caught as well as damaged data. Each segment file
-holds a run of consecutive indexes and is named by its first (``00000000000000000001.log``);
-a new one is started once the active one passes ``segment_bytes``.
+Records (``raftrecord``) carry a checksum each; the payload is msgpack, never pickle. Each
+segment file holds a run of consecutive indexes and is named by its first
+(``00000000000000000001.log``); a new one is started once the active one passes
+``segment_bytes``.
 
 What a crash can leave, and what ``open`` does with it:
 
@@ -26,94 +25,26 @@ import bisect
 import logging
 import os
 import re
-import struct
-import zlib
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import msgpack
+from typing import TypeVar
 
 from sqsq.raft import Entry, EntryKind
 from sqsq.shard.durable import fsync_dir, make_dir, write_all
+from sqsq.shard.raftrecord import BASE_KIND, BadRecord, encode_record, is_torn, records
 
 log = logging.getLogger("sqsq.shard")
+T = TypeVar("T")
 
-_LEN = struct.Struct("<I")
-_HEADER = struct.Struct("<II")  # length, crc
-MAX_RECORD_BYTES = 256 << 20  # far above any batch the core sends: a larger length is damage
 SEGMENT_BYTES = 64 << 20
-_BASE = -1  # the kind of the record a reset log starts with: the (index, term) it follows
-_PAGE = 4096
 _NAME = re.compile(r"^(\d{20})\.log$")
 _KINDS = {int(k): k for k in EntryKind}  # an enum call per entry costs a restart ~1 us each
 
 
 class CorruptLog(Exception):
     """The log is damaged where a crash cannot have damaged it; the replica must stop."""
-
-
-def _checksum(length: bytes | memoryview, payload: bytes | memoryview) -> int:
-    return zlib.crc32(payload, zlib.crc32(length))
-
-
-def encode_record(index: int, term: int, kind: int, data: bytes) -> bytes:
-    payload = msgpack.packb([index, term, kind, data], use_bin_type=True)
-    length = _LEN.pack(len(payload))
-    return length + _LEN.pack(_checksum(length, payload)) + payload
-
-
-class _Bad(Exception):
-    def __init__(self, offset: int, reason: str, end: int | None) -> None:
-        super().__init__(reason)
-        self.offset = offset
-        self.reason = reason
-        self.end = end  # where the bad record ends, if its length is believable
-
-
-def _records(buf: bytes | memoryview, base: int = 0
-             ) -> Iterator[tuple[int, int, int, int, bytes]]:
-    """(offset, index, term, kind, data) of each record in ``buf`` (which starts at file
-    offset ``base``); raises ``_Bad`` at the first record that does not check out."""
-    view = memoryview(buf)
-    pos, size = 0, len(view)
-    while pos < size:
-        if size - pos < _HEADER.size:
-            raise _Bad(base + pos, "a record header cut short", base + size)
-        length, crc = _HEADER.unpack_from(view, pos)
-        if length == 0 or length > MAX_RECORD_BYTES:
-            raise _Bad(base + pos, f"an impossible record length {length}", None)
-        end = pos + _HEADER.size + length
-        if end > size:
-            raise _Bad(base + pos, "a record cut short", base + size)
-        payload = view[pos + _HEADER.size:end]
-        if _checksum(view[pos:pos + _LEN.size], payload) != crc:
-            raise _Bad(base + pos, "a bad checksum", base + end)
-        try:
-            index, term, kind, data = msgpack.unpackb(payload, raw=False)
-            if not (isinstance(index, int) and isinstance(term, int)
-                    and isinstance(kind, int) and isinstance(data, bytes)):
-                raise ValueError("bad field types")
-        except Exception as exc:  # a checksummed record that does not decode: a bug or damage
-            raise _Bad(base + pos, f"an undecodable record ({exc})", base + end) from None
-        yield base + pos, index, term, kind, data
-        pos = end
-
-
-def _is_torn(buf: bytes, bad: _Bad) -> bool:
-    """Whether a bad record at the end of the last segment is what a cut-short write leaves:
-    a record running past the end of the file, the file's last record, or a record with a
-    page the disk never wrote (reads back as zeros). Anything else is damage to data that
-    may have been synced, followed by more records: refuse it rather than cut them off."""
-    if bad.end is not None and bad.end >= len(buf):
-        return True
-    end = len(buf) if bad.end is None else bad.end
-    for page in range(bad.offset - bad.offset % _PAGE, end, _PAGE):
-        chunk = buf[page:min(page + _PAGE, len(buf))]
-        if chunk and chunk.count(0) == len(chunk):
-            return True
-    return False
 
 
 def _advice(path: Path, offset: int, index: int, reason: str) -> str:
@@ -185,14 +116,14 @@ class SegmentedLog:
         buf = seg.path.read_bytes()
         expect = seg.first
         try:
-            for offset, index, term, kind, _ in _records(buf):
+            for offset, index, term, kind, _ in records(buf):
                 if index != expect:
                     raise CorruptLog(_advice(seg.path, offset, expect,
                                              f"entry {index} out of place"))
-                if kind not in _KINDS and kind != _BASE:  # written by a newer version?
+                if kind not in _KINDS and kind != BASE_KIND:  # written by a newer version?
                     raise CorruptLog(_advice(seg.path, offset, index,
                                              f"an unknown entry kind {kind}"))
-                if kind == _BASE:
+                if kind == BASE_KIND:
                     if self._segments or offset != 0:
                         raise CorruptLog(_advice(seg.path, offset, index,
                                                  "a reset marker inside the log"))
@@ -201,8 +132,8 @@ class SegmentedLog:
                 seg.terms.append(term)
                 expect += 1
             seg.size = len(buf)
-        except _Bad as bad:
-            if not (last and _is_torn(buf, bad)):
+        except BadRecord as bad:
+            if not (last and is_torn(buf, bad)):
                 raise CorruptLog(_advice(seg.path, bad.offset, expect, bad.reason)) from None
             # A write cut short by a crash, never synced, so never acknowledged: cut it off.
             log.warning("%s: cutting a torn last record at offset %d (%d bytes, %s)",
@@ -252,10 +183,10 @@ class SegmentedLog:
                 f.seek(offset)
                 buf = f.read(seg.size - offset)
             try:
-                for _, index, term, kind, data in _records(buf, offset):
-                    if kind != _BASE:
+                for _, index, term, kind, data in records(buf, offset):
+                    if kind != BASE_KIND:
                         out.append(Entry(index, term, data, _KINDS[kind]))
-            except _Bad as bad:  # it checked out on open: something changed the file since
+            except BadRecord as bad:  # it checked out on open: something changed the file since
                 raise CorruptLog(_advice(seg.path, bad.offset, -1, bad.reason)) from None
         return out
 
@@ -268,6 +199,7 @@ class SegmentedLog:
         """Write ``entries`` (consecutive) after the log's end; if the first is already held,
         the log is first truncated there (the core asks for that only at a conflict). Not
         durable until ``sync``."""
+        self._check()
         if not entries:
             return
         start = entries[0].index
@@ -288,7 +220,7 @@ class SegmentedLog:
                 # crash can tear only the last segment (a torn record in an earlier one would
                 # read as damage).
                 if seg in self._dirty:
-                    os.fdatasync(self._fd(seg))
+                    self._durably(os.fdatasync, self._fd(seg))
                     self._dirty.remove(seg)
                 seg.close()
                 seg = self._create(e.index)
@@ -331,26 +263,32 @@ class SegmentedLog:
 
     def sync(self) -> None:
         """Make every append so far durable: the data of each segment written, then the
-        directory if a segment was created.
+        directory if a segment was created."""
+        self._check()
+        for seg in self._dirty:
+            self._durably(os.fdatasync, self._fd(seg))
+            if seg is not self._segments[-1]:
+                seg.close()
+        self._dirty.clear()
+        if self._dir_dirty:
+            self._durably(fsync_dir, self.directory)
+            self._dir_dirty = False
 
-        A failed sync is final: the kernel may have dropped the pages it could not write and
-        marked them clean, so a retry could report success for data that is gone (Postgres's
-        "fsyncgate"). Every later sync raises; the replica must stop and reopen the log."""
-        if self._failed is not None:
-            raise OSError(f"{self.directory}: an earlier sync failed ({self._failed}); "
-                          f"restart the replica") from self._failed
+    def _durably(self, sync: Callable[[T], None], target: T) -> None:
+        """A failed sync is final: the kernel may have dropped the pages it could not write
+        and marked them clean, so a retry could report success for data that is gone
+        (Postgres's "fsyncgate"). Every later write or sync raises; the replica must stop
+        and reopen the log."""
         try:
-            for seg in self._dirty:
-                os.fdatasync(self._fd(seg))
-                if seg is not self._segments[-1]:
-                    seg.close()
-            self._dirty.clear()
-            if self._dir_dirty:
-                fsync_dir(self.directory)
-                self._dir_dirty = False
+            sync(target)
         except OSError as exc:
             self._failed = exc
             raise
+
+    def _check(self) -> None:
+        if self._failed is not None:
+            raise OSError(f"{self.directory}: an earlier sync failed ({self._failed}); "
+                          f"restart the replica") from self._failed
 
     def _drop(self, seg: _Segment) -> None:
         """Unlink one whole segment, durably before the next step (a later segment gone
@@ -359,7 +297,7 @@ class SegmentedLog:
         if seg in self._dirty:
             self._dirty.remove(seg)
         seg.path.unlink()
-        fsync_dir(self.directory)
+        self._durably(fsync_dir, self.directory)
 
     def _truncate(self, index: int) -> None:
         if index < self.first_index():
@@ -375,7 +313,7 @@ class SegmentedLog:
         offset = seg.offsets[i]
         fd = self._fd(seg)
         os.ftruncate(fd, offset)
-        os.fsync(fd)  # durable before new entries land where the old ones were
+        self._durably(os.fsync, fd)  # durable before new entries land where the old ones were
         del seg.offsets[i:]
         del seg.terms[i:]
         seg.size = offset
@@ -384,6 +322,7 @@ class SegmentedLog:
         """Drop the segments whose entries are all ``<= index``, oldest first; never the
         active one, and never a file rewritten. The first kept segment may still hold entries
         up to ``index``: readers skip them (``entries(after=...)``)."""
+        self._check()
         while len(self._segments) > 1 and self._segments[0].last() <= index:
             self._drop(self._segments.pop(0))
             self._firsts.pop(0)
@@ -393,13 +332,14 @@ class SegmentedLog:
         """Drop the whole log (a snapshot from the leader replaces it): the log continues
         after ``(index, term)``, which a marker record remembers so that ``term(index)``
         still answers, and a restart can tell this log from the one the install replaced."""
+        self._check()
         while self._segments:
             self._drop(self._segments.pop())
         self._firsts.clear()
         seg = self._create(index)
         seg.offsets.append(0)
         seg.terms.append(term)
-        self._write(seg, bytearray(encode_record(index, term, _BASE, b"")))
+        self._write(seg, bytearray(encode_record(index, term, BASE_KIND, b"")))
         self._has_base = True
         self.sync()
 
