@@ -100,7 +100,8 @@ class StateDir:
         return path
 
     def commit(self, staged: Path) -> Path:
-        """Make ``staged`` the live state; returns its new path."""
+        """Make ``staged`` the live state; returns its new path. The caller has closed what
+        it held open in the old state (RocksDB): that directory is removed last."""
         m = _STAGE.match(staged.name)
         if m is None or staged.parent != self.root:
             raise ValueError(f"{staged} is not a staging directory of {self.root}")
