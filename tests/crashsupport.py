@@ -40,7 +40,7 @@ def crash_after(calls: int, real: Callable[..., Any]) -> Callable[..., Any]:
 # Every call that changes what is on the disk, for crash_at_step.
 DISK_STEPS: list[tuple[object, str]] = [
     (os, "fsync"), (os, "fdatasync"), (os, "replace"), (os, "rename"), (os, "ftruncate"),
-    (Path, "unlink"), (raftlog, "write_all")]
+    (Path, "unlink"), (raftlog, "pwrite_all")]
 
 
 def crash_at_step(monkeypatch: pytest.MonkeyPatch, step: int,

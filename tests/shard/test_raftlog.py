@@ -66,16 +66,25 @@ def test_appends_are_checked_to_follow_the_log(tmp_path: Path) -> None:
     log.close()
 
 
+def crash_writing(log: SegmentedLog, data: bytes) -> tuple[Path, int]:
+    """The process dies with ``data`` written after the log's data (into the preallocated
+    space) and not synced; returns the last segment and where its data ended."""
+    end = log.end()
+    assert end is not None
+    log.close()
+    fd = os.open(end[0], os.O_WRONLY)
+    os.pwrite(fd, data, end[1])
+    os.close(fd)
+    return end
+
+
 @pytest.mark.parametrize("keep", [3, 9, 30])  # cut in the header, just after it, in the data
 def test_a_torn_last_record_is_cut_off_and_the_log_goes_on(tmp_path: Path, keep: int) -> None:
     log = written(tmp_path)
-    last = log.segment_paths()[-1]
-    size = last.stat().st_size
-    with open(last, "ab") as f:  # a write the crash cut short: never synced, never acked
-        f.write(encode_record(41, 1, 0, b"x" * 50)[:keep])
-    log = reopen(log)
-    assert log.last_index() == 40
-    assert last.stat().st_size == size  # the torn bytes are gone from the file
+    end = crash_writing(log, encode_record(41, 1, 0, b"x" * 50)[:keep])
+    log = SegmentedLog(tmp_path / "log", 300)
+    assert log.last_index() == 40 and log.end() == end
+    assert end[0].read_bytes()[end[1]:].count(0) == end[0].stat().st_size - end[1]  # cut
     log.append(make(5, term=2, start=41))
     log.sync()
     log = reopen(log)
@@ -87,35 +96,42 @@ def test_a_torn_record_with_an_unwritten_page_is_cut_with_what_follows(tmp_path:
     """An unsynced write whose pages reached the disk out of order: a page of the first
     record reads back as zeros, the record after it is whole. Nothing of it was synced."""
     log = written(tmp_path, segment_bytes=1 << 20)
-    path = log.segment_paths()[-1]
     torn = bytearray(encode_record(41, 1, 0, b"y" * 20000))
-    start = path.stat().st_size
+    start = log.end()[1]  # type: ignore[index]
     page = (start // 4096 + 2) * 4096 - start  # a whole page inside the record, zeroed
     torn[page:page + 4096] = bytes(4096)
-    with open(path, "ab") as f:
-        f.write(torn + encode_record(42, 1, 0, b"z"))
-    log = reopen(log)
-    assert log.last_index() == 40
-    assert path.stat().st_size == start
+    end = crash_writing(log, bytes(torn + encode_record(42, 1, 0, b"z")))
+    log = SegmentedLog(tmp_path / "log", 1 << 20)
+    assert log.last_index() == 40 and log.end() == end
     log.close()
 
 
-def test_zeros_at_the_end_of_the_last_segment_are_cut_as_a_torn_write(tmp_path: Path) -> None:
-    """The file grew but the data never reached the disk (XFS's "NULL files"); or the page
-    holding the next header was not written while a later one was."""
+def test_zeros_after_the_data_are_its_end_and_a_preallocated_segment_stays_so(
+        tmp_path: Path) -> None:
     log = written(tmp_path, segment_bytes=1 << 20)
-    path = log.segment_paths()[-1]
-    size = path.stat().st_size
+    path, data_end = log.end()  # type: ignore[misc]
+    assert path.stat().st_size == 1 << 20  # allocated whole: a sync need not grow the file
+    log = reopen(log)
+    assert log.last_index() == 40 and path.stat().st_size == 1 << 20
+    log.close()
+
+
+def test_zeros_past_the_end_and_a_header_of_zeros_are_a_torn_write(tmp_path: Path) -> None:
+    """The file grew but its data never reached the disk (XFS's "NULL files"); or the page
+    holding the next header was not written while a later one was."""
+    log = written(tmp_path)  # 300-byte segments: the last one has outgrown its allocation
+    path, data_end = log.end()  # type: ignore[misc]
     log.close()
     with open(path, "ab") as f:
-        f.write(bytes(300))
-    log = SegmentedLog(tmp_path / "log", 1 << 20)
-    assert log.last_index() == 40 and path.stat().st_size == size
-    log.close()
-    with open(path, "ab") as f:
-        f.write(bytes(3000) + encode_record(42, 1, 0, b"written before the page of 41"))
-    log = SegmentedLog(tmp_path / "log", 1 << 20)
-    assert log.last_index() == 40 and path.stat().st_size == size
+        f.write(bytes(700))
+    log = SegmentedLog(tmp_path / "log", 300)
+    assert log.end() == (path, data_end)
+    crash_writing(log, bytes(600) + encode_record(42, 1, 0, b"written before 41's page"))
+    log = SegmentedLog(tmp_path / "log", 300)
+    assert log.last_index() == 40 and log.end() == (path, data_end)
+    log.append(make(1, start=41))
+    log = reopen(log)
+    assert log.entries() == make(41)
     log.close()
 
 
@@ -183,8 +199,11 @@ def test_segments_out_of_sequence_stop_the_replica(tmp_path: Path) -> None:
 
 def test_an_empty_last_segment_left_by_a_crash_is_removed(tmp_path: Path) -> None:
     log = written(tmp_path)
+    path, data_end = log.end()  # type: ignore[misc]
     log.close()
-    (tmp_path / "log" / f"{41:020d}.log").touch()  # created by a roll, nothing written
+    os.truncate(path, data_end)  # a roll trims the full segment to its data, syncs it,
+    with open(tmp_path / "log" / f"{41:020d}.log", "wb") as f:  # then starts the next
+        os.posix_fallocate(f.fileno(), 0, 300)  # the crash came before anything was in it
     log = SegmentedLog(tmp_path / "log", 300)
     assert log.last_index() == 40 and not (tmp_path / "log" / f"{41:020d}.log").exists()
     log.append(make(1, start=41))
@@ -272,7 +291,7 @@ def test_mutant_a_compaction_that_rewrites_the_log_loses_entries_in_a_crash(
 
     monkeypatch.setattr(SegmentedLog, "compact", rewriting_compact)
     log = written(tmp_path)
-    monkeypatch.setattr(raftlog, "write_all", crash_after(3, raftlog.write_all))
+    monkeypatch.setattr(raftlog, "pwrite_all", crash_after(3, raftlog.pwrite_all))
     with pytest.raises(Crash):
         log.compact(30)
     monkeypatch.undo()
@@ -381,12 +400,10 @@ def test_the_log_matches_a_list_through_random_appends_truncations_compactions_a
         elif op == "reopen":
             log = reopen(log)
         else:
-            path = log.segment_paths()[-1] if log.segment_paths() else None
-            if path is not None:
+            if log.end() is not None:
                 record = encode_record(last + 1, term, 0, b"torn" * n)
-                with open(path, "ab") as f:
-                    f.write(record[: 1 + a % (len(record) - 1)])  # never the whole record
-                log = reopen(log)
+                crash_writing(log, record[: 1 + a % (len(record) - 1)])  # never all of it
+                log = SegmentedLog(directory, 200)
         assert log.last_index() == max(model, default=log.last_index())
         assert log.entries(after=floor) == [model[i] for i in sorted(model) if i > floor]
         assert all(log.term(i) == model[i].term for i in model if i >= log.first_index())
@@ -419,11 +436,11 @@ def test_a_write_cut_short_by_a_full_disk_is_taken_back(
     damage in the middle of the log."""
     log = written(tmp_path, n=3, segment_bytes=1 << 20)
 
-    def half_then_enospc(fd: int, data: bytes) -> None:
-        os.write(fd, bytes(data[: len(data) // 2]))
+    def half_then_enospc(fd: int, data: bytes, offset: int) -> None:
+        os.pwrite(fd, bytes(data[: len(data) // 2]), offset)
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(raftlog, "write_all", half_then_enospc)
+    monkeypatch.setattr(raftlog, "pwrite_all", half_then_enospc)
     with pytest.raises(OSError, match="No space"):
         log.append(make(2, start=4))
     monkeypatch.undo()

@@ -40,6 +40,14 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
         view = view[os.write(fd, view):]
 
 
+def pwrite_all(fd: int, data: bytes | bytearray, offset: int) -> None:
+    """``os.pwrite`` until all of ``data`` is at ``offset`` on."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data``: temp file, fsync, rename over, directory fsync."""
     tmp = path.with_name(path.name + TMP_SUFFIX)

@@ -7,6 +7,9 @@ segment file holds a run of consecutive indexes and is named by its first
 
 What a crash can leave, and what ``open`` does with it:
 
+- zeros after the last record of the last segment: the space preallocated for it (a
+  segment is allocated whole when it starts, so a sync after an append need not also
+  journal the file's growth: 76-79 against 113-126 us an fdatasync here);
 - a torn last record (the process or the machine died inside a write that was never
   synced, so nothing was acknowledged on it): cut off, the file truncated there and fsynced;
 - a bad record anywhere else: ``CorruptLog``. Data that was synced went bad; reading past it
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from sqsq.raft import Entry, EntryKind
-from sqsq.shard.durable import fsync_dir, make_dir, write_all
+from sqsq.shard.durable import fsync_dir, make_dir, pwrite_all
 from sqsq.shard.raftrecord import BASE_KIND, BadRecord, encode_record, is_torn, records
 
 log = logging.getLogger("sqsq.shard")
@@ -133,15 +136,19 @@ class SegmentedLog:
                 expect += 1
             seg.size = len(buf)
         except BadRecord as bad:
+            if last and bad.length == 0 and buf.count(0, bad.offset) == len(buf) - bad.offset:
+                seg.size = bad.offset  # the data ends here; the rest was preallocated
+                return
             if not (last and is_torn(buf, bad)):
                 raise CorruptLog(_advice(seg.path, bad.offset, expect, bad.reason)) from None
             # A write cut short by a crash, never synced, so never acknowledged: cut it off.
-            log.warning("%s: cutting a torn last record at offset %d (%d bytes, %s)",
-                        seg.path, bad.offset, len(buf) - bad.offset, bad.reason)
+            log.warning("%s: cutting a torn last record at offset %d (%s)",
+                        seg.path, bad.offset, bad.reason)
             fd = os.open(seg.path, os.O_WRONLY | os.O_CLOEXEC)
             try:
                 os.ftruncate(fd, bad.offset)
                 os.fsync(fd)
+                self._preallocate(fd, bad.offset)
             finally:
                 os.close(fd)
             seg.size = bad.offset
@@ -193,6 +200,10 @@ class SegmentedLog:
     def segment_paths(self) -> list[Path]:
         return [s.path for s in self._segments]
 
+    def end(self) -> tuple[Path, int] | None:
+        """The last segment and where its data ends (the file may be longer: preallocated)."""
+        return (self._segments[-1].path, self._segments[-1].size) if self._segments else None
+
     # ---- writing ---------------------------------------------------------------------------
 
     def append(self, entries: Sequence[Entry]) -> None:
@@ -219,8 +230,10 @@ class SegmentedLog:
                 # The full segment is made durable before the next one holds anything, so a
                 # crash can tear only the last segment (a torn record in an earlier one would
                 # read as damage).
+                # Trimmed to its data (a segment before the last has no preallocated tail).
+                os.ftruncate(self._fd(seg), seg.size)
+                self._durably(os.fdatasync, self._fd(seg))
                 if seg in self._dirty:
-                    self._durably(os.fdatasync, self._fd(seg))
                     self._dirty.remove(seg)
                 seg.close()
                 seg = self._create(e.index)
@@ -231,18 +244,18 @@ class SegmentedLog:
 
     def _fd(self, seg: _Segment) -> int:
         if seg.fd is None:
-            # O_APPEND: every write lands at the end, also after a truncation.
-            seg.fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            # Not O_APPEND: Linux's pwrite would append past the preallocated space.
+            seg.fd = os.open(seg.path, os.O_WRONLY | os.O_CLOEXEC)
         return seg.fd
 
     def _write(self, seg: _Segment, buf: bytearray) -> None:
         if buf:
             fd = self._fd(seg)
             try:
-                write_all(fd, buf)
+                pwrite_all(fd, buf, seg.size)
             except OSError:
-                # A full disk, say: take back the part written, or the next append would
-                # follow a torn record that reads as damage on the next open.
+                # A full disk, say: take back the part written (the file ends there), or
+                # the next append would follow a torn record that reads as damage.
                 os.ftruncate(fd, seg.size)
                 keep = bisect.bisect_left(seg.offsets, seg.size)  # the records of ``buf`` on
                 del seg.offsets[keep:]
@@ -254,12 +267,21 @@ class SegmentedLog:
 
     def _create(self, first: int) -> _Segment:
         seg = _Segment(first, self.directory / f"{first:020d}.log")
-        seg.fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL
-                         | os.O_CLOEXEC, 0o644)
+        seg.fd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self._preallocate(seg.fd, 0)
         self._segments.append(seg)
         self._firsts.append(first)
         self._dir_dirty = True
         return seg
+
+    def _preallocate(self, fd: int, size: int) -> None:
+        """Allocate the segment's space past ``size`` now (it reads as zeros). Where the
+        file system cannot, appends simply grow the file."""
+        if size < self.segment_bytes:
+            try:
+                os.posix_fallocate(fd, size, self.segment_bytes - size)
+            except OSError:
+                pass
 
     def sync(self) -> None:
         """Make every append so far durable: the data of each segment written, then the
@@ -314,6 +336,7 @@ class SegmentedLog:
         fd = self._fd(seg)
         os.ftruncate(fd, offset)
         self._durably(os.fsync, fd)  # durable before new entries land where the old ones were
+        self._preallocate(fd, offset)  # zeros again, not the old records
         del seg.offsets[i:]
         del seg.terms[i:]
         seg.size = offset

@@ -71,16 +71,19 @@ def records(buf: bytes | memoryview, base: int = 0
 
 
 def is_torn(buf: bytes, bad: BadRecord) -> bool:
-    """Whether a bad record at the end of the last segment is what a cut-short write leaves
-    (etcd's WAL decides the same way): a header of zeros (the file was extended, the data not
-    written: the end of what was written), a record running past the end of the file, or a
-    record with a disk sector that reads back as zeros (never written). Anything else is
-    damage to data that may have been synced, with more records after it: refuse it rather
-    than cut them off."""
-    if bad.end is None:
-        return bad.length == 0
-    if bad.end >= len(buf):
+    """Whether a bad record in the last segment is what a cut-short write leaves (etcd's WAL
+    decides much the same way): a header of zeros (the end of what was written, in a
+    preallocated file or one that grew without its data), a record after which nothing was
+    written (the file ends, or only zeros follow), or a record with a disk sector that reads
+    back as zeros (never written). Anything else is damage to data that may have been synced,
+    with more records after it: refuse it rather than cut them off."""
+    if bad.length == 0:
         return True
+    end = bad.end if bad.end is not None else bad.offset + _HEADER.size
+    if end >= len(buf) or buf.count(0, end) == len(buf) - end:
+        return True
+    if bad.end is None:
+        return False  # an impossible length with data after it
     lo = bad.offset
     while lo < bad.end:
         hi = min(bad.end, (lo // _SECTOR + 1) * _SECTOR)
