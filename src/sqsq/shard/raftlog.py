@@ -7,8 +7,8 @@ segment file holds a run of consecutive indexes and is named by its first
 
 What a crash can leave, and what ``open`` does with it:
 
-- zeros after the last record of the last segment: the space preallocated for it (a
-  segment is allocated whole when it starts, so a sync after an append need not also
+- zeros after the last record of the last segment: space allocated ahead of the data
+  (``PREALLOCATE_BYTES`` at a time, so that most syncs after an append need not also
   journal the file's growth: 76-79 against 113-126 us an fdatasync here);
 - a torn last record (the process or the machine died inside a write that was never
   synced, so nothing was acknowledged on it): cut off, the file truncated there and fsynced;
@@ -42,6 +42,9 @@ log = logging.getLogger("sqsq.shard")
 T = TypeVar("T")
 
 SEGMENT_BYTES = 64 << 20
+# Allocated ahead of the data, a chunk at a time: a node with many replicas reserves this
+# much (not a whole segment) each.
+PREALLOCATE_BYTES = 4 << 20
 _NAME = re.compile(r"^(\d{20})\.log$")
 _KINDS = {int(k): k for k in EntryKind}  # an enum call per entry costs a restart ~1 us each
 
@@ -65,7 +68,8 @@ class _Segment:
     # entries cost 16 MB; compaction keeps the count bounded).
     offsets: array[int] = field(default_factory=lambda: array("q"))
     terms: array[int] = field(default_factory=lambda: array("q"))
-    size: int = 0
+    size: int = 0  # where the data ends
+    allocated: int = 0  # the file's size: zeros from ``size`` on
     fd: int | None = None  # open while it is the active segment or holds unsynced writes
 
     def last(self) -> int:
@@ -134,10 +138,10 @@ class SegmentedLog:
                 seg.offsets.append(offset)
                 seg.terms.append(term)
                 expect += 1
-            seg.size = len(buf)
+            seg.size = seg.allocated = len(buf)
         except BadRecord as bad:
             if last and bad.length == 0 and buf.count(0, bad.offset) == len(buf) - bad.offset:
-                seg.size = bad.offset  # the data ends here; the rest was preallocated
+                seg.size, seg.allocated = bad.offset, len(buf)  # the rest was allocated ahead
                 return
             if not (last and is_torn(buf, bad)):
                 raise CorruptLog(_advice(seg.path, bad.offset, expect, bad.reason)) from None
@@ -148,10 +152,9 @@ class SegmentedLog:
             try:
                 os.ftruncate(fd, bad.offset)
                 os.fsync(fd)
-                self._preallocate(fd, bad.offset)
             finally:
                 os.close(fd)
-            seg.size = bad.offset
+            seg.size = seg.allocated = bad.offset
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -232,6 +235,7 @@ class SegmentedLog:
                 # read as damage).
                 # Trimmed to its data (a segment before the last has no preallocated tail).
                 os.ftruncate(self._fd(seg), seg.size)
+                seg.allocated = seg.size
                 self._durably(os.fdatasync, self._fd(seg))
                 if seg in self._dirty:
                     self._dirty.remove(seg)
@@ -251,12 +255,14 @@ class SegmentedLog:
     def _write(self, seg: _Segment, buf: bytearray) -> None:
         if buf:
             fd = self._fd(seg)
+            self._allocate(seg, fd, seg.size + len(buf))
             try:
                 pwrite_all(fd, buf, seg.size)
             except OSError:
                 # A full disk, say: take back the part written (the file ends there), or
                 # the next append would follow a torn record that reads as damage.
                 os.ftruncate(fd, seg.size)
+                seg.allocated = seg.size
                 keep = bisect.bisect_left(seg.offsets, seg.size)  # the records of ``buf`` on
                 del seg.offsets[keep:]
                 del seg.terms[keep:]
@@ -268,20 +274,21 @@ class SegmentedLog:
     def _create(self, first: int) -> _Segment:
         seg = _Segment(first, self.directory / f"{first:020d}.log")
         seg.fd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        self._preallocate(seg.fd, 0)
         self._segments.append(seg)
         self._firsts.append(first)
         self._dir_dirty = True
         return seg
 
-    def _preallocate(self, fd: int, size: int) -> None:
-        """Allocate the segment's space past ``size`` now (it reads as zeros). Where the
-        file system cannot, appends simply grow the file."""
-        if size < self.segment_bytes:
+    def _allocate(self, seg: _Segment, fd: int, end: int) -> None:
+        """Allocate the file up to ``end`` and a chunk beyond (it reads as zeros). Where the
+        file system cannot, the writes simply grow the file."""
+        if end > seg.allocated:
+            target = end + min(PREALLOCATE_BYTES, self.segment_bytes)
             try:
-                os.posix_fallocate(fd, size, self.segment_bytes - size)
+                os.posix_fallocate(fd, seg.size, target - seg.size)
             except OSError:
-                pass
+                return
+            seg.allocated = target
 
     def sync(self) -> None:
         """Make every append so far durable: the data of each segment written, then the
@@ -336,10 +343,9 @@ class SegmentedLog:
         fd = self._fd(seg)
         os.ftruncate(fd, offset)
         self._durably(os.fsync, fd)  # durable before new entries land where the old ones were
-        self._preallocate(fd, offset)  # zeros again, not the old records
         del seg.offsets[i:]
         del seg.terms[i:]
-        seg.size = offset
+        seg.size = seg.allocated = offset
 
     def compact(self, index: int) -> None:
         """Drop the segments whose entries are all ``<= index``, oldest first; never the
