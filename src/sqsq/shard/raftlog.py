@@ -230,10 +230,9 @@ class SegmentedLog:
             if seg.size + len(buf) >= self.segment_bytes and (seg.offsets or buf):
                 self._write(seg, buf)
                 buf = bytearray()
-                # The full segment is made durable before the next one holds anything, so a
-                # crash can tear only the last segment (a torn record in an earlier one would
-                # read as damage).
-                # Trimmed to its data (a segment before the last has no preallocated tail).
+                # The full segment is trimmed to its data (zeros before the next segment
+                # would read as damage) and made durable before the next one holds anything,
+                # so a crash can tear only the last segment.
                 os.ftruncate(self._fd(seg), seg.size)
                 seg.allocated = seg.size
                 self._durably(os.fdatasync, self._fd(seg))
