@@ -7,13 +7,15 @@ the vote forgotten.
 from __future__ import annotations
 
 import os
+import random
 import stat
 from pathlib import Path
 
 import pytest
 
 from crashsupport import Crash, crash, crash_at_step
-from sqsq.raft import ConfState, Entry, HardState, SnapshotMeta
+from raftgroup import Group
+from sqsq.raft import ConfState, Entry, HardState, RaftNode, Ready, SnapshotMeta
 from sqsq.shard.hardstate import HardStateError, read_hard_state, write_hard_state
 from sqsq.shard.raftlog import SegmentedLog
 from sqsq.shard.raftstorage import RaftStorage, StorageError
@@ -235,3 +237,73 @@ def test_a_crash_at_any_step_of_an_install_loads_the_old_state_or_the_new(
     assert st.load() in ((HardState(1, "a", 10), None, tuple(entries(1, 30))),
                          (HardState(1, "a", 10), SnapshotMeta(20, 3, CONF), ()))
     st.close()
+
+
+# ---- under the consensus core ----------------------------------------------------------------
+
+class StoredNode(RaftNode):
+    """A RaftNode whose every Ready is persisted to its RaftStorage before anything in it is
+    sent or applied (the host's order)."""
+
+    storage: RaftStorage
+
+    def ready(self) -> Ready:
+        rd = super().ready()
+        self.storage.persist(rd.entries, rd.hard_state)
+        return rd
+
+
+class StoredGroup(Group):
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        super().__init__(("a", "b", "c"))
+
+    def add(self, node_id: str, conf: ConfState | None = None) -> RaftNode:
+        storage = RaftStorage(self.root / node_id, segment_bytes=300)
+        hs, meta, log = storage.load()
+        node = StoredNode(node_id, hard_state=hs, snapshot=meta or SnapshotMeta(0, 0, self.conf),
+                          entries=log, rng=random.Random(self.rng.getrandbits(32)),
+                          config=self.config, safeguards=self.safeguards)
+        node.storage = storage
+        self.nodes[node_id] = node
+        self.applied[node_id] = []  # a restarted node applies again from its snapshot (none)
+        return node
+
+    def restart(self, node_id: str) -> None:
+        self.nodes[node_id].storage.close()  # type: ignore[attr-defined]
+        self.add(node_id)
+
+
+def test_the_core_over_real_storage_truncates_a_deposed_leaders_tail_and_restarts_whole(
+        tmp_path: Path) -> None:
+    g = StoredGroup(tmp_path)
+    leader = g.elect("a")
+    for i in range(5):
+        leader.propose(b"e%d" % i)
+    g.flush()
+    g.isolate("a")
+    leader.propose(b"lost-1")  # persisted by a alone: never committed
+    leader.propose(b"lost-2")
+    g.flush()
+    held = [e.data for e in g.nodes["a"].storage.log.entries()]  # type: ignore[attr-defined]
+    assert held[-2:] == [b"lost-1", b"lost-2"]
+    g.tick(40, only=["b", "c"])
+    new = g.leader()
+    assert new is not None and new.id != "a" and new.term > leader.term
+    new.propose(b"kept")
+    g.flush()
+    g.heal()
+    g.tick(3)
+    on_disk = [e.data for e in g.nodes["a"].storage.log.entries()]  # type: ignore[attr-defined]
+    assert b"lost-1" not in on_disk and on_disk[-1] == b"kept"  # truncated at the conflict
+    expected = [b"e0", b"e1", b"e2", b"e3", b"e4", b"kept"]
+    for node_id in ("a", "b", "c"):
+        g.restart(node_id)
+    g.tick(40)
+    final = g.leader()
+    assert final is not None
+    final.propose(b"after")
+    g.flush()
+    for node_id in ("a", "b", "c"):
+        assert g.payloads(node_id) == [*expected, b"after"]
+        g.nodes[node_id].storage.close()  # type: ignore[attr-defined]
