@@ -249,6 +249,8 @@ class StoredNode(RaftNode):
 
     def ready(self) -> Ready:
         rd = super().ready()
+        if rd.snapshot is not None:  # from the leader; its data travels beside the message
+            self.storage.install_snapshot(rd.snapshot, lambda f: f.write(b"state"))
         self.storage.persist(rd.entries, rd.hard_state)
         return rd
 
@@ -307,3 +309,34 @@ def test_the_core_over_real_storage_truncates_a_deposed_leaders_tail_and_restart
     for node_id in ("a", "b", "c"):
         assert g.payloads(node_id) == [*expected, b"after"]
         g.nodes[node_id].storage.close()  # type: ignore[attr-defined]
+
+
+def test_a_follower_behind_the_leaders_compaction_installs_its_snapshot_and_restarts_from_it(
+        tmp_path: Path) -> None:
+    g = StoredGroup(tmp_path)
+    leader = g.elect("a")
+    g.isolate("c")
+    for i in range(30):
+        leader.propose(b"e%d" % i)
+    g.flush()
+    meta = leader.snapshot_meta(leader.applied)
+    storage: RaftStorage = leader.storage  # type: ignore[attr-defined]
+    storage.save_snapshot(meta, lambda f: f.write(b"state"))
+    leader.compact(meta, keep=2)
+    storage.compact(meta.index)
+    assert storage.log.first_index() > 1  # whole segments went
+    g.heal()
+    g.tick(5)
+    follower: RaftStorage = g.nodes["c"].storage  # type: ignore[attr-defined]
+    latest = follower.latest_snapshot()
+    assert latest is not None and latest[0] == meta
+    leader.propose(b"after")
+    g.flush()
+    g.restart("c")
+    hs, snap, tail = g.nodes["c"].storage.load()  # type: ignore[attr-defined]
+    assert snap == meta and [e.data for e in tail] == [b"after"]
+    g.tick(3)
+    assert g.nodes["c"].log.last_index() == leader.log.last_index()
+    assert g.nodes["c"].log.term(meta.index) == meta.term
+    for node in g.nodes.values():
+        node.storage.close()  # type: ignore[attr-defined]
