@@ -93,14 +93,14 @@ class RaftStorage:
             write_hard_state(self.hard_state_path, hard_state)
             self._hard_state = hard_state
 
-    def save_snapshot(self, meta: SnapshotMeta, write: Callable[[BinaryIO], None]) -> Path:
+    def save_snapshot(self, meta: SnapshotMeta, write: Callable[[BinaryIO], object]) -> Path:
         """A snapshot this replica took of its own state; the log is untouched (``compact``
         drops what it covers, when the host chooses)."""
         path = self.snapshots.save(meta, write)
         self._snapshot = meta
         return path
 
-    def install_snapshot(self, meta: SnapshotMeta, write: Callable[[BinaryIO], None]) -> Path:
+    def install_snapshot(self, meta: SnapshotMeta, write: Callable[[BinaryIO], object]) -> Path:
         """A snapshot from the leader: it replaces the whole log (the core's ``restore``)."""
         path = self.snapshots.save(meta, write)  # durable before the log goes
         self._snapshot = meta

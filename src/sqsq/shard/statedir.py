@@ -165,7 +165,7 @@ class SnapshotStore:
     def _files(self) -> list[Path]:
         return sorted(p for p in self.directory.iterdir() if _SNAP.match(p.name))
 
-    def save(self, meta: SnapshotMeta, write: Callable[[BinaryIO], None]) -> Path:
+    def save(self, meta: SnapshotMeta, write: Callable[[BinaryIO], object]) -> Path:
         """Store a snapshot: its metadata, then whatever ``write`` puts in the file. Durable
         and whole when this returns; older snapshots beyond ``keep`` are then removed."""
         path = self.directory / f"{meta.index:020d}-{meta.term:020d}.snap"
