@@ -184,3 +184,10 @@ def test_a_crash_at_any_step_of_a_state_switch_leaves_one_state_whole(
     assert contents(reopened.current()) in (before, after)
     assert sorted(p.name for p in (tmp_path / "state").iterdir()) == [
         "CURRENT", reopened.current().name]
+
+
+def test_a_first_start_cut_before_the_pointer_was_written_starts_again(tmp_path: Path) -> None:
+    (tmp_path / "state" / "state-00000001").mkdir(parents=True)  # made, CURRENT not yet
+    sd = StateDir(tmp_path / "state")
+    assert sd.current().name == "state-00000001" and not any(sd.current().iterdir())
+    assert (tmp_path / "state" / "CURRENT").read_text().strip() == "state-00000001"

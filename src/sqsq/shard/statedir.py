@@ -61,8 +61,10 @@ class StateDir:
         try:
             name = pointer.read_text().strip()
         except FileNotFoundError:
-            if any(_STATE.match(p.name) for p in self.root.iterdir()):
-                # Cleaning up now would delete the only copy of the state.
+            states = [p for p in self.root.iterdir() if _STATE.match(p.name)]
+            if any(any(p.iterdir()) for p in states):
+                # Cleaning up now would delete the only copy of the state. (Empty ones are
+                # a first start that a crash cut before the pointer was written.)
                 raise StateDirError(
                     f"{self.root}: state directories but no {POINTER} naming the live one; "
                     f"restore {POINTER} (it holds the directory's name) or the replica's "
