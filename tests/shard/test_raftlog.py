@@ -3,43 +3,22 @@ reopen; a torn last record is cut off and the log goes on; damage anywhere else 
 replica with a message naming the file; truncation only where asked; compaction unlinks whole
 segments and never rewrites a kept one, also when a crash cuts it short.
 
-Crashes are exceptions raised at one step (``crashsupport``). Each safeguard also has a
+Crashes are exceptions raised at one step (``storagesupport``). Each safeguard also has a
 mutant test: the same scenario with the safeguard switched off shows the loss it prevents.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from crashsupport import Crash, crash_after, crash_at_step
-from sqsq.raft import Entry, EntryKind
+from sqsq.raft import Entry
 from sqsq.shard import raftlog, raftrecord
 from sqsq.shard.raftlog import CorruptLog, SegmentedLog
 from sqsq.shard.raftrecord import encode_record
-
-
-def make(n: int, term: int = 1, start: int = 1) -> list[Entry]:
-    return [Entry(i, term, bytes([i % 251]) * (20 + i % 7),
-                  EntryKind.CONF if i % 10 == 0 else EntryKind.NORMAL)
-            for i in range(start, start + n)]
-
-
-def reopen(log: SegmentedLog) -> SegmentedLog:
-    log.close()
-    return SegmentedLog(log.directory, log.segment_bytes)
-
-
-def written(tmp_path: Path, n: int = 40, segment_bytes: int = 300) -> SegmentedLog:
-    log = SegmentedLog(tmp_path / "log", segment_bytes)
-    log.append(make(n))
-    log.sync()
-    return log
+from storagesupport import Crash, crash_after, crash_writing, make, reopen, written
 
 
 def test_entries_read_back_across_segments_and_after_reopening(tmp_path: Path) -> None:
@@ -64,18 +43,6 @@ def test_appends_are_checked_to_follow_the_log(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not consecutive"):
         log.append([Entry(6, 1), Entry(8, 1)])
     log.close()
-
-
-def crash_writing(log: SegmentedLog, data: bytes) -> tuple[Path, int]:
-    """The process dies with ``data`` written after the log's data (into the preallocated
-    space) and not synced; returns the last segment and where its data ended."""
-    end = log.end()
-    assert end is not None
-    log.close()
-    fd = os.open(end[0], os.O_WRONLY)
-    os.pwrite(fd, data, end[1])
-    os.close(fd)
-    return end
 
 
 @pytest.mark.parametrize("keep", [3, 9, 30])  # cut in the header, just after it, in the data
@@ -335,125 +302,4 @@ def test_a_segment_written_whole_is_synced_before_the_next_holds_anything(
     log = SegmentedLog(tmp_path / "log", 300)
     log.append(make(40))  # several rolls, no sync asked for
     assert len(synced) == len(log.segment_paths()) - 1
-    log.close()
-
-
-@pytest.mark.parametrize("step", range(13))  # 12 steps, then none
-def test_a_crash_at_any_step_of_a_truncation_leaves_a_log_that_opens(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int) -> None:
-    """Either a prefix of the old log (what was cut was not committed) or the new one."""
-    log = written(tmp_path)
-    taken = crash_at_step(monkeypatch, step)
-    try:
-        log.append([Entry(5, 2, b"new"), Entry(6, 2, b"new")])
-        log.sync()
-    except Crash:
-        pass
-    monkeypatch.undo()
-    assert step < 12 or len(taken) == 12  # the last case ran the truncation whole
-    got = reopen(log).entries()
-    assert got in ([*make(4), Entry(5, 2, b"new"), Entry(6, 2, b"new")],
-                   make(40)[:len(got)])
-
-
-@pytest.mark.parametrize("step", range(7))  # 6 steps, then none
-def test_a_crash_at_any_step_of_a_compaction_keeps_every_kept_entry(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int) -> None:
-    log = written(tmp_path)
-    taken = crash_at_step(monkeypatch, step)
-    try:
-        log.compact(30)
-    except Crash:
-        pass
-    monkeypatch.undo()
-    assert step < 6 or len(taken) == 6
-    log = reopen(log)
-    assert log.entries(after=30) == make(40)[30:]
-    assert log.entries() == make(40)[log.first_index() - 1:]
-    log.close()
-
-
-_op = st.tuples(st.sampled_from(["append", "append", "append", "sync", "compact", "reopen",
-                                 "torn"]),
-                st.integers(0, 1 << 16), st.integers(1, 9), st.booleans())
-
-
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(_op, max_size=25))
-def test_the_log_matches_a_list_through_random_appends_truncations_compactions_and_crashes(
-        tmp_path: Path, ops: list[tuple[str, int, int, bool]]) -> None:
-    """Model: a dict index -> entry, and the highest index compacted (whose entries the log
-    may still hold). A torn write is an unsynced append the crash cut: never in the model."""
-    directory = tmp_path / os.urandom(6).hex()
-    log = SegmentedLog(directory, 200)
-    model: dict[int, Entry] = {}
-    floor = 0  # compacted up to here
-    term = 1
-    for op, a, n, flag in ops:
-        last = max(model, default=floor)
-        if op == "append":
-            lo = max(floor + 1, log.first_index())
-            start = lo + a % (last + 2 - lo)
-            term += flag
-            new = [Entry(i, term, os.urandom(a % 60)) for i in range(start, start + n)]
-            log.append(new)
-            model = {i: e for i, e in model.items() if i < start} | {e.index: e for e in new}
-        elif op == "sync":
-            log.sync()
-        elif op == "compact":
-            floor = max(floor, a % (last + 1))
-            log.compact(floor)
-        elif op == "reopen":
-            log = reopen(log)
-        else:
-            if log.end() is not None:
-                record = encode_record(last + 1, term, 0, b"torn" * n)
-                crash_writing(log, record[: 1 + a % (len(record) - 1)])  # never all of it
-                log = SegmentedLog(directory, 200)
-        assert log.last_index() == max(model, default=log.last_index())
-        assert log.entries(after=floor) == [model[i] for i in sorted(model) if i > floor]
-        assert all(log.term(i) == model[i].term for i in model if i >= log.first_index())
-    log.close()
-
-
-def test_a_failed_sync_is_final(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The kernel may drop pages it failed to write and mark them clean: a retried sync
-    could succeed with the data gone. So the log refuses every sync after a failure."""
-    log = written(tmp_path, n=3)
-    log.append(make(2, start=4))
-
-    def eio(fd: int) -> None:
-        raise OSError(errno.EIO, "Input/output error")
-
-    monkeypatch.setattr(os, "fdatasync", eio)
-    with pytest.raises(OSError, match="Input/output"):
-        log.sync()
-    monkeypatch.undo()
-    with pytest.raises(OSError, match="an earlier sync failed"):
-        log.sync()  # the disk works again, but what the failed sync held may be gone
-    with pytest.raises(OSError, match="an earlier sync failed"):
-        log.append(make(1, start=6))
-    log.close()
-
-
-def test_a_write_cut_short_by_a_full_disk_is_taken_back(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Otherwise the next append would follow a torn record, which the next open reads as
-    damage in the middle of the log."""
-    log = written(tmp_path, n=3, segment_bytes=1 << 20)
-
-    def half_then_enospc(fd: int, data: bytes, offset: int) -> None:
-        os.pwrite(fd, bytes(data[: len(data) // 2]), offset)
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(raftlog, "pwrite_all", half_then_enospc)
-    with pytest.raises(OSError, match="No space"):
-        log.append(make(2, start=4))
-    monkeypatch.undo()
-    assert log.last_index() == 3
-    log.append(make(2, term=2, start=4))  # space was freed; the host goes on
-    log.sync()
-    log = reopen(log)
-    assert log.entries() == make(3) + make(2, term=2, start=4)
     log.close()

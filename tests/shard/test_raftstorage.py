@@ -1,5 +1,5 @@
 """A replica's Raft storage: the hard state replaced whole, and ``RaftStorage`` loading what
-a crash at any step of persist, install or compaction left (``crashsupport``). The mutant
+a crash at any step of persist, install or compaction left (``storagesupport``). The mutant
 test turns the rename into delete-then-rename, as pysyncobj's rewrite in place, and shows
 the vote forgotten.
 """
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from crashsupport import Crash, crash, crash_at_step
 from raftgroup import Group
 from sqsq.raft import ConfState, Entry, HardState, RaftNode, Ready, SnapshotMeta
 from sqsq.shard.hardstate import HardStateError, read_hard_state, write_hard_state
 from sqsq.shard.raftlog import SegmentedLog
 from sqsq.shard.raftstorage import RaftStorage, StorageError
+from storagesupport import Crash, crash, crash_at_step
 
 CONF = ConfState(frozenset({"a", "b", "c"}), frozenset({"d"}))
 

@@ -1,5 +1,5 @@
 """The state directory behind its CURRENT pointer and the snapshot files, through a crash at
-each step (``crashsupport``): one state is current and whole, a snapshot is there whole or not
+each step (``storagesupport``): one state is current and whole, a snapshot is there whole or not
 at all. The mutant test deletes the old state before the switch, as pysyncobj's install did
 (finding 7), and shows the replica left with none.
 """
@@ -11,10 +11,10 @@ from typing import BinaryIO
 
 import pytest
 
-from crashsupport import DISK_STEPS, Crash, crash, crash_at_step
 from sqsq.raft import ConfState, SnapshotMeta
 from sqsq.shard import durable, statedir
 from sqsq.shard.statedir import SnapshotError, SnapshotStore, StateDir, StateDirError
+from storagesupport import DISK_STEPS, Crash, crash, crash_at_step
 
 CONF = ConfState(frozenset({"a", "b", "c"}), frozenset({"d"}))
 
