@@ -29,6 +29,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import msgpack
 
@@ -254,12 +255,17 @@ class ShardMachine:
 
     def read_snapshot(self, path: str) -> bytes:
         with open(path, "rb") as f:
-            if f.read(len(SNAPSHOT_MAGIC)) != SNAPSHOT_MAGIC:
-                raise ValueError(f"{path}: not a sqsq snapshot")
-            (n,) = _HEADER_LEN.unpack(f.read(_HEADER_LEN.size))
-            header = msgpack.unpackb(f.read(n), raw=False)
-            if header["applied_index"] > self.applied_index:
-                self._install(f, header["applied_index"])
+            return self.install_from(f)
+
+    def install_from(self, f: BinaryIO) -> bytes:
+        """Adopt the snapshot ``write_snapshot`` wrote, read from ``f``, if it is ahead of
+        this store; its ``raft_data`` either way."""
+        if f.read(len(SNAPSHOT_MAGIC)) != SNAPSHOT_MAGIC:
+            raise ValueError(f"{getattr(f, 'name', 'snapshot')}: not a sqsq snapshot")
+        (n,) = _HEADER_LEN.unpack(f.read(_HEADER_LEN.size))
+        header = msgpack.unpackb(f.read(n), raw=False)
+        if header["applied_index"] > self.applied_index:
+            self._install(f, header["applied_index"])
         return header["raft"]
 
     def _install(self, f: object, index: int) -> None:
