@@ -33,13 +33,12 @@ WARM_UP = 300
 SERVER_STAGES = [
     ("read", "xs", "stream read to the shard engine (the handler's checks, conversion)"),
     ("xs", "prop", "engine queue to the proposer, entry encoded"),
-    ("prop", "app", "proposal to its journal append (the tick thread wakes, pickles)"),
-    ("app", "fs0", "append to the next tick's fdatasync"),
-    ("fs0", "fs1", "fdatasync of the journal"),
-    ("fs1", "ap0", "commit to apply"),
+    ("prop", "fs0", "proposal to the write of its Ready (the Raft loop's turn)"),
+    ("fs0", "fs1", "the Ready's log append, hard state and fdatasync (worker thread)"),
+    ("fs1", "ap0", "persisted to apply (sends, then the commit round trip)"),
     ("ap0", "ap1", "apply (state machine, RocksDB write)"),
     ("ap1", "done", "apply to the proposal's callback"),
-    ("done", "xe", "callback (tick thread) to the engine's caller (event loop)"),
+    ("done", "xe", "callback to the engine's caller"),
     ("xe", "put", "engine result to the reply on the stream's queue"),
     ("put", "yield", "reply queued to handed to the transport"),
 ]
@@ -49,7 +48,7 @@ SERVER_STAGES = [
 
 def _serve(argv: list[str], out: Path) -> None:
     from sqsq.gateway import streaming
-    from sqsq.shard import engine, journal, raft, statemachine
+    from sqsq.shard import engine, raftstorage, replica, statemachine
 
     records: list[dict[str, float]] = []
     cur: dict[str, float] = {}
@@ -77,20 +76,19 @@ def _serve(argv: list[str], out: Path) -> None:
 
     stamp_around(streaming.StreamSession, "_start", "read")
     stamp_around(engine.ShardEngine, "execute", "xs", "xe")
-    stamp_around(journal.DurableJournal, "add", "app")
     stamp_around(statemachine.ShardMachine, "apply_entry", "ap0", "ap1")
     stamp_around(streaming.StreamSession, "_run", None, "put")
 
-    sync = journal.DurableJournal.sync
+    persist = raftstorage.RaftStorage.persist
 
-    def timed_sync(self: Any) -> None:
-        dirty, started = self.dirty, pc()
-        sync(self)
-        if dirty:
+    def timed_persist(self: Any, entries: Any, hard_state: Any) -> None:
+        started = pc()
+        persist(self, entries, hard_state)
+        if entries and "prop" in cur and "fs0" not in cur:
             cur["fs0"], cur["fs1"] = started, pc()
-    journal.DurableJournal.sync = timed_sync  # type: ignore[method-assign]
+    raftstorage.RaftStorage.persist = timed_persist  # type: ignore[method-assign]
 
-    propose = raft.ShardReplica.propose
+    propose = replica.RaftReplica.propose
 
     def timed_propose(self: Any, data: bytes, done: Any) -> None:
         cur["prop"] = pc()
@@ -99,7 +97,7 @@ def _serve(argv: list[str], out: Path) -> None:
             cur["done"] = pc()
             done(*a)
         propose(self, data, stamped)
-    raft.ShardReplica.propose = timed_propose  # type: ignore[method-assign]
+    replica.RaftReplica.propose = timed_propose  # type: ignore[method-assign]
 
     reply_frames = streaming.StreamSession.reply_frames
 

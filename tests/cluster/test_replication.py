@@ -215,7 +215,7 @@ def test_replicas_converge_and_a_wiped_replica_rejoins(cluster: Cluster) -> None
         cluster.wipe(wiped)
         for i in range(10):
             c.send_message(url, f"after-{i}")
-        cluster.start(wiped)  # no --bootstrap: it rejoins as a learner and catches up
+        cluster.start(wiped)  # no --bootstrap: it learns the group from the leader
         deadline = time.monotonic() + 30
         while "caught up" not in cluster.log_text() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -240,7 +240,8 @@ def test_all_three_killed_after_compaction_come_back_with_every_message(
                 c.send_message(url, f"m{i}")
                 sent.add(f"m{i}")
         for node in cluster.nodes:
-            assert list((node.root / "shard-0").glob("raft.dump")), "no log compaction"
+            snapshots = node.root / "shard-0" / "raft" / "snapshots"
+            assert list(snapshots.glob("*.snap")), "no log compaction"
             cluster.kill9(node)
         cluster.start_all()
         with cluster.client() as c:

@@ -297,3 +297,20 @@ def test_a_quiet_follower_woken_by_its_host_replaces_a_dead_leader() -> None:
         g.nodes[n].wake()
     g.tick(60, only=["b", "c"])
     assert g.nodes["b"].is_leader() or g.nodes["c"].is_leader()
+
+
+def test_a_wiped_replica_casts_no_vote_in_the_first_term_it_learns_of() -> None:
+    """It may have voted in that term before it lost its disk."""
+    import random
+
+    from sqsq.raft import HardState, RaftNode, SnapshotMeta
+
+    g = Group()
+    g.elect("a")
+    wiped = RaftNode("c", hard_state=HardState(), snapshot=SnapshotMeta(0, 0, g.conf),
+                     rng=random.Random(1), wiped=True)
+    term = g.nodes["a"].term + 1
+    wiped.step(Message(MsgType.VOTE, "c", "b", term, log_term=term - 1, index=10))
+    assert [m.reject for m in wiped.ready().messages] == [True]
+    wiped.step(Message(MsgType.VOTE, "c", "b", term + 1, log_term=term - 1, index=10))
+    assert [m.reject for m in wiped.ready().messages] == [False]  # a later term: it votes

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from raftsupport import free_port
+from serverproc import free_port
 from sqsq.api import Endpoint
 from sqsq.core import commands as c
 from sqsq.core.errors import ErrorCode, Rejection

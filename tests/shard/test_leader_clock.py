@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from raftsupport import free_port
+from serverproc import free_port
 from sqsq.api import Endpoint
 from sqsq.core import commands as c
 from sqsq.core.state import ShardConfig

@@ -45,7 +45,14 @@ from sqsq.shard.admin import AdminService
 from sqsq.shard.clock import clock_from_env
 from sqsq.shard.directory import ShardDirectory
 from sqsq.shard.engine import ShardEngine
-from sqsq.shard.host import Peer, ReplicaOptions, load_secret, open_replica, parse_peers
+from sqsq.shard.host import (
+    Peer,
+    PeerNetwork,
+    ReplicaOptions,
+    load_secret,
+    open_replica,
+    parse_peers,
+)
 from sqsq.shard.metrics import ShardMetrics, replica_problems
 from sqsq.shard.service import ShardService
 from sqsq.v1 import admin_pb2_grpc
@@ -61,11 +68,11 @@ READY_TIMEOUT_S = 60.0  # a replica replays its journal before it leads
 GIL_SWITCH_INTERVAL_S = 0.0002
 
 
-def raft_password(secret: bytes) -> str:
-    """Peers exchange pickles: unauthenticated, anyone who reaches a Raft port could run code
-    in the node. pysyncobj encrypts and authenticates its traffic with a password; every node
-    derives the same one from the cluster secret it already shares."""
-    return hmac.new(secret, b"sqsq raft transport", hashlib.sha256).hexdigest()
+def peer_key(secret: bytes) -> bytes:
+    """The key Raft peers prove to each other before anything they send is read: every node
+    derives the same one from the cluster secret it already shares (never the secret itself,
+    which signs receipt handles)."""
+    return hmac.new(secret, b"sqsq raft transport", hashlib.sha256).digest()
 
 
 def _config(secret: bytes, region: str | None, account: str | None,
@@ -90,7 +97,7 @@ async def _open_ops(name: str, host: str, metrics_port: int | None,
 async def _serve(name: str, engine: ShardEngine, endpoint: Endpoint, auth: Authenticator,
                  host: str, grpc_port: int, http_port: int | None, root: Path,
                  banner: str, registry: CollectorRegistry, ops: OpsPort | None,
-                 serving: list[bool]) -> None:
+                 serving: list[bool], network: PeerNetwork | None = None) -> None:
     admin = AdminService({0: engine}, root / "snapshots",
                          admin_key=admincred.load(root, create=True))
     service = ShardService(engine, endpoint)
@@ -111,6 +118,8 @@ async def _serve(name: str, engine: ShardEngine, endpoint: Endpoint, auth: Authe
     if ops is not None:
         await ops.stop()
     await engine.stop()
+    if network is not None:
+        await network.stop()  # last: the hand-over and the stop still talk to peers
     announce(f"{name}: stopped")
 
 
@@ -148,9 +157,8 @@ async def run_server(
     # A one-member group: its own Raft port is never dialled, so any free loopback one will do.
     me = Peer("127.0.0.1", grpc_port, 0)
     engine = open_replica(0, root / "shard-0", config, me, [me],
-                          ReplicaOptions(bootstrap=True, durable=sync, bind_host=host,
-                                         password=raft_password(config.secret),
-                                         wall_clock_ms=clock_from_env(root)))
+                          ReplicaOptions(bootstrap=True, durable=sync,
+                                         wall_clock_ms=clock_from_env(root)), None)
     registry = CollectorRegistry()
     ShardMetrics(registry, {0: engine})
     serving = [False]
@@ -191,12 +199,12 @@ async def run_node(
     config = _config(_cluster_secret(secret_file), region, account)
     auth = Authenticator(load_credentials(credentials_file))
     admincred.load(root, create=True)
+    network = PeerNetwork(me, host, peer_key(config.secret), root)
     engine = open_replica(
         0, root / "shard-0", config, me, members,
-        ReplicaOptions(bootstrap=bootstrap, durable=sync, bind_host=host,
+        ReplicaOptions(bootstrap=bootstrap, durable=sync,
                        compaction_min_entries=compaction_min_entries,
-                       password=raft_password(config.secret),
-                       wall_clock_ms=clock_from_env(root)))
+                       wall_clock_ms=clock_from_env(root)), network)
     registry = CollectorRegistry()
     ShardMetrics(registry, {0: engine})
     serving = [False]
@@ -205,11 +213,12 @@ async def run_node(
         return replica_problems(0, engine) + _serving_problems(serving)
 
     ops = await _open_ops("sqsq node", host, metrics_port, registry, readiness)
+    await network.start()
     await engine.start()
     endpoint = endpoint_for(host, grpc_port, None, config.account, config.region)
     await _serve("sqsq node", engine, endpoint, auth, host, grpc_port, None, root,
                  f", Raft on {me.raft(0)}, peers {', '.join(p.grpc for p in members)}",
-                 registry, ops, serving)
+                 registry, ops, serving, network)
 
 
 def _cluster_secret(secret_file: str | None) -> bytes:
@@ -242,6 +251,7 @@ async def run_cluster_node(
     endpoint = endpoint_for(address, grpc_port, None, config.account, config.region)
     directory = ShardDirectory()
     engines: dict[int, ShardEngine] = {}
+    network = PeerNetwork(Peer.of(me), host, peer_key(secret), root)
     wall_clock = clock_from_env(root)
     registry = CollectorRegistry()
     shard_metrics = ShardMetrics(registry, engines)
@@ -251,10 +261,10 @@ async def run_cluster_node(
         engine = open_replica(
             shard_id, root / f"shard-{shard_id}", config, Peer.of(me),
             [Peer.of(p) for p in peers],
-            ReplicaOptions(bootstrap=bootstrap, durable=sync, bind_host=host,
+            ReplicaOptions(bootstrap=bootstrap, durable=sync,
                            compaction_min_entries=compaction_min_entries,
-                           password=raft_password(secret), wall_clock_ms=wall_clock,
-                           grpc_of=lambda raft: grpc_of(shard_id, raft)))
+                           wall_clock_ms=wall_clock,
+                           grpc_of=lambda raft: grpc_of(shard_id, raft)), network)
         await engine.start()
         engines[shard_id] = engine
         shard_metrics.attach(shard_id, engine)
@@ -289,9 +299,11 @@ async def run_cluster_node(
         return problems
 
     ops = await _open_ops(f"sqsq node {node_id}", host, metrics_port, registry, readiness)
+    await network.start()  # before the agent opens any shard
     try:
         await agent.start()
     except EtcdError as exc:
+        await network.stop()
         await fronts.stop()
         if ops is not None:
             await ops.stop()
@@ -311,6 +323,7 @@ async def run_cluster_node(
     await client.close()
     for engine in engines.values():
         await engine.stop()
+    await network.stop()  # last: the hand-over and the stops still talk to peers
     announce(f"sqsq node {node_id}: stopped")
 
 

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 _FROM_LEADER = {MsgType.APPEND, MsgType.HEARTBEAT, MsgType.SNAPSHOT}
 DEFAULT_CONFIG = RaftConfig()
+ABSTAINED = "~abstained"  # the vote of a wiped replica in the first term it learns of
 ALL_SAFEGUARDS = Safeguards()
 
 
@@ -47,10 +48,13 @@ class RaftNode(Leading):
     def __init__(self, node_id: str, *, hard_state: HardState, snapshot: SnapshotMeta,
                  entries: tuple[Entry, ...] = (), applied: int | None = None,
                  rng: random.Random, config: RaftConfig = DEFAULT_CONFIG,
-                 safeguards: Safeguards = ALL_SAFEGUARDS) -> None:
+                 safeguards: Safeguards = ALL_SAFEGUARDS, wiped: bool = False) -> None:
         """A replica as it restarts: its durable hard state, its last snapshot's metadata
-        (index 0 with the initial membership for a new group) and the entries after it.
-        ``applied``: how far the host's state machine is (default: the snapshot)."""
+        (index 0 and no members for a replica that will learn them from the leader) and the
+        entries after it. ``applied``: how far the host's state machine is (default: the
+        snapshot). ``wiped``: the replica lost its disk (a new directory for a member that
+        is not forming a new group); it may have voted before in the term it is about to
+        learn of, so it casts no vote in that term."""
         self.id = node_id
         self.cfg = config
         self.guard = safeguards
@@ -74,6 +78,7 @@ class RaftNode(Leading):
         self.quiesced = False
         self.idle_ticks = 0
         self._persisted = hard_state
+        self._abstain = wiped and hard_state.term == 0
         self._reset_timeout()
 
     # ---- the host's view -------------------------------------------------------------------
@@ -265,6 +270,8 @@ class RaftNode(Leading):
         if term != self.term:
             self.term = term
             self.vote = None
+            if self._abstain:  # the first term a wiped replica learns of: no vote in it
+                self.vote, self._abstain = ABSTAINED, False
         self.lead = None
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0

@@ -84,6 +84,16 @@ class Progress:
     def maybe_decrease(self, rejected: int, hint: int) -> bool:
         """A refused append whose previous entry was ``rejected``; the follower's log ends at
         ``hint``. False if the refusal is stale (an answer to an older append)."""
+        if hint < self.match:
+            # Its log ends before what it acknowledged: it lost its disk and came back under
+            # its old name (or this is an old refusal overtaken by later answers; starting
+            # again from the hint only costs a resend). Lowering match is always safe.
+            self.match = hint
+            self.next = hint + 1
+            self.state = ProgressState.PROBE
+            self.paused = False
+            self.inflight.clear()
+            return True
         if self.state is ProgressState.REPLICATE:
             if rejected <= self.match:
                 return False

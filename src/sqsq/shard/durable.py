@@ -25,6 +25,11 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_path(path: Path | str, directory: bool = False) -> None:
+    """fsync a file, or a directory's entries."""
+    (fsync_dir if directory else fsync_file)(Path(path))
+
+
 def fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:

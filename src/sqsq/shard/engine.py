@@ -34,7 +34,7 @@ from sqsq.core.state import ShardConfig, ShardState
 from sqsq.core.txn import Txn
 from sqsq.errors import from_rejection, not_leader_message
 from sqsq.shard.clock import LeaderClock, Ms, monotonic_ms, wall_clock_ms
-from sqsq.shard.raft import Proposal, ShardReplica
+from sqsq.shard.replica import Proposal, RaftReplica
 from sqsq.shard.stamp import stamp
 from sqsq.shard.statemachine import Installing, ShardMachine, describe
 
@@ -104,7 +104,7 @@ class ShardEngine:
     def __init__(
         self,
         machine: ShardMachine,
-        replica: ShardReplica,
+        replica: RaftReplica,
         *,
         clock_ms: Ms = wall_clock_ms,
         mono_ms: Ms = monotonic_ms,
@@ -150,7 +150,7 @@ class ShardEngine:
         loop = asyncio.get_running_loop()
         done: asyncio.Future = loop.create_future()
         self.replica.change_member(
-            add, remove, lambda ok: loop.call_soon_threadsafe(_settle, done, ok))
+            add, remove, lambda ok: loop.call_soon(_settle, done, ok))
         try:
             return await asyncio.wait_for(done, timeout_s)
         except TimeoutError:
@@ -158,6 +158,7 @@ class ShardEngine:
 
     # ---- lifecycle ----
     async def start(self) -> None:
+        await self.replica.start()
         if len(self.replica.members()) > 1:  # others keep the time: start from the log's
             self.clock.observe(self.machine.last_now_ms)
         self._loop = asyncio.get_running_loop()
@@ -187,7 +188,7 @@ class ShardEngine:
         NotLeader naming the new leader. Returns the new leader's Raft address; None if this
         replica did not lead, or still leads after ``timeout_s`` (its stop then costs an
         election, as a crash does). ``pick`` chooses among the caught-up followers
-        (``ShardReplica.transfer_leadership``)."""
+        (``RaftReplica.transfer_leadership``)."""
         if self._closing or self._loop is None or not self.replica.is_leader() or \
                 len(self.replica.members()) <= 1:
             return None
@@ -199,7 +200,7 @@ class ShardEngine:
             # cost its caller a retry); ``_none_in_flight`` is set between two entries too.
             while (self._in_flight or self._pending) and time.monotonic() < deadline:
                 await asyncio.sleep(HAND_OVER_POLL_S)
-            # pysyncobj refuses while no follower holds the whole log: ask until one does.
+            # Nothing happens while no follower holds the whole log: ask until one does.
             while time.monotonic() < deadline and (
                     self.replica.is_leader() or self.replica.leader_address() is None):
                 if self.replica.is_leader():
@@ -219,7 +220,7 @@ class ShardEngine:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await asyncio.to_thread(self.replica.destroy_synchronous)
+        await self.replica.stop()
         self.machine.close()
 
     # ---- commands and queries ----
@@ -321,9 +322,9 @@ class ShardEngine:
         self._in_flight += 1
         self._none_in_flight.clear()
 
-        # Called in the tick thread, or at once in this one when the replica refuses the entry.
+        # Called on the event loop: when the entry is applied, or at once when refused.
         def on_done(status: Proposal, result: Any) -> None:
-            loop.call_soon_threadsafe(self._answer, proposal, status, result)
+            loop.call_soon(self._answer, proposal, status, result)
 
         self.replica.propose(data, on_done)
 

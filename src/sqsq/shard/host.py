@@ -1,8 +1,11 @@
-"""Opening the shard replicas a process hosts: store, Raft member and engine, per shard.
+"""Opening the shard replicas a process hosts: store, Raft member and engine, per shard, and
+the one peer transport they share.
 
 A member of a group is named by its Raft address; clients and gateways reach it by its gRPC
-address. ``Peer`` pairs the two: a node listens for shard ``s``'s Raft traffic on its Raft
-base port + ``s``, so one peer list describes every group the nodes share.
+address. ``Peer`` pairs the two: shard ``s``'s member on a node is named by the node's Raft
+port + ``s``, so one peer list describes every group the nodes share; the node itself listens
+on its Raft port alone, one connection per pair of nodes carrying every shard's traffic
+(``PeerNetwork``).
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ from typing import Any
 from sqsq.admincred import check_length
 from sqsq.core.state import ShardConfig
 from sqsq.shard.clock import Ms, wall_clock_ms
+from sqsq.shard.durable import fsync_path
 from sqsq.shard.engine import ShardEngine
-from sqsq.shard.journal import fsync_path
-from sqsq.shard.raft import RaftSettings, ShardReplica
+from sqsq.shard.peers import PeerTransport
+from sqsq.shard.replica import HostSettings, RaftReplica, Replicas
 from sqsq.shard.statemachine import ShardMachine
+
+TICK_S = 0.05  # the Raft clock: elections and heartbeats count in these
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,25 @@ def load_secret(path: Path) -> bytes:
     return check_length(path.read_bytes(), path, "receipt-handle secret")
 
 
+class PeerNetwork:
+    """A process's Raft peer transport, shared by all its replicas: it listens on
+    ``bind_host`` at the node's Raft port, and peers prove the key derived from the cluster
+    secret before anything they send is read."""
+
+    def __init__(self, me: Peer, bind_host: str, key: bytes, directory: Path) -> None:
+        self.replicas = Replicas()
+        self.transport = PeerTransport(
+            f"{me.host}:{me.raft_port}", bind_host, me.raft_port, key,
+            self.replicas.on_messages, self.replicas.on_snapshot,
+            snapshot_dir=directory / "incoming-snapshots")
+
+    async def start(self) -> int:
+        return await self.transport.start()
+
+    async def stop(self) -> None:
+        await self.transport.stop()
+
+
 @dataclass
 class ReplicaOptions:
     bootstrap: bool = False  # a new replica directory forms a new group (else: it rejoins)
@@ -81,10 +106,6 @@ class ReplicaOptions:
     compaction_min_entries: int = 5000
     election_timeout_s: tuple[float, float] = (0.4, 1.2)
     on_fatal: Callable[[BaseException], None] | None = None
-    password: str | None = None
-    # the address the Raft port listens on (the process's --host); None: its own Raft
-    # address's host
-    bind_host: str | None = None
     # Raft address -> gRPC address of a member (default: from the peers given; a cluster
     # node looks members up in the partition map, which knows members added later)
     grpc_of: Callable[[str | None], str | None] | None = None
@@ -93,19 +114,23 @@ class ReplicaOptions:
 
 def open_replica(
     shard_id: int, directory: Path, config: ShardConfig, me: Peer, peers: list[Peer],
-    options: ReplicaOptions,
+    options: ReplicaOptions, network: PeerNetwork | None = None,
 ) -> ShardEngine:
-    """One shard replica: its state machine over its store, its Raft member, its engine."""
+    """One shard replica: its state machine over its store, its Raft member, its engine.
+    ``network`` may be None for a group of one (it never sends)."""
     machine = ShardMachine(directory, config, memory=options.memory)
-    settings = RaftSettings(
-        self_address=me.raft(shard_id), peers=[p.raft(shard_id) for p in peers],
-        directory=directory, bootstrap=options.bootstrap, durable=options.durable,
-        election_timeout_s=options.election_timeout_s,
-        compaction_min_entries=options.compaction_min_entries, on_fatal=options.on_fatal,
-        password=options.password,
-        bind_address=None if options.bind_host is None
-        else f"{options.bind_host}:{me.raft_port + shard_id}")
-    replica = ShardReplica(settings, machine)
+    lo, _ = options.election_timeout_s
+    settings = HostSettings(
+        tick_s=TICK_S, election_ticks=max(4, round(lo / TICK_S)), durable=options.durable,
+        compaction_entries=options.compaction_min_entries,
+        keep_entries=max(1, options.compaction_min_entries // 10))
+    replica = RaftReplica(
+        shard_id, me.raft(shard_id), directory, machine,
+        network.transport if network is not None else None,
+        voters=[p.raft(shard_id) for p in peers], bootstrap=options.bootstrap,
+        settings=settings, on_fatal=options.on_fatal)
+    if network is not None:
+        network.replicas.by_shard[shard_id] = replica
     by_raft = {p.raft(shard_id): p.grpc for p in peers}
     return ShardEngine(machine, replica, clock_ms=options.wall_clock_ms,
                        leader_hint=options.grpc_of or (lambda raft: by_raft.get(raft or "")))

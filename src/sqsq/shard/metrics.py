@@ -36,7 +36,7 @@ class ShardMetrics:
         self.engines = engines
         self.fsync = Histogram(
             "sqsq_raft_fsync_duration_seconds",
-            "Time to flush a replica's Raft journal to disk (fdatasync).",
+            "Time to make a replica's Raft log and hard state durable, per Ready (fdatasync).",
             ["shard"], buckets=FSYNC_BUCKETS_S, registry=registry)
         self.group = Histogram(
             "sqsq_raft_group_commit_commands",
@@ -49,7 +49,7 @@ class ShardMetrics:
     def attach(self, shard_id: int, engine: ShardEngine) -> None:
         """Observe ``engine``'s fsyncs and group commits (call once per replica opened)."""
         label = str(shard_id)
-        engine.replica.journal.on_sync = self.fsync.labels(shard=label).observe
+        engine.replica.on_sync = self.fsync.labels(shard=label).observe
         engine.on_group_commit = self.group.labels(shard=label).observe
 
 

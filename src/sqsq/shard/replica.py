@@ -17,9 +17,11 @@ import asyncio
 import dataclasses
 import enum
 import logging
+import os
 import random
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +57,9 @@ class Proposal(enum.Enum):
 Done = Callable[[Proposal, Any], None]
 
 
+MEMBER_FILE = "member"  # a replica with this file votes from its first start (a restore)
+
+
 @dataclass(frozen=True)
 class HostSettings:
     tick_s: float = 0.05
@@ -74,7 +79,7 @@ def node_of(member: str, shard_id: int) -> tuple[str, tuple[str, int]]:
 
 class RaftReplica:
     def __init__(self, shard_id: int, member_id: str, directory: Path, machine: ShardMachine,
-                 transport: PeerTransport, *, voters: Sequence[str], bootstrap: bool,
+                 transport: PeerTransport | None, *, voters: Sequence[str], bootstrap: bool,
                  settings: HostSettings = HostSettings(),
                  on_fatal: Callable[[BaseException], None] | None = None) -> None:
         self.shard_id = shard_id
@@ -87,7 +92,8 @@ class RaftReplica:
         self.settings = settings
         self.on_fatal = on_fatal
         self.fatal: BaseException | None = None
-        self.storage = RaftStorage(directory / "raft")
+        self.storage = RaftStorage(directory / "raft", durable=settings.durable)
+        self.on_sync: Callable[[float], None] | None = None  # seconds per persisted Ready
         self.core: RaftNode | None = None
         self._proposals: dict[int, tuple[int, Done]] = {}  # index -> (term, callback)
         self._conf_waiters: dict[int, tuple[int, Callable[[bool], None]]] = {}
@@ -102,7 +108,9 @@ class RaftReplica:
 
     async def start(self) -> None:
         hs, meta, entries = await asyncio.to_thread(self.storage.load)
-        if meta is None and not entries and hs.term == 0 and self.bootstrap:
+        new = meta is None and not entries and hs.term == 0
+        forms_group = self.bootstrap or (self.directory / MEMBER_FILE).exists()
+        if new and forms_group:
             hs, _, entries = bootstrap(frozenset(self.voters))
             await asyncio.to_thread(self.storage.persist, entries, hs)
         elif meta is not None and meta.index > self.machine.applied_index:
@@ -114,8 +122,12 @@ class RaftReplica:
             self.id, hard_state=hs, snapshot=snap, entries=entries,
             applied=self.machine.applied_index, rng=random.Random(),
             config=RaftConfig(election_ticks=self.settings.election_ticks,
-                              heartbeat_ticks=self.settings.heartbeat_ticks))
+                              heartbeat_ticks=self.settings.heartbeat_ticks),
+            wiped=new and not forms_group)
         self._last_snapshot = snap.index
+        # A wiped replica says when it holds what the group had committed when it came back.
+        self._catching_up = new and not forms_group
+        self._catch_up_to: int | None = None
         self._tasks = [asyncio.create_task(self._run(), name=f"raft-{self.shard_id}"),
                        asyncio.create_task(self._ticker(), name=f"tick-{self.shard_id}")]
         self._kick.set()
@@ -131,10 +143,13 @@ class RaftReplica:
         await asyncio.to_thread(self.storage.close)
 
     def _die(self, exc: BaseException) -> None:
+        """A replica that cannot persist or apply stops: skipping or retrying a broken apply
+        would let it diverge. Without a handler the process exits."""
         self.fatal = exc
         log.critical("shard %d replica %s stopped: %r", self.shard_id, self.id, exc)
-        if self.on_fatal is not None:
-            self.on_fatal(exc)
+        if self.on_fatal is None:
+            os._exit(70)
+        self.on_fatal(exc)
 
     # ---- inputs --------------------------------------------------------------------------
 
@@ -270,13 +285,18 @@ class RaftReplica:
                 core.advance(rd)
                 if was_leader and not core.is_leader():
                     self._lost_leadership()
+                if self._catching_up:
+                    self._note_catch_up(core)
                 await self._maybe_snapshot()
 
     async def _handle(self, rd: Ready) -> None:
         if rd.snapshot is not None:
             await asyncio.to_thread(self._install, rd.snapshot)
         if rd.entries or rd.hard_state is not None:
+            started = time.monotonic()
             await asyncio.to_thread(self.storage.persist, rd.entries, rd.hard_state)
+            if self.on_sync is not None:
+                self.on_sync(time.monotonic() - started)
         for m in rd.messages:
             self._send(m)
         normal = [e for e in rd.committed if e.kind is EntryKind.NORMAL and e.data]
@@ -293,6 +313,16 @@ class RaftReplica:
             if waiter is not None:
                 waiter[1](waiter[0] == e.term)
 
+    def _note_catch_up(self, core: RaftNode) -> None:
+        if self._catch_up_to is None:
+            if core.lead is not None and core.log.commit > 0:
+                self._catch_up_to = core.log.commit  # the group's commit, as first heard
+            return
+        if core.applied >= self._catch_up_to:
+            self._catching_up = False
+            log.info("shard %d replica %s caught up to %d", self.shard_id, self.id,
+                     self._catch_up_to)
+
     def _lost_leadership(self) -> None:
         for _, done in self._proposals.values():
             done(Proposal.UNKNOWN, None)
@@ -302,6 +332,8 @@ class RaftReplica:
         self._conf_waiters.clear()
 
     def _send(self, m: Message) -> None:
+        if self.transport is None:
+            return  # a group of one has no one to send to
         node, address = node_of(m.to, self.shard_id)
         if m.type is not MsgType.SNAPSHOT:
             self.transport.send(node, address, self.shard_id, m)

@@ -36,8 +36,8 @@ from typing import Any
 
 from sqsq.core import records
 from sqsq.core.state import ShardConfig
-from sqsq.shard.journal import fsync_path
-from sqsq.shard.raft import MEMBER_FILE
+from sqsq.shard.durable import fsync_path
+from sqsq.shard.replica import MEMBER_FILE
 from sqsq.shard.store import RocksStore
 
 FORMAT = "sqsq-backup-1"

@@ -39,7 +39,7 @@ from sqsq.core.entry import decode_entry
 from sqsq.core.machine import apply
 from sqsq.core.state import ShardConfig
 from sqsq.core.txn import Txn
-from sqsq.shard.journal import fsync_path
+from sqsq.shard.durable import fsync_path
 from sqsq.shard.store import MemoryStore, RocksStore, Store
 
 log = logging.getLogger("sqsq.shard")
