@@ -103,6 +103,7 @@ class RaftReplica:
         self._stopped = False
         self.snapshots_written = 0
         self.snapshot_bytes = 0
+        self._catching_up = False
 
     # ---- life ----------------------------------------------------------------------------
 
@@ -239,6 +240,12 @@ class RaftReplica:
         if core.is_leader() or core.election_elapsed < core.cfg.election_ticks:
             return core.lead
         return None
+
+    @property
+    def learner(self) -> bool:
+        """Not voting yet: a wiped replica catching up, or a member added as a learner."""
+        core = self.core
+        return self._catching_up or (core is not None and self.id in core.log.conf().learners)
 
     def members(self) -> frozenset[str]:
         core = self.core
