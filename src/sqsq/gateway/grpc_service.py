@@ -89,7 +89,7 @@ def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
                     await context.abort(_status(e.error_code), e.message,
                                         trailing_metadata=((ERROR_CODE_KEY, e.code),))
                 except Exception as e:  # noqa: BLE001 - every failure leaves with an SQS code
-                    if isinstance(e, grpc.aio.AbortError):
+                    if isinstance(e, (grpc.aio.AbortError, Aborted)):  # the method's own
                         raise
                     outcome.code = "InternalError"
                     log.exception("internal error in %s", action)
@@ -334,3 +334,11 @@ class QueuesService(pb_grpc.QueuesServicer):
         moved = await self.api_for(context).cancel_message_move_task(request.task_handle)
         return pb.CancelMessageMoveTaskResponse(approximate_number_of_messages_moved=moved)
 
+    # ---- direct routing (a cluster's gateway) ----
+    @_rpc
+    async def DescribeQueueRoute(self, request, context):  # noqa: ANN001, ANN201, N802
+        api, key = self._queue(context, request.queue_url)
+        describe = getattr(api, "describe_queue_route", None)
+        if describe is None:  # one shard group, or a node: nothing to route, call here
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no direct routing here")
+        return await describe(key)
