@@ -162,5 +162,18 @@ def may_retry(call: Call, err: grpc.RpcError) -> bool:
         return True
     details_fn = getattr(err, "details", None)
     details = (details_fn() if callable(details_fn) else None) or ""
-    details = details.lower()
-    return "failed to connect" in details or NOT_RUN in details
+    return never_sent(err) or NOT_RUN in details.lower()
+
+
+# What gRPC says of a call that found no connection (refused, or a name that does not
+# resolve): nothing was sent.
+_NOT_SENT = ("failed to connect", "errors resolving", "dns resolution failed")
+
+
+def never_sent(err: grpc.RpcError) -> bool:
+    """The call never reached a server: any call may be sent again, anywhere."""
+    if not _unavailable(err):
+        return False
+    details_fn = getattr(err, "details", None)
+    details = ((details_fn() if callable(details_fn) else None) or "").lower()
+    return any(text in details for text in _NOT_SENT)

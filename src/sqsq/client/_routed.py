@@ -34,11 +34,6 @@ def _details(err: grpc.RpcError) -> str:
     return (details_fn() if callable(details_fn) else None) or ""
 
 
-def _never_sent(err: grpc.RpcError) -> bool:
-    """The node was not reached: no connection, so nothing was sent."""
-    return _call._unavailable(err) and "failed to connect" in _details(err).lower()  # noqa: SLF001
-
-
 def _identity(reply: Any) -> Any:
     return reply
 
@@ -67,7 +62,7 @@ class _Hop:
         """How long to wait before the next attempt; raises the call's error, or
         ``Fallback`` for the gateway."""
         table = self.router.table
-        if _never_sent(err):
+        if _call.never_sent(err):
             table.unreachable(self.nodes.current)
             rest = table.targets(self.shard)
             if not rest:
