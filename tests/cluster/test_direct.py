@@ -96,14 +96,16 @@ def test_message_calls_go_to_the_leaders_and_a_queue_made_later_is_found(
         with Client(cluster.gateway.endpoint, direct=False) as other:
             other.create_queue(queue)
         sends_before = gateway_count(cluster, "SendMessage")
+        routes_before = gateway_count(cluster, "DescribeQueueRoute")
         for i in range(20):
             sdk.send_message(queue, f"m{i}")
         assert sorted(drain(sdk, queue)) == sorted(f"m{i}" for i in range(20))
         stats = sdk.routing_stats
         assert stats["direct"] >= 40 and stats["fallbacks"] == 0, stats
         assert stats["refreshes"] >= 1
-        # The gateway answered none of the sends: the shard leader did.
+        # The gateway answered none of the sends (the shard leader did), only where to go.
         assert gateway_count(cluster, "SendMessage") == sends_before
+        assert gateway_count(cluster, "DescribeQueueRoute") > routes_before
         with pytest.raises(QueueError) as e:  # an unknown queue: the gateway's answer
             sdk.send_message(name("nobody"), "x")
         assert e.value.code == "QueueDoesNotExist"
@@ -354,3 +356,65 @@ def test_a_rolling_restart_under_direct_load_loses_nothing_and_shows_no_error(
         until(drained, 60, "every acknowledged message received")
         assert sdk.routing_stats["direct"] > 0
     assert errors == [], [(op, repr(e)) for op, e in errors]
+
+
+def passed_through(gateway: GatewayProcess) -> float:
+    text = urllib.request.urlopen(gateway.metrics_url + "/metrics", timeout=10).read()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.decode().splitlines()
+               if line.startswith("sqsq_gateway_passed_through_total{"))
+
+
+def test_grpc_calls_through_the_gateway_are_passed_to_their_shard_as_they_came(
+        cluster: LocalCluster) -> None:
+    """A client that stays on the gateway (direct routing off, as another language's gRPC
+    client): its message calls for one shard are passed through undecoded, and answer
+    exactly as before."""
+    queue = name("through")
+    before = passed_through(cluster.gateway)
+    with Client(cluster.gateway.endpoint, timeout=30, direct=False) as gw:
+        gw.create_queue(queue)
+        sent = gw.send_message(queue, "hello", message_attributes={
+            "colour": {"DataType": "String", "StringValue": "blue"}})
+        assert sent.md5_of_message_body == "5d41402abc4b2a76b9719d911017c592"
+        result = gw.send_message_batch(queue, [
+            {"Id": "ok", "MessageBody": "two"}, {"Id": "bad", "MessageBody": "x",
+                                                 "DelaySeconds": 901}])
+        assert [s.id for s in result.successful] == ["ok"]
+        assert [(f.id, f.code) for f in result.failed] == [("bad", "InvalidParameterValue")]
+        got = gw.receive_message(queue, 10, wait_time_seconds=1, attribute_names=["All"],
+                                 message_attribute_names=["All"])
+        by_body = {m.body: m for m in got}
+        assert set(by_body) == {"hello", "two"}
+        hello = by_body["hello"]
+        assert hello.message_id == sent.message_id
+        assert hello.message_attributes == {"colour": {"DataType": "String",
+                                                       "StringValue": "blue"}}
+        assert hello.md5_of_message_attributes == sent.md5_of_message_attributes
+        assert hello.attributes["ApproximateReceiveCount"] == "1"
+        gw.change_message_visibility(queue, hello.receipt_handle, 60)
+        with pytest.raises(QueueError) as e:
+            gw.delete_message(queue, "not-a-handle")
+        assert e.value.code == "ReceiptHandleIsInvalid"
+        batch = gw.delete_message_batch(queue, [
+            {"Id": m.body, "ReceiptHandle": m.receipt_handle} for m in got])
+        assert sorted(s.id for s in batch.successful) == ["hello", "two"]
+        assert gw.receive_message(queue, 10, wait_time_seconds=0) == []
+        assert gw.routing_stats["direct"] == 0
+    assert passed_through(cluster.gateway) >= before + 7
+
+
+def test_a_partitioned_fifo_queue_through_the_gateway_keeps_each_groups_order(
+        wide_gateway: GatewayProcess) -> None:
+    fifo = name("through") + ".fifo"
+    groups = [f"g{g}" for g in range(4)]
+    with Client(wide_gateway.endpoint, timeout=30, direct=False) as gw:
+        gw.create_queue(fifo, attributes={"FifoQueue": "true",
+                                          "ContentBasedDeduplication": "true"})
+        for i in range(5):
+            for g in groups:  # one group a call: each passed through to its partition
+                gw.send_message(fifo, f"{g}:{i}", message_group_id=g)
+        received: dict[str, list[int]] = {g: [] for g in groups}
+        for body in drain(gw, fifo):
+            g, i = body.split(":")
+            received[g].append(int(i))
+    assert received == {g: list(range(5)) for g in groups}

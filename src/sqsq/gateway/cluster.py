@@ -49,7 +49,7 @@ from sqsq.core.queues import queue_does_not_exist
 from sqsq.core.redrive import parse_task_handle
 from sqsq.errors import QueueError, ServiceUnavailable, from_rejection
 from sqsq.gateway import forwarding as fw
-from sqsq.gateway.routing import ShardCaller
+from sqsq.gateway.routing import ShardCaller, pass_through
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import group_partition, shard_of_receipt_handle
 
@@ -128,6 +128,11 @@ class ClusterApi:
         for shard in record.partitions:
             route.partitions.add(shard=shard, nodes=self.caller.targets(shard))
         return route
+
+    async def pass_through(self, method: str, request: Any, key: str) -> Any | None:
+        """A message call for one shard, answered there as it came (``routing.pass_through``);
+        None when it is not for one shard."""
+        return await pass_through(self.caller, self.endpoint.region, method, request, key)
 
     # -- queues ----------------------------------------------------------------------------
 
