@@ -46,6 +46,10 @@ class System:
         """The system's own processes (their CPU time is the system's; children count too)."""
         return [p.pid for p in self.procs]
 
+    def gateway_pids(self) -> list[int]:
+        """Those of its processes that are gateways (their CPU is also shown on its own)."""
+        return []
+
 
 def _pkg_version(name: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
@@ -180,6 +184,10 @@ class SqsqCluster(System):
             return []
         parts = [self.cluster.etcd, *self.cluster.nodes, self.cluster.gateway]
         return [p.proc.pid for p in parts if p.proc is not None]
+
+    def gateway_pids(self) -> list[int]:
+        gateway = None if self.cluster is None else self.cluster.gateway.proc
+        return [] if gateway is None else [gateway.pid]
 
     def stop(self) -> None:
         if self.cluster is not None:
