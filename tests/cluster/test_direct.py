@@ -11,6 +11,7 @@ before it ends, and every test uses queues of its own.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import socket
 import threading
 import time
@@ -297,10 +298,31 @@ def test_boto3_through_the_gateway_is_unchanged(cluster: LocalCluster) -> None:
     with Client(cluster.gateway.endpoint, timeout=30) as sdk:
         sdk.send_message(url, "from the sdk, directly")
         assert sdk.routing_stats["direct"] == 1
-    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"]
-    assert [m["Body"] for m in got] == ["from the sdk, directly"]
-    sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+    before = passed_through(cluster.gateway)
+    sent = sqs.send_message(QueueUrl=url, MessageBody="from boto3", MessageAttributes={
+        "n": {"DataType": "Number", "StringValue": "7"}})
+    assert sent["MD5OfMessageBody"] == hashlib.md5(b"from boto3").hexdigest()  # noqa: S324
+    got = []
+    while len(got) < 2:
+        got += sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, MaxNumberOfMessages=10,
+                                   MessageAttributeNames=["All"],
+                                   AttributeNames=["All"]).get("Messages", [])
+    by_body = {m["Body"]: m for m in got}
+    assert set(by_body) == {"from the sdk, directly", "from boto3"}
+    assert by_body["from boto3"]["MessageAttributes"] == {
+        "n": {"DataType": "Number", "StringValue": "7"}}
+    assert by_body["from boto3"]["MD5OfMessageAttributes"] == sent["MD5OfMessageAttributes"]
+    assert by_body["from boto3"]["Attributes"]["ApproximateReceiveCount"] == "1"
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"],
+                                  VisibilityTimeout=30)
+    deleted = sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)])
+    assert sorted(e["Id"] for e in deleted["Successful"]) == ["0", "1"]
+    with pytest.raises(sqs.exceptions.ReceiptHandleIsInvalid):
+        sqs.delete_message(QueueUrl=url, ReceiptHandle="garbled")
     assert not sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages")
+    # Each of those was a call for the queue's one shard: passed through undecoded.
+    assert passed_through(cluster.gateway) >= before + 6
 
 
 def test_a_rolling_restart_under_direct_load_loses_nothing_and_shows_no_error(
