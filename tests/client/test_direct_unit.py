@@ -4,9 +4,14 @@ splits it."""
 
 from __future__ import annotations
 
-from sqsq.client import _direct
+import grpc
+import pytest
+
+from sqsq.client import _direct, _ops, _routed
+from sqsq.client._stream import CallError
 from sqsq.core.receipts import ReceiptHandle, encode_receipt_handle
 from sqsq.core.receipts import shard_of_receipt_handle as core_shard_of
+from sqsq.errors import QueueError, not_leader_message
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import group_partition, shard_of_receipt_handle
 
@@ -100,3 +105,63 @@ def test_direct_routing_can_be_turned_off(monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setenv(_direct.ENV_DIRECT, "0")
     assert not _direct.enabled(None)
     assert _direct.enabled(True)
+
+
+# ---- what a failed attempt at a shard leads to (sqsq.client._routed._Hop) ---------------
+
+
+def _hop(call_retry: bool = True) -> tuple[_routed._Hop, _direct.Table]:
+    table = _direct.Table(lambda: 100.0)
+    reply = pb.QueueRoute(queue_name="q", region="us-east-1")
+    reply.partitions.add(shard=1, nodes=["a:1", "b:2", "c:3"])
+    route = table.learn("q", None, reply)
+    router = _routed._Router(table, None)
+    call = _ops.send_message("q", "b") if call_retry else _ops.delete_message("q", "h")
+    return _routed._Hop(router, route, 1, call, 30.0), table
+
+
+def _refused() -> CallError:
+    return CallError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
+
+
+def test_a_node_out_of_reach_is_passed_over_then_the_gateway_takes_the_call() -> None:
+    hop, table = _hop()
+    assert hop.failed(_refused(), "q", None) == 0.0
+    assert hop.nodes.current == "b:2" and table.is_down("a:1")
+    hop.failed(_refused(), "q", None)
+    with pytest.raises(_direct.Fallback):
+        hop.failed(_refused(), "q", None)  # none left, and nothing ran anywhere
+
+
+def test_a_call_whose_outcome_is_unknown_never_goes_to_the_gateway() -> None:
+    hop, _ = _hop()
+    lost = CallError(grpc.StatusCode.UNAVAILABLE, "the stream ended before the reply")
+    hop.failed(lost, "q", None)  # a send: retried at the shard, by its request id
+    assert hop.ran
+    with pytest.raises(QueueError):  # not Fallback: through the gateway it could land twice
+        for _ in range(3):  # every node refuses the connection in turn
+            hop.failed(_refused(), "q", None)
+
+
+def test_the_nodes_refusals_send_the_call_to_the_gateway() -> None:
+    hop, table = _hop(call_retry=False)
+    unknown = CallError(grpc.StatusCode.NOT_FOUND, "no such queue", "QueueDoesNotExist")
+    with pytest.raises(_direct.Fallback):
+        hop.failed(unknown, "q", None)
+    assert table.route("q", None) is None  # asked for again next time
+    hop, table = _hop(call_retry=False)
+    with pytest.raises(_direct.Fallback):
+        hop.failed(CallError(grpc.StatusCode.UNAUTHENTICATED, "no",
+                             "InvalidClientTokenId"), "q", None)
+    assert table.off  # this client's credentials are not the nodes': the gateway's path
+
+
+def test_not_leader_is_followed_unless_it_names_a_node_out_of_reach() -> None:
+    hop, table = _hop()
+    not_leader = CallError(grpc.StatusCode.UNAVAILABLE, not_leader_message("c:3"), "NotLeader")
+    assert hop.failed(not_leader, "q", None) == 0.0
+    assert hop.nodes.current == "c:3"
+    hop, table = _hop()
+    table.unreachable("c:3")
+    with pytest.raises(_direct.Fallback):
+        hop.failed(not_leader, "q", None)
