@@ -440,3 +440,39 @@ def test_a_partitioned_fifo_queue_through_the_gateway_keeps_each_groups_order(
             g, i = body.split(":")
             received[g].append(int(i))
     assert received == {g: list(range(5)) for g in groups}
+
+
+def test_a_moved_leader_is_followed_directly_and_by_a_stale_gateway(
+        cluster: LocalCluster) -> None:
+    """etcd is stopped, so neither the gateway's map nor the routes it gives out learn that
+    the leader moved. The leader is frozen (SIGSTOP) past an election: the direct client
+    moves on to the new leader by itself; resumed, the old leader answers NotLeader naming
+    the new one, and the gateway (passing a client's calls through) follows it."""
+    import os
+    import signal
+
+    queue = name("moved")
+    with Client(cluster.gateway.endpoint, timeout=30, direct=False) as gw, \
+            Client(cluster.gateway.endpoint, timeout=30) as sdk:
+        gw.create_queue(queue)
+        gw.send_message(queue, "before the move")  # the gateway now calls the leader first
+        sdk.send_message(queue, "directly, before")
+        shard = next(q["partitions"][0] for q in cluster.status()["queues"]
+                     if q["name"] == queue)
+        leader = next(s["leader"] for s in cluster.status()["shards"] if s["id"] == shard)
+        victim = next(n for n in cluster.nodes if n.node_id == leader)
+        cluster.etcd.stop()
+        try:
+            os.kill(victim.proc.pid, signal.SIGSTOP)
+            try:
+                sdk.send_message(queue, "directly, to the new leader")
+            finally:
+                os.kill(victim.proc.pid, signal.SIGCONT)
+            gw.send_message(queue, "through the stale gateway")
+            assert sorted(drain(gw, queue)) == sorted([
+                "before the move", "directly, before", "directly, to the new leader",
+                "through the stale gateway"])
+        finally:
+            cluster.etcd.start()
+        assert sdk.routing_stats["fallbacks"] == 0
+    cluster.wait_ready()
