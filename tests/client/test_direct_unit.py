@@ -165,3 +165,14 @@ def test_not_leader_is_followed_unless_it_names_a_node_out_of_reach() -> None:
     table.unreachable("c:3")
     with pytest.raises(_direct.Fallback):
         hop.failed(not_leader, "q", None)
+
+
+def test_a_client_keeps_a_bounded_number_of_routes() -> None:
+    table = _direct.Table(lambda: 0.0)
+    reply = pb.QueueRoute(queue_name="q", region="us-east-1")
+    reply.partitions.add(shard=0, nodes=["a:1"])
+    for i in range(_direct.MAX_ROUTES + 10):
+        table.learn(f"q{i}", None, reply)
+        table.unroutable(f"gone{i}", None)
+    assert len(table.routes) <= _direct.MAX_ROUTES
+    assert table.route(f"q{_direct.MAX_ROUTES + 9}", None)  # the newest are kept

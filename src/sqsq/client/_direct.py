@@ -37,6 +37,7 @@ ENV_DIRECT = "SQSQ_DIRECT"
 ROUTE_TTL_S = 5.0  # a queue's route is asked for again after this long
 NO_ROUTE_S = 1.0  # a queue the gateway could not route (unknown, or the gateway away)
 NODE_DOWN_S = 5.0  # a node that could not be reached is tried again after this long
+MAX_ROUTES = 1024  # queues whose routes a client keeps (the oldest go first)
 # The calls that go to a shard's leader; every other one goes through the gateway.
 MESSAGE_CALLS = frozenset({
     "SendMessage", "SendMessageBatch", "ReceiveMessage", "DeleteMessage",
@@ -90,9 +91,9 @@ class Stats:
 
 @dataclass
 class Table:
-    """Routes by (queue as the caller names it, region), each shard's nodes (the one that
-    answered last first), and nodes out of reach until a time. Safe to share between
-    threads (each change is one dict operation)."""
+    """Routes by (queue as the caller names it, region), at most ``MAX_ROUTES``; each shard's
+    nodes (the one that answered last first), and nodes out of reach until a time. Safe to
+    share between threads (each change is one dict operation, or made under ``lock``)."""
 
     clock: Callable[[], float]
     routes: dict[tuple[str, str | None], QueueRoute | float] = field(default_factory=dict)
@@ -113,9 +114,17 @@ class Table:
             return False if self.clock() < found else None
         return found if self.clock() < found.expires else None
 
+    def _keep(self, key: tuple[str, str | None], value: QueueRoute | float) -> None:
+        with self.lock:
+            routes = self.routes
+            routes.pop(key, None)  # to the end: the oldest stay first
+            while len(routes) >= MAX_ROUTES:
+                routes.pop(next(iter(routes)), None)
+            routes[key] = value
+
     def learn(self, queue: str, region: str | None, reply: pb.QueueRoute) -> QueueRoute:
         route = QueueRoute.read(reply, self.clock())
-        self.routes[(queue, region)] = route
+        self._keep((queue, region), route)
         self.stats.refreshes += 1
         for p in reply.partitions:
             known = self.nodes.get(p.shard)
@@ -125,7 +134,7 @@ class Table:
         return route
 
     def unroutable(self, queue: str, region: str | None) -> None:
-        self.routes[(queue, region)] = self.clock() + NO_ROUTE_S
+        self._keep((queue, region), self.clock() + NO_ROUTE_S)
 
     def forget(self, queue: str, region: str | None) -> None:
         self.routes.pop((queue, region), None)
