@@ -59,6 +59,14 @@ class Route:
         self.targets = [normalize_target(p) for p in parts] or [DEFAULT_ENDPOINT]
         self.current = self.targets[0]
 
+    @classmethod
+    def over(cls, targets: list[str]) -> Route:
+        """Over addresses already in ``host:port`` form (a shard's nodes, as a gateway gives
+        them): nothing to parse on each call."""
+        route = cls.__new__(cls)
+        route.targets, route.current = list(targets), targets[0]
+        return route
+
     @property
     def several(self) -> bool:
         return len(self.targets) > 1

@@ -47,7 +47,7 @@ class _Hop:
         if not targets:
             raise Fallback
         self.router, self.route, self.shard, self.call = router, route, shard, call
-        self.nodes = _call.Route(",".join(targets))
+        self.nodes = _call.Route.over(targets)
         self.timeout = self.nodes.attempt_timeout(call, timeout)
         self.metadata = route.metadata(shard)
         self.started = time.monotonic()

@@ -99,7 +99,7 @@ class ShardCaller:
 
     async def call(self, shard_id: int, call: _call.Call) -> Any:
         """``call`` answered by shard ``shard_id``'s leader."""
-        route = _call.Route(",".join(self.targets(shard_id)))
+        route = _call.Route.over(self.targets(shard_id))
         metadata = ((SHARD_METADATA_KEY, str(shard_id)), *call.metadata())
         timeout = route.attempt_timeout(call, call.timeout(self.timeout))
         if not route.several and call.retry and call.min_timeout is None:
