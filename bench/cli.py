@@ -133,7 +133,8 @@ def run_target(name: str, make: Any, args: argparse.Namespace, workloads: list,
                                                             args.preload_cap),
                                        preload_cap_s=args.preload_cap,
                                        delete_queue=args.delete_queues,
-                                       server_pids=system.pids())
+                                       server_pids=system.pids(),
+                                       gateway_pids=system.gateway_pids())
                 except Exception as exc:  # recorded; the run goes on with the next workload
                     res = {"mode": w.mode, "failed": f"{type(exc).__name__}: {exc}"[:300],
                            "msgs_per_s": 0.0, "ops": {}}

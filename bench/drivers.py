@@ -56,7 +56,8 @@ def _fifo_fields(group: str | None) -> dict[str, str]:
 class SqsqGrpcDriver(Driver):
     """sqsq's own SDK (``AsyncClient``, gRPC), with its automatic batching of single-message
     calls unless the spec says ``"batching": False`` (and on the server's frame connection
-    unless ``"frames": False``); with ``"prefetch": True``, receives of
+    unless ``"frames": False``; given a cluster's gateway, calling the shard leaders directly
+    unless ``"direct": False``); with ``"prefetch": True``, receives of
     one message go through the SDK's opt-in prefetchers (``AsyncClient.prefetcher``), one per
     consumer loop at most, each receiving up to 10 ahead."""
 
@@ -66,7 +67,8 @@ class SqsqGrpcDriver(Driver):
         # Read when the server offers its frame connection, so set either way.
         os.environ[_frames.ENV_FRAMES] = "1" if self.spec.get("frames", True) else "0"
         self.client = AsyncClient(self.spec["endpoint"], timeout=60.0,
-                                  batching=self.spec.get("batching", True))
+                                  batching=self.spec.get("batching", True),
+                                  direct=self.spec.get("direct", True))
         self.inboxes: dict[str, list[Any]] = {}  # idle prefetchers per queue (all, once idle)
         await self.client.list_queues(max_results=1)  # connect before the clock starts
 

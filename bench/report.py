@@ -141,12 +141,14 @@ def cpu_table(result: dict[str, Any]) -> list[list[str]]:
 
 def cpu_cell(workload: dict[str, Any]) -> str | None:
     """A workload's CPU microseconds per headline message as "system + clients" ("-" for a
-    system measured from outside); None if it has no such figures."""
+    system measured from outside), and the gateway's share of the system's, if it has one;
+    None if it has no such figures."""
     cpu = workload.get("cpu_us_per_msg") or {}
     if cpu.get("clients") is None:
         return None
     system = "-" if cpu.get("server") is None else f"{cpu['server']:,.0f}"
-    return f"{system} + {cpu['clients']:,.0f}"
+    gateway = "" if cpu.get("gateway") is None else f" (gw {cpu['gateway']:,.0f})"
+    return f"{system}{gateway} + {cpu['clients']:,.0f}"
 
 
 def write_json(result: dict[str, Any], path: Path) -> None:

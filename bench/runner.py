@@ -30,9 +30,10 @@ def run_phase(spec: dict[str, Any], ref: str, w: Workload, *, mode: str, produce
               consumers: int, duration_s: float, max_msgs: int | None = None,
               batch: int | None = None, hold: bool = False,
               inflight: int | None = None, server_pids: list[int] | None = None,
-              ) -> dict[str, Any]:
+              gateway_pids: list[int] | None = None) -> dict[str, Any]:
     """Run producers and consumers together; merged per-operation stats, the window, and the
-    CPU seconds the workers and (given their pids) the system's processes used meanwhile."""
+    CPU seconds the workers and (given their pids) the system's processes used meanwhile
+    (and, given theirs, its gateways, which are among them)."""
     counters = CTX.Array("q", 2)
     go, ready_q, result_q = CTX.Event(), CTX.Queue(), CTX.Queue()
     jobs = []
@@ -54,11 +55,13 @@ def run_phase(spec: dict[str, Any], ref: str, w: Workload, *, mode: str, produce
         p.start()
     results: list[dict[str, Any]] = []
     server_cpu: float | None = None
+    gateway_cpu: float | None = None
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         for _ in jobs:
             ready_q.get(timeout=max(0.1, deadline - time.monotonic()))
         cpu_before = cpu_seconds(server_pids) if server_pids else None
+        gateway_before = cpu_seconds(gateway_pids) if gateway_pids else None
         go_wall = time.time()
         go.set()
         deadline = time.monotonic() + duration_s + 90.0
@@ -66,6 +69,8 @@ def run_phase(spec: dict[str, Any], ref: str, w: Workload, *, mode: str, produce
             results.append(result_q.get(timeout=max(0.1, deadline - time.monotonic())))
         if cpu_before is not None:
             server_cpu = cpu_seconds(server_pids) - cpu_before
+        if gateway_before is not None:
+            gateway_cpu = cpu_seconds(gateway_pids) - gateway_before
     except queue_mod.Empty:
         results.append({"error": "a worker did not answer in time"})
         go_wall = time.time()
@@ -76,7 +81,10 @@ def run_phase(spec: dict[str, Any], ref: str, w: Workload, *, mode: str, produce
             if p.is_alive():
                 p.terminate()  # by its pid
                 p.join(timeout=5)
-    return _merge(results, mode, duration_s, go_wall, server_cpu)
+    merged = _merge(results, mode, duration_s, go_wall, server_cpu)
+    if gateway_cpu is not None:
+        merged["cpu_s"]["gateway"] = round(gateway_cpu, 3)
+    return merged
 
 
 def _merge(results: list[dict[str, Any]], mode: str, duration_s: float,
@@ -132,7 +140,8 @@ def admin(spec: dict[str, Any], action: str, *args: Any) -> Any:
 
 def run_workload(spec: dict[str, Any], w: Workload, *, duration_s: float, preload: int = 0,
                  preload_cap_s: float = 60.0, delete_queue: bool = False,
-                 server_pids: list[int] | None = None) -> dict[str, Any]:
+                 server_pids: list[int] | None = None,
+                 gateway_pids: list[int] | None = None) -> dict[str, Any]:
     """One workload on a fresh queue: its result as the JSON records it, with the CPU time
     per headline message of the system (its processes: ``server_pids``) and of the clients.
 
@@ -157,7 +166,8 @@ def run_workload(spec: dict[str, Any], w: Workload, *, duration_s: float, preloa
             out["depth_before"] = admin(spec, "depth", ref)
         res = run_phase(spec, ref, w, mode=w.mode, producers=w.producers if w.mode != "recv"
                         else 0, consumers=w.consumers, duration_s=duration_s,
-                        hold=bool(w.hold_depth), server_pids=server_pids)
+                        hold=bool(w.hold_depth), server_pids=server_pids,
+                        gateway_pids=gateway_pids)
         out.update(res)
         if w.hold_depth:
             out["depth_after"] = admin(spec, "depth", ref)

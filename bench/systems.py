@@ -46,6 +46,10 @@ class System:
         """The system's own processes (their CPU time is the system's; children count too)."""
         return [p.pid for p in self.procs]
 
+    def gateway_pids(self) -> list[int]:
+        """Those of its processes that are gateways (their CPU is also shown on its own)."""
+        return []
+
 
 def _pkg_version(name: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
@@ -145,14 +149,18 @@ class SqsqR3(System):
 
 class SqsqCluster(System):
     """``sqsq cluster up`` as the tests start it: etcd, three nodes (every shard on all three),
-    one gateway; clients reach the gateway. With 4 shards, a queue gets 4 partitions."""
+    one gateway; clients are given the gateway's address. With 4 shards, a queue gets 4
+    partitions. ``via``: ``direct`` (the SDK calls the shard leaders itself), ``gateway``
+    (the SDK with direct routing off: every call through the gateway, as another language's
+    gRPC client), ``http`` (boto3 through the gateway's SQS HTTP front)."""
 
     durability = "Raft: entry fdatasynced on a majority of 3 before any reply"
 
-    def __init__(self, shards: int, partitions: int = 1) -> None:
+    def __init__(self, shards: int, partitions: int = 1, via: str = "direct") -> None:
         super().__init__()
         self.shards = shards
         self.partitions = partitions
+        self.via = via
         self.cluster: Any = None
 
     def version(self) -> str:
@@ -166,13 +174,20 @@ class SqsqCluster(System):
         env = dict(os.environ, SQSQ_LOG_LEVEL="WARNING")
         self.cluster = LocalCluster(workdir / "cluster", nodes=3, shards=self.shards,
                                     partitions=self.partitions, env=env).start()
-        return {"kind": "sqsq-grpc", "endpoint": self.cluster.gateway.endpoint}
+        if self.via == "http":
+            return {"kind": "boto3", "url": self.cluster.gateway.http_url}
+        return {"kind": "sqsq-grpc", "endpoint": self.cluster.gateway.endpoint,
+                "direct": self.via == "direct"}
 
     def pids(self) -> list[int]:
         if self.cluster is None:
             return []
         parts = [self.cluster.etcd, *self.cluster.nodes, self.cluster.gateway]
         return [p.proc.pid for p in parts if p.proc is not None]
+
+    def gateway_pids(self) -> list[int]:
+        gateway = None if self.cluster is None else self.cluster.gateway.proc
+        return [] if gateway is None else [gateway.pid]
 
     def stop(self) -> None:
         if self.cluster is not None:
@@ -253,6 +268,10 @@ def targets(sqsq_endpoint: str | None = None) -> dict[str, Callable[[], System]]
         "sqsq-r3-nobatch": lambda: SqsqR3(batching=False),
         "sqsq-r3-prefetch": lambda: SqsqR3(prefetch=True),
         "sqsq-cluster": lambda: SqsqCluster(shards=1),
+        # the SDK with direct routing off: every call through the cluster's gateway
+        "sqsq-cluster-gateway": lambda: SqsqCluster(shards=1, via="gateway"),
+        # boto3 through the cluster gateway's SQS HTTP front (against sqsq-http on one node)
+        "sqsq-cluster-http": lambda: SqsqCluster(shards=1, via="http"),
         "sqsq-cluster-4": lambda: SqsqCluster(shards=4, partitions=4),
         "moto": MotoServer,
         "nats-r1": lambda: NatsServer(replicas=1),

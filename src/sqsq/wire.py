@@ -1,10 +1,14 @@
 """What the SDK and the server share, and nothing else: the gRPC metadata keys, the signed
-token a client sends with each call, and the wire shape of the few values both sides convert
-(message move tasks). The SDK (``sqsq.client``) imports this, never the gateway or shard.
+token a client sends with each call, the wire shape of the few values both sides convert
+(message move tasks), and what direct routing needs to agree on with the gateway (which
+partition a FIFO group goes to, which shard a receipt handle names). The SDK
+(``sqsq.client``) imports this, never the gateway or shard.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import struct
@@ -23,6 +27,9 @@ REGION_METADATA_KEY = "sqsq-region"
 ADMIN_METADATA_KEY = "sqsq-admin"
 # gRPC trailing metadata: the SQS error code of a failure.
 ERROR_CODE_KEY = "sqs-error-code"
+# What a locked server answers a caller it does not let in (sqsq.gateway.auth).
+AUTH_REFUSALS = frozenset({"MissingAuthenticationToken", "InvalidClientTokenId",
+                           "SignatureDoesNotMatch", "IncompleteSignature"})
 # In an UNAVAILABLE failure's message: the server never started the call (it was shutting
 # down), so any call, even one that is not idempotent, may be sent again.
 NOT_RUN = "the call was not run"
@@ -126,3 +133,35 @@ def task_from_pb(t: pb.MessageMoveTask) -> dict[str, Any]:
         elif value != "" or isinstance(value, int):
             out[member] = value
     return out
+
+
+# ---- partitions: what the gateway and the SDK's direct routing both decide ---------------
+
+
+def group_partition(group_id: str, partitions: int) -> int:
+    """The partition of a FIFO message group: stable across gateways, clients and restarts
+    (both route by it, so a group's order holds whichever sends)."""
+    digest = hashlib.blake2b(group_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % partitions
+
+
+# A receipt handle (``sqsq.core.receipts``) is URL-safe base64 of a body whose first byte is
+# its version and whose next two (big-endian) are its shard, then a MAC. Only a routing hint,
+# read without the secret: the shard authenticates the handle.
+_HANDLE_VERSION = 1
+_HANDLE_BYTES = 51  # body (1 + 2 + 8 + 8 + 4 + 4 + 8) and a 16-byte MAC
+_HANDLE_SHARD = struct.Struct(">BH")
+
+
+def shard_of_receipt_handle(text: str) -> int | None:
+    """The shard a receipt handle names, or None for what is not one."""
+    if not text or len(text) > 256:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        return None
+    if len(raw) != _HANDLE_BYTES:
+        return None
+    version, shard = _HANDLE_SHARD.unpack_from(raw)
+    return shard if version == _HANDLE_VERSION else None

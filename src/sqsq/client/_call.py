@@ -59,6 +59,14 @@ class Route:
         self.targets = [normalize_target(p) for p in parts] or [DEFAULT_ENDPOINT]
         self.current = self.targets[0]
 
+    @classmethod
+    def over(cls, targets: list[str]) -> Route:
+        """Over addresses already in ``host:port`` form (a shard's nodes, as a gateway gives
+        them): nothing to parse on each call."""
+        route = cls.__new__(cls)
+        route.targets, route.current = list(targets), targets[0]
+        return route
+
     @property
     def several(self) -> bool:
         return len(self.targets) > 1
@@ -162,5 +170,18 @@ def may_retry(call: Call, err: grpc.RpcError) -> bool:
         return True
     details_fn = getattr(err, "details", None)
     details = (details_fn() if callable(details_fn) else None) or ""
-    details = details.lower()
-    return "failed to connect" in details or NOT_RUN in details
+    return never_sent(err) or NOT_RUN in details.lower()
+
+
+# What gRPC says of a call that found no connection (refused, or a name that does not
+# resolve): nothing was sent.
+_NOT_SENT = ("failed to connect", "errors resolving", "dns resolution failed")
+
+
+def never_sent(err: grpc.RpcError) -> bool:
+    """The call never reached a server: any call may be sent again, anywhere."""
+    if not _unavailable(err):
+        return False
+    details_fn = getattr(err, "details", None)
+    details = ((details_fn() if callable(details_fn) else None) or "").lower()
+    return any(text in details for text in _NOT_SENT)

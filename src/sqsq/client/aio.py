@@ -11,7 +11,8 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from sqsq.client import _auth, _call, _ops
+from sqsq.client import _auth, _call, _direct, _ops
+from sqsq.client._routed import AsyncRouter, counted
 from sqsq.client.batching import AsyncBatcher, BatchSettings, resolve
 from sqsq.client.prefetch import AsyncPrefetcher
 from sqsq.client.receive_batching import ReceiveCoalescer
@@ -52,12 +53,19 @@ class AsyncClient:
     (``sqsq.client.receive_batching``).
     Pass a ``BatchSettings(max_entries=..., max_bytes=..., max_in_flight=..., receives=...)``
     to tune it, or ``batching=False`` for one RPC per call.
+
+    ``direct`` (default on; env ``SQSQ_DIRECT=0`` turns it off): pointed at a cluster's
+    gateway, the client sends its message calls straight to the shard leaders, and through
+    the gateway whatever cannot go direct (``sqsq.client._direct``); ``routing_stats`` counts
+    them. ``node_addresses`` maps a node's advertised address to the one this client reaches
+    it at (NAT, published container ports).
     """
 
     def __init__(
         self, endpoint: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT,
         credentials: tuple[str, str] | None = None, region: str | None = None,
-        batching: BatchSettings | bool | None = True,
+        batching: BatchSettings | bool | None = True, direct: bool | None = None,
+        node_addresses: Mapping[str, str] | None = None,
     ):
         self.route = _call.Route(endpoint)
         self.timeout = timeout
@@ -68,10 +76,20 @@ class AsyncClient:
         self._batcher = AsyncBatcher(self._run, settings) if settings else None
         self._receives = ReceiveCoalescer(self._run, self._make_visible, settings.max_in_flight) \
             if settings and settings.receives else None
+        self._routes = _direct.Table(time.monotonic)
+        self._router = AsyncRouter(self._routes, self._via_gateway, self._stub,
+                                   lambda target: open_stub(target, self._creds),
+                                   node_addresses) if _direct.enabled(direct) else None
 
     @property
     def target(self) -> str:
         return self.route.current
+
+    @property
+    def routing_stats(self) -> dict[str, int]:
+        """Direct routing's counts: calls answered by a shard leader directly, calls (or
+        parts) sent through the gateway instead, routes asked of the gateway."""
+        return self._routes.stats.as_dict()
 
     def _stub(self) -> queues_pb2_grpc.QueuesStub:
         target = self.route.current
@@ -88,6 +106,8 @@ class AsyncClient:
         for channel, _ in self._stubs.values():
             await channel.close()
         self._stubs.clear()
+        if self._router is not None:
+            await self._router.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -99,6 +119,18 @@ class AsyncClient:
         return f"AsyncClient({self.target!r})"
 
     async def _run(self, call: _call.Call) -> Any:
+        router = self._router
+        if router is not None and not self._routes.off and call.method in _direct.MESSAGE_CALLS:
+            try:
+                return call.parse(await router.run(call, self.region,
+                                                   call.timeout(self.timeout)))
+            except _direct.Fallback as fallback:
+                if counted(fallback):
+                    self._routes.stats.fallbacks += 1
+        return await self._via_gateway(call)
+
+    async def _via_gateway(self, call: _call.Call) -> Any:
+        """The call made at the endpoint the client was given (a gateway, a server)."""
         timeout = self.route.attempt_timeout(call, call.timeout(self.timeout))
         started = time.monotonic()
         attempt = 0

@@ -9,7 +9,8 @@ from typing import Any
 
 import grpc
 
-from sqsq.client import _auth, _call, _ops
+from sqsq.client import _auth, _call, _direct, _ops
+from sqsq.client._routed import SyncRouter, counted
 from sqsq.client.batching import Batcher, BatchSettings, resolve
 from sqsq.client.prefetch import Prefetcher
 from sqsq.client.receive_batching import ThreadReceiveCoalescer
@@ -35,12 +36,19 @@ class Client:
     (``sqsq.client.receive_batching``).
     Pass a ``BatchSettings(max_entries=..., max_bytes=..., max_in_flight=..., receives=...)``
     to tune it, or ``batching=False`` for one RPC per call.
+
+    ``direct`` (default on; env ``SQSQ_DIRECT=0`` turns it off): pointed at a cluster's
+    gateway, the client sends its message calls straight to the shard leaders, and through
+    the gateway whatever cannot go direct (``sqsq.client._direct``); ``routing_stats`` counts
+    them. ``node_addresses`` maps a node's advertised address to the one this client reaches
+    it at (NAT, published container ports).
     """
 
     def __init__(
         self, endpoint: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT,
         credentials: tuple[str, str] | None = None, region: str | None = None,
-        batching: BatchSettings | bool | None = True,
+        batching: BatchSettings | bool | None = True, direct: bool | None = None,
+        node_addresses: Mapping[str, str] | None = None,
     ):
         self.route = _call.Route(endpoint)
         self.timeout = timeout
@@ -51,21 +59,33 @@ class Client:
         self._batcher = Batcher(self._run, settings) if settings else None
         self._receives = ThreadReceiveCoalescer(self._run, settings.max_in_flight) \
             if settings and settings.receives else None
+        self._routes = _direct.Table(time.monotonic)
+        self._router = SyncRouter(self._routes, self._via_gateway, self._stub, self._open,
+                                  node_addresses) if _direct.enabled(direct) else None
 
     @property
     def target(self) -> str:
         return self.route.current
 
+    @property
+    def routing_stats(self) -> dict[str, int]:
+        """Direct routing's counts: calls answered by a shard leader directly, calls (or
+        parts) sent through the gateway instead, routes asked of the gateway."""
+        return self._routes.stats.as_dict()
+
+    def _open(self, target: str) -> tuple[grpc.Channel, queues_pb2_grpc.QueuesStub]:
+        from sqsq.client import _stream, _stubs
+
+        channel = _auth.signed_channel(target, self._creds)
+        # Calls multiplexed over one stream (env SQSQ_STREAM=0: one unary RPC per call).
+        stub = _stubs.StreamStub(channel, self._creds, target) if _stream.enabled() \
+            else queues_pb2_grpc.QueuesStub(channel)
+        return channel, stub  # type: ignore[return-value]
+
     def _stub(self) -> queues_pb2_grpc.QueuesStub:
         target = self.route.current
         if target not in self._stubs:
-            from sqsq.client import _stream, _stubs
-
-            channel = _auth.signed_channel(target, self._creds)
-            # Calls multiplexed over one stream (env SQSQ_STREAM=0: one unary RPC per call).
-            stub = _stubs.StreamStub(channel, self._creds, target) if _stream.enabled() \
-                else queues_pb2_grpc.QueuesStub(channel)
-            self._stubs[target] = (channel, stub)  # type: ignore[assignment]
+            self._stubs[target] = self._open(target)
         return self._stubs[target][1]
 
     def close(self) -> None:
@@ -76,6 +96,8 @@ class Client:
                 close()
             channel.close()
         self._stubs.clear()
+        if self._router is not None:
+            self._router.close()
 
     def __enter__(self) -> Client:
         return self
@@ -87,6 +109,17 @@ class Client:
         return f"Client({self.target!r})"
 
     def _run(self, call: _call.Call) -> Any:
+        router = self._router
+        if router is not None and not self._routes.off and call.method in _direct.MESSAGE_CALLS:
+            try:
+                return call.parse(router.run(call, self.region, call.timeout(self.timeout)))
+            except _direct.Fallback as fallback:
+                if counted(fallback):
+                    self._routes.stats.fallbacks += 1
+        return self._via_gateway(call)
+
+    def _via_gateway(self, call: _call.Call) -> Any:
+        """The call made at the endpoint the client was given (a gateway, a server)."""
         timeout = self.route.attempt_timeout(call, call.timeout(self.timeout))
         started = time.monotonic()
         attempt = 0

@@ -27,7 +27,6 @@ shard, so every shard answers with the queue's own URL and ARN. What the gateway
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
 import json
 import secrets
@@ -47,11 +46,12 @@ from sqsq.core import queries, regions
 from sqsq.core.attributes import validate_queue_name
 from sqsq.core.errors import Rejection
 from sqsq.core.queues import queue_does_not_exist
-from sqsq.core.receipts import shard_of_receipt_handle
 from sqsq.core.redrive import parse_task_handle
 from sqsq.errors import QueueError, ServiceUnavailable, from_rejection
 from sqsq.gateway import forwarding as fw
-from sqsq.gateway.routing import ShardCaller
+from sqsq.gateway.routing import ShardCaller, pass_through
+from sqsq.v1 import queues_pb2 as pb
+from sqsq.wire import group_partition, shard_of_receipt_handle
 
 T = TypeVar("T")
 
@@ -64,12 +64,6 @@ NOT_COPIED = frozenset(queries.COMPUTED_ATTRIBUTE_NAMES) | {"FifoQueue"}
 
 def _raise(rejection: Rejection) -> None:
     raise from_rejection(rejection)
-
-
-def group_partition(group_id: str, partitions: int) -> int:
-    """The partition of a FIFO message group: stable across gateways and restarts."""
-    digest = hashlib.blake2b(group_id.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % partitions
 
 
 class ClusterApi:
@@ -119,6 +113,26 @@ class ClusterApi:
         rest = await asyncio.gather(*(self.caller.call(s, call())
                                       for s in record.partitions[1:]))
         return [first, *rest]
+
+    async def describe_queue_route(self, name: str) -> pb.QueueRoute:
+        """Where the queue's partitions live, for the SDK's direct routing: each shard's
+        replicas as this gateway would try them (``ShardCaller.targets``), told the queue as
+        a node is told it (``forwarding.about``)."""
+        record = await self._lookup(name)
+        if record is None:
+            _raise(queue_does_not_exist())
+        assert record is not None
+        region, short = regions.split_key(name, self.endpoint.region)
+        route = pb.QueueRoute(queue_name=short, region=region, fifo=short.endswith(".fifo"),
+                              version=self.map.snapshot.revision)
+        for shard in record.partitions:
+            route.partitions.add(shard=shard, nodes=self.caller.targets(shard))
+        return route
+
+    async def pass_through(self, method: str, request: Any, key: str) -> Any | None:
+        """A message call for one shard, answered there as it came (``routing.pass_through``);
+        None when it is not for one shard."""
+        return await pass_through(self.caller, self.endpoint.region, method, request, key)
 
     # -- queues ----------------------------------------------------------------------------
 

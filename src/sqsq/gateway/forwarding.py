@@ -25,11 +25,10 @@ from sqsq.core import regions
 from sqsq.errors import QueueError
 from sqsq.gateway import convert
 from sqsq.v1 import queues_pb2 as pb
+from sqsq.wire import AUTH_REFUSALS
 
 CALL_TIMEOUT_S = 30.0
-# What a locked node answers a caller it does not let in (sqsq.gateway.auth).
-REFUSALS = frozenset({"MissingAuthenticationToken", "InvalidClientTokenId",
-                      "SignatureDoesNotMatch", "IncompleteSignature"})
+REFUSALS = AUTH_REFUSALS  # what a locked node answers a caller it does not let in
 
 
 # -- calls in the core's own terms (the gateway's fronts speak them), shared with
@@ -86,7 +85,8 @@ class ForwardingApi:
         self.target = target
         self.endpoint = endpoint
         # The SDK's client: its channel, call signing, retries and error mapping.
-        self._client = AsyncClient(target, timeout=CALL_TIMEOUT_S, credentials=credentials)
+        self._client = AsyncClient(target, timeout=CALL_TIMEOUT_S, credentials=credentials,
+                                   direct=False)
         self._refusal_told = False
 
     async def close(self) -> None:

@@ -89,7 +89,7 @@ def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
                     await context.abort(_status(e.error_code), e.message,
                                         trailing_metadata=((ERROR_CODE_KEY, e.code),))
                 except Exception as e:  # noqa: BLE001 - every failure leaves with an SQS code
-                    if isinstance(e, grpc.aio.AbortError):
+                    if isinstance(e, (grpc.aio.AbortError, Aborted)):  # the method's own
                         raise
                     outcome.code = "InternalError"
                     log.exception("internal error in %s", action)
@@ -99,6 +99,13 @@ def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
             logs.unbind(token)
 
     return run
+
+
+async def _passed(api: QueueService, method: str, request: Any, key: str) -> Any:
+    """A cluster gateway's answer to a message call for one shard, passed through to the
+    shard as it came (``routing.pass_through``); None: decode and route it here."""
+    through = getattr(api, "pass_through", None)
+    return None if through is None else await through(method, request, key)
 
 
 class QueuesService(pb_grpc.QueuesServicer):
@@ -249,6 +256,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def SendMessage(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
+        if (passed := await _passed(api, "SendMessage", request, key)) is not None:
+            return passed
         result = await api.send_message_batch(
             key, [entry_from_pb(request, "0")], request.request_id)
         if result.failed:
@@ -257,8 +266,10 @@ class QueuesService(pb_grpc.QueuesServicer):
 
     @_rpc
     async def SendMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
-        entries = [entry_from_pb(e, e.id) for e in request.entries]
         api, key = self._queue(context, request.queue_url)
+        if (passed := await _passed(api, "SendMessageBatch", request, key)) is not None:
+            return passed
+        entries = [entry_from_pb(e, e.id) for e in request.entries]
         result = await api.send_message_batch(key, entries, request.request_id)
         return pb.SendMessageBatchResponse(
             successful=[pb.SendMessageBatchResultEntry(id=s.entry_id, **sent_fields(s))
@@ -269,6 +280,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def ReceiveMessage(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
+        if (passed := await _passed(api, "ReceiveMessage", request, key)) is not None:
+            return passed
         messages = await api.receive_message(
             key,
             opt(request, "max_number_of_messages"),
@@ -283,6 +296,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def DeleteMessage(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
+        if (passed := await _passed(api, "DeleteMessage", request, key)) is not None:
+            return passed
         result = await api.delete_message_batch(key, [("0", request.receipt_handle)])
         if result.failed:
             raise from_rejection(result.failed[0].rejection)
@@ -291,6 +306,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def DeleteMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
+        if (passed := await _passed(api, "DeleteMessageBatch", request, key)) is not None:
+            return passed
         result = await api.delete_message_batch(
             key, [(e.id, e.receipt_handle) for e in request.entries])
         return pb.BatchResponse(successful=list(result.successful),
@@ -299,6 +316,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def ChangeMessageVisibility(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
+        if (passed := await _passed(api, "ChangeMessageVisibility", request, key)) is not None:
+            return passed
         result = await api.change_message_visibility_batch(
             key, [("0", request.receipt_handle, request.visibility_timeout)])
         if result.failed:
@@ -308,6 +327,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def ChangeMessageVisibilityBatch(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
+        if (passed := await _passed(api, "ChangeMessageVisibilityBatch", request, key)) is not None:
+            return passed
         result = await api.change_message_visibility_batch(
             key,
             [(e.id, e.receipt_handle, e.visibility_timeout) for e in request.entries])
@@ -334,3 +355,11 @@ class QueuesService(pb_grpc.QueuesServicer):
         moved = await self.api_for(context).cancel_message_move_task(request.task_handle)
         return pb.CancelMessageMoveTaskResponse(approximate_number_of_messages_moved=moved)
 
+    # ---- direct routing (a cluster's gateway) ----
+    @_rpc
+    async def DescribeQueueRoute(self, request, context):  # noqa: ANN001, ANN201, N802
+        api, key = self._queue(context, request.queue_url)
+        describe = getattr(api, "describe_queue_route", None)
+        if describe is None:  # one shard group, or a node: nothing to route, call here
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no direct routing here")
+        return await describe(key)

@@ -110,7 +110,8 @@ class RequestOutcome:
 
 
 class RoutingMetrics:
-    """The gateway's calls to shard leaders: attempts retried, and NotLeader redirects."""
+    """The gateway's calls to shard leaders: attempts retried, NotLeader redirects, and
+    message calls passed through to their shard as they came (not decoded here)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.retries = Counter("sqsq_gateway_shard_retries",
@@ -119,6 +120,17 @@ class RoutingMetrics:
         self.redirects = Counter("sqsq_gateway_not_leader_redirects",
                                  "Calls a node answered NotLeader, followed to the leader.",
                                  ["shard"], registry=registry)
+        self.passed_through = Counter(
+            "sqsq_gateway_passed_through",
+            "gRPC message calls for one shard passed to it as they came, by action.",
+            ["action"], registry=registry)
+        self._passed: dict[str, Any] = {}  # action -> its counter (closed set: 7 actions)
+
+    def passed(self, action: str) -> None:
+        found = self._passed.get(action)
+        if found is None:
+            found = self._passed[action] = self.passed_through.labels(action=action)
+        found.inc()
 
     def retried(self, shard_id: int, not_leader: bool) -> None:
         shard = str(shard_id)

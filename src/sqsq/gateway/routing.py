@@ -13,7 +13,9 @@ The map is read from its in-memory snapshot only: etcd being away changes nothin
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -21,9 +23,10 @@ import grpc
 import grpc.aio
 
 from sqsq.api import SHARD_METADATA_KEY
-from sqsq.client import _auth, _call
+from sqsq.client import _auth, _call, _direct
 from sqsq.client.aio import open_stub
 from sqsq.control.partition_map import PartitionMap
+from sqsq.core import regions
 from sqsq.errors import NotLeader, ServiceUnavailable
 from sqsq.v1 import queues_pb2_grpc
 
@@ -59,6 +62,8 @@ class ShardCaller:
         self._creds = _auth.resolve(credentials)
         self._stubs: dict[str, tuple[grpc.aio.Channel, queues_pb2_grpc.QueuesStub]] = {}
         self._answered: dict[int, str] = {}  # shard -> the node that answered it last
+        self.turn = itertools.count()  # a standard queue's sends take turns (pass_through)
+        self.on_pass: Callable[[str], None] | None = None  # (action) per call passed through
         # (shard, was it NotLeader) per retry: the gateway's metrics
         self.on_retry: Callable[[int, bool], None] | None = None
 
@@ -94,7 +99,7 @@ class ShardCaller:
 
     async def call(self, shard_id: int, call: _call.Call) -> Any:
         """``call`` answered by shard ``shard_id``'s leader."""
-        route = _call.Route(",".join(self.targets(shard_id)))
+        route = _call.Route.over(self.targets(shard_id))
         metadata = ((SHARD_METADATA_KEY, str(shard_id)), *call.metadata())
         timeout = route.attempt_timeout(call, call.timeout(self.timeout))
         if not route.several and call.retry and call.min_timeout is None:
@@ -118,3 +123,48 @@ class ShardCaller:
                     self.on_retry(shard_id, isinstance(error, NotLeader))
                 attempt += 1
                 await asyncio.sleep(delay)
+
+
+# ---- message calls passed through to one shard as they came --------------------------------
+
+_RETRY = frozenset({"SendMessage", "SendMessageBatch"})  # deduplicated by their request id
+
+
+def _identity(reply: Any) -> Any:
+    return reply
+
+
+async def pass_through(caller: ShardCaller, home: str, method: str, request: Any,
+                       key: str) -> Any | None:
+    """A message call (a gRPC request) answered by its one shard's leader as it came: the
+    node's reply, or None when it is not for one shard (an unknown queue, a batch or a
+    receive spanning partitions), which the caller decodes and routes as usual.
+
+    The request is split as the SDK's direct routing splits it (``client._direct.parts``),
+    so a call lands where the gateway's own routing would put it; the node decodes and
+    validates it, so the gateway need not (nor convert it to the core's terms and back).
+    """
+    record = caller.map.snapshot.queue(key)
+    if record is None:
+        return None
+    region, name = regions.split_key(key, home)
+    route = _direct.QueueRoute(name, region, name.endswith(".fifo"), record.partitions, 0, 0.0)
+    if method == "ReceiveMessage" and len(record.partitions) > 1:
+        return None
+    split = _direct.parts(method, request, route, next(caller.turn))
+    if len(split) != 1:
+        return None
+    shard, part = split[0]
+    part.queue_url = name  # the node is told the queue's name and region (forwarding.about)
+    if method in _RETRY and not part.request_id:
+        part.request_id = uuid.uuid4().hex  # so that a retry is deduplicated
+    min_timeout = None
+    if method == "ReceiveMessage":
+        wait = part.wait_time_seconds if part.HasField("wait_time_seconds") \
+            else _call.MAX_WAIT_SECONDS
+        min_timeout = wait + _call.RECEIVE_DEADLINE_MARGIN
+    call = _call.Call(method, part, _identity, retry=method in _RETRY, min_timeout=min_timeout,
+                      region=region)
+    if caller.on_pass is not None:
+        caller.on_pass(method)
+    return await caller.call(shard, call)

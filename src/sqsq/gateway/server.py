@@ -109,7 +109,9 @@ async def run_gateway(
         behind = f"forwarding to the node at {backend}"
     registry = CollectorRegistry()
     if isinstance(api, ClusterApi):
-        api.caller.on_retry = RoutingMetrics(registry).retried
+        routing = RoutingMetrics(registry)
+        api.caller.on_retry = routing.retried
+        api.caller.on_pass = routing.passed
     fronts = await start_fronts(api, auth, host, grpc_port, http_port,
                                 add_services=admin.register if admin is not None else None,
                                 metrics=api_metrics(registry),

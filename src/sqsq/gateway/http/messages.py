@@ -1,7 +1,8 @@
 """Message actions: send, receive, delete, change visibility (single and batch).
 
 Single actions are batches of one, as in the gRPC service; a failed single entry becomes the
-request's error.
+request's error. On a cluster's gateway, a call for one shard is built as the node's request
+and passed through (``through``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from sqsq.core import commands as c
 from sqsq.core.attributes import FIFO_SUFFIX
 from sqsq.core.messages import MessageAttributeValue
 from sqsq.errors import from_rejection
+from sqsq.gateway.http import through
 from sqsq.gateway.http.wire import Params, b64decode, invalid
+from sqsq.v1 import queues_pb2 as pb
 
 Result = dict[str, Any]
 
@@ -97,22 +100,31 @@ def _single(result: c.BatchResult) -> None:
         raise from_rejection(result.failed[0].rejection)
 
 
+def _send_pb(p: Params, out: Any) -> Any:
+    through.fill_send(p, out, _attributes_in, _trace_header)
+    return out
+
+
 async def send_message(api: QueueService, p: Params) -> Result:
     p.required("MessageBody")
-    result = await api.send_message_batch(p.queue(), [_entry(p, "0")])
+    key = p.queue()
+    reply = await through.call(api, "SendMessage", key,
+                               lambda: _send_pb(p, pb.SendMessageRequest()))
+    if reply is not None:
+        return through.sent(reply)
+    result = await api.send_message_batch(key, [_entry(p, "0")])
     _single(result)
     return _sent(result.successful[0])
 
 
-async def _check_fifo_batch(api: QueueService, queue: str,
-                            entries: list[c.SendEntry]) -> None:
+async def _check_fifo_batch(api: QueueService, queue: str, entries: list[Params]) -> None:
     """On a FIFO queue Amazon checks every entry's group and deduplication ids first: one
     missing fails the whole request and nothing is sent."""
     if not queue.endswith(FIFO_SUFFIX):  # only FIFO queues have such names (keys end so)
         return
-    if any(e.message_group_id is None for e in entries):
+    if any(e.text("MessageGroupId") is None for e in entries):
         raise invalid("The request must contain the parameter MessageGroupId.")
-    if any(e.message_deduplication_id is None for e in entries):
+    if any(e.text("MessageDeduplicationId") is None for e in entries):
         attrs = await api.get_queue_attributes(queue, ["ContentBasedDeduplication"])
         if attrs.get("ContentBasedDeduplication") != "true":
             raise invalid("The queue should either have ContentBasedDeduplication enabled or "
@@ -120,8 +132,23 @@ async def _check_fifo_batch(api: QueueService, queue: str,
 
 
 async def send_message_batch(api: QueueService, p: Params) -> Result:
-    entries = [_entry(e, e.text("Id") or "") for e in p.entries()]
-    await _check_fifo_batch(api, p.queue(), entries)
+    given = p.entries()
+    if through.passes(api) is not None:
+        built = pb.SendMessageBatchRequest()
+        try:
+            for e in given:
+                _send_pb(e, built.entries.add(id=e.text("Id") or ""))
+        except through.CorePath:
+            built = None
+        key = p.queue()
+        await _check_fifo_batch(api, key, given)
+        reply = None if built is None else await through.call(
+            api, "SendMessageBatch", key, lambda: built)
+        if reply is not None:
+            return through.batch(reply, [{"Id": s.id, **through.sent(s)}
+                                         for s in reply.successful])
+    entries = [_entry(e, e.text("Id") or "") for e in given]
+    await _check_fifo_batch(api, p.queue(), given)
     result = await api.send_message_batch(p.queue(), entries)
     return _batch(result, [{"Id": s.entry_id, **_sent(s)} for s in result.successful])
 
@@ -130,8 +157,14 @@ async def receive_message(api: QueueService, p: Params) -> Result:
     # MessageSystemAttributeNames replaced AttributeNames; SDKs send either.
     names = list(dict.fromkeys(p.strings("AttributeNames")
                                + p.strings("MessageSystemAttributeNames")))
+    key = p.queue()
+    reply = await through.call(api, "ReceiveMessage", key,
+                               lambda: through.receive_request(p, names))
+    if reply is not None:
+        got = [through.message(m, _attributes_out) for m in reply.messages]
+        return {"Messages": got} if got else {}
     messages = await api.receive_message(
-        p.queue(), p.integer("MaxNumberOfMessages"), p.integer("VisibilityTimeout"),
+        key, p.integer("MaxNumberOfMessages"), p.integer("VisibilityTimeout"),
         p.integer("WaitTimeSeconds"), names, p.strings("MessageAttributeNames"),
         p.text("ReceiveRequestAttemptId") or "")
     out = []
@@ -148,24 +181,49 @@ async def receive_message(api: QueueService, p: Params) -> Result:
 
 
 async def delete_message(api: QueueService, p: Params) -> Result:
-    _single(await api.delete_message_batch(p.queue(), [("0", p.required("ReceiptHandle"))]))
+    key = p.queue()
+    if await through.call(api, "DeleteMessage", key, lambda: pb.DeleteMessageRequest(
+            receipt_handle=p.required("ReceiptHandle"))) is not None:
+        return {}
+    _single(await api.delete_message_batch(key, [("0", p.required("ReceiptHandle"))]))
     return {}
 
 
 async def delete_message_batch(api: QueueService, p: Params) -> Result:
     entries = [(e.text("Id") or "", e.required("ReceiptHandle")) for e in p.entries()]
-    result = await api.delete_message_batch(p.queue(), entries)
+    key = p.queue()
+    reply = await through.call(api, "DeleteMessageBatch", key, lambda: pb.DeleteMessageBatchRequest(
+        entries=[pb.DeleteMessageBatchEntry(id=i, receipt_handle=h) for i, h in entries]))
+    if reply is not None:
+        return through.batch(reply, [{"Id": i} for i in reply.successful])
+    result = await api.delete_message_batch(key, entries)
     return _batch(result, [{"Id": i} for i in result.successful])
 
 
 async def change_message_visibility(api: QueueService, p: Params) -> Result:
     entry = ("0", p.required("ReceiptHandle"), p.integer("VisibilityTimeout", required=True))
-    _single(await api.change_message_visibility_batch(p.queue(), [entry]))
+    key = p.queue()
+    if await through.call(api, "ChangeMessageVisibility", key, lambda: through.visibility(
+            p, pb.ChangeMessageVisibilityRequest())) is not None:
+        return {}
+    _single(await api.change_message_visibility_batch(key, [entry]))
     return {}
 
 
 async def change_message_visibility_batch(api: QueueService, p: Params) -> Result:
+    given = p.entries()
     entries = [(e.text("Id") or "", e.required("ReceiptHandle"),
-                e.integer("VisibilityTimeout", required=True)) for e in p.entries()]
-    result = await api.change_message_visibility_batch(p.queue(), entries)
+                e.integer("VisibilityTimeout", required=True)) for e in given]
+    key = p.queue()
+
+    def build() -> pb.ChangeMessageVisibilityBatchRequest:
+        out = pb.ChangeMessageVisibilityBatchRequest()
+        for e in given:
+            through.visibility(e, out.entries.add(id=e.text("Id") or ""))
+        return out
+
+    reply = await through.call(api, "ChangeMessageVisibilityBatch", key, build)
+    if reply is not None:
+        return through.batch(reply, [{"Id": i} for i in reply.successful])
+    result = await api.change_message_visibility_batch(key, entries)
     return _batch(result, [{"Id": i} for i in result.successful])

@@ -1,0 +1,339 @@
+"""Direct routing's calls (``sqsq.client._direct`` says where they go): each part of a
+message call made at its shard's leader, asyncio (``AsyncRouter``) and blocking
+(``SyncRouter``), over the stubs a client keeps per node (the stream, moved to the node's
+frame connection when it offers one).
+
+At a shard, a call follows the SDK's rules (``_call.Route``): NotLeader is followed to the
+leader it names, an UNAVAILABLE retried only where it may be. It goes through the gateway
+instead (``Fallback``) only while none of it can have run: no node of the shard reachable,
+the node refusing this client's credentials, or not knowing the queue (then its route is
+asked for again). A call whose outcome is unknown stays at its shard, where its request id
+makes a retry safe (through the gateway a standard queue's send could land on another
+partition).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import grpc
+
+from sqsq.client import _call
+from sqsq.client._direct import Fallback, Part, QueueRoute, Table, merged, parts, quick_receive
+from sqsq.errors import NotLeader
+from sqsq.v1 import queues_pb2 as pb
+from sqsq.wire import AUTH_REFUSALS, NOT_RUN, REGION_METADATA_KEY
+
+
+def _details(err: grpc.RpcError) -> str:
+    details_fn = getattr(err, "details", None)
+    return (details_fn() if callable(details_fn) else None) or ""
+
+
+def _identity(reply: Any) -> Any:
+    return reply
+
+
+class _Hop:
+    """One part's attempts at one shard: which node now, whether it may have run."""
+
+    def __init__(self, router: _Router, route: QueueRoute, shard: int, call: _call.Call,
+                 timeout: float | None) -> None:
+        targets = router.table.targets(shard)
+        if not targets:
+            raise Fallback
+        self.router, self.route, self.shard, self.call = router, route, shard, call
+        self.nodes = _call.Route.over(targets)
+        self.timeout = self.nodes.attempt_timeout(call, timeout)
+        self.metadata = route.metadata(shard)
+        self.started = time.monotonic()
+        self.attempt = 0
+        self.ran = False  # an attempt whose outcome is unknown
+
+    def answered(self) -> None:
+        self.router.table.answered(self.shard, self.nodes.current)
+        self.router.table.stats.direct += 1
+
+    def failed(self, err: grpc.RpcError, queue: str, region: str | None) -> float:
+        """How long to wait before the next attempt; raises the call's error, or
+        ``Fallback`` for the gateway."""
+        table = self.router.table
+        if _call.never_sent(err):
+            table.unreachable(self.nodes.current)
+            rest = table.targets(self.shard)
+            if not rest:
+                if self.ran:
+                    raise _call.map_rpc_error(err) from None
+                raise Fallback
+            self.nodes.targets, self.nodes.current = rest, rest[0]
+            return 0.0
+        error = _call.map_rpc_error(err)
+        if not self.ran and error.code == "QueueDoesNotExist":
+            table.forget(queue, region)  # moved, or gone: the gateway says which
+            raise Fallback
+        if not self.ran and error.code in AUTH_REFUSALS:
+            table.off = True  # the nodes do not let this client in: the gateway does
+            raise Fallback
+        if not isinstance(error, NotLeader) and NOT_RUN not in _details(err):
+            self.ran = self.ran or _call._unavailable(err) or err.code() == (  # noqa: SLF001
+                grpc.StatusCode.DEADLINE_EXCEEDED)
+        error, delay = self.nodes.retry_after(self.call, err, self.attempt,
+                                              time.monotonic() - self.started)
+        if delay is None:
+            if not self.ran and error.code == "ServiceUnavailable":
+                table.forget(queue, region)  # no leader found: ask where it is now
+                raise Fallback
+            raise error from None
+        if not self.ran and table.is_down(self.nodes.current):
+            raise Fallback  # NotLeader names a node this client cannot reach
+        self.attempt += 1
+        return delay
+
+
+class _Router:
+    """What both routers share: the table, the node stubs, the route lookup's handling."""
+
+    def __init__(self, table: Table, addresses: Mapping[str, str] | None) -> None:
+        self.table = table
+        self._addresses = dict(addresses or {})
+        self._stubs: dict[str, tuple[Any, Any]] = {}
+
+    def target(self, address: str) -> str:
+        """How this client reaches a node the cluster knows as ``address``."""
+        return self._addresses.get(address, address)
+
+    @staticmethod
+    def request_of(queue: str, region: str | None) -> tuple[pb.QueueRequest, Any]:
+        metadata = ((REGION_METADATA_KEY, region),) if region else ()
+        return pb.QueueRequest(queue_url=queue), metadata
+
+    def refused(self, err: grpc.RpcError, queue: str, region: str | None) -> Fallback:
+        """The gateway gave no route: routing off for a server that has none (a single
+        shard group, a node, an older server), else none for this queue for a moment."""
+        if err.code() == grpc.StatusCode.UNIMPLEMENTED or "must carry a call" in _details(err):
+            self.table.off = True
+        else:
+            self.table.unroutable(queue, region)
+        return Fallback()
+
+    def key(self, call: _call.Call, region: str | None) -> tuple[str, str | None]:
+        return call.request.queue_url, call.region or region
+
+    @staticmethod
+    def receive_parts(route: QueueRoute, request: Any, turn: int) -> list[Part]:
+        n = len(route.shards)
+        order = route.shards[turn % n:] + route.shards[:turn % n]
+        return [(s, request) for s in order]
+
+    @staticmethod
+    def part_call(call: _call.Call, request: Any) -> _call.Call:
+        return dataclasses.replace(call, request=request, parse=_identity)
+
+
+class AsyncRouter(_Router):
+    """Direct routing for ``AsyncClient``: ``run`` answers a message call, or raises
+    ``Fallback``. ``gateway`` makes a call through the gateway (the client's own path);
+    ``open_stub`` opens a stub to a node."""
+
+    def __init__(self, table: Table, gateway: Callable[[_call.Call], Awaitable[Any]],
+                 gateway_stub: Callable[[], Any], open_stub: Callable[[str], Any],
+                 addresses: Mapping[str, str] | None = None) -> None:
+        super().__init__(table, addresses)
+        self._gateway, self._gateway_stub, self._open = gateway, gateway_stub, open_stub
+        self._fetching: dict[tuple[str, str | None], asyncio.Future] = {}
+
+    async def close(self) -> None:
+        for channel, _ in self._stubs.values():
+            await channel.close()
+        self._stubs.clear()
+
+    def _stub(self, address: str) -> Any:
+        target = self.target(address)
+        if target not in self._stubs:
+            self._stubs[target] = self._open(target)
+        return self._stubs[target][1]
+
+    async def _route(self, queue: str, region: str | None) -> QueueRoute:
+        found = self.table.route(queue, region)
+        if found is False:
+            raise Fallback
+        if found:
+            return found  # type: ignore[return-value]
+        key = (queue, region)
+        fetching = self._fetching.get(key)
+        if fetching is None:  # concurrent calls to a queue wait for one lookup
+            fetching = self._fetching[key] = asyncio.ensure_future(self._fetch(queue, region))
+            fetching.add_done_callback(lambda _: self._fetching.pop(key, None))
+        return await asyncio.shield(fetching)
+
+    async def _fetch(self, queue: str, region: str | None) -> QueueRoute:
+        request, metadata = self.request_of(queue, region)
+        try:
+            reply = await self._gateway_stub().DescribeQueueRoute(
+                request, timeout=_call.ATTEMPT_S, metadata=metadata)
+        except grpc.RpcError as err:
+            raise self.refused(err, queue, region) from None
+        return self.table.learn(queue, region, reply)
+
+    async def run(self, call: _call.Call, region: str | None, timeout: float | None) -> Any:
+        queue, region = self.key(call, region)
+        route = await self._route(queue, region)
+        if call.method == "ReceiveMessage" and len(route.shards) > 1:
+            return await self._fan_out(route, call, queue, region, timeout)
+        split = parts(call.method, call.request, route, next(self.table.turn))
+        if len(split) == 1:
+            return await self._at(route, split[0], call, queue, region, timeout)
+        replies = await asyncio.gather(*(self._part(route, p, call, queue, region, timeout)
+                                         for p in split))
+        return merged(call.method, list(replies))
+
+    async def _part(self, route: QueueRoute, part: Part, call: _call.Call, queue: str,
+                    region: str | None, timeout: float | None) -> Any:
+        """One part of a split call; through the gateway if it cannot go direct."""
+        try:
+            return await self._at(route, part, call, queue, region, timeout)
+        except Fallback:
+            self.table.stats.fallbacks += 1
+            return await self._gateway(self.part_call(call, part[1]))
+
+    async def _at(self, route: QueueRoute, part: Part, call: _call.Call, queue: str,
+                  region: str | None, timeout: float | None) -> Any:
+        shard, request = part
+        hop = _Hop(self, route, shard, call, timeout)
+        while True:
+            try:
+                method = getattr(self._stub(hop.nodes.current), call.method)
+                reply = await method(request, timeout=hop.timeout, metadata=hop.metadata)
+            except grpc.RpcError as err:
+                await asyncio.sleep(hop.failed(err, queue, region))
+            else:
+                hop.answered()
+                return reply
+
+    async def _fan_out(self, route: QueueRoute, call: _call.Call, queue: str,
+                       region: str | None, timeout: float | None) -> Any:
+        """A receive from several partitions, as the gateway does it: each one looked at
+        now, in turn; then, if all were empty, a long poll at each, the first to answer with
+        messages winning (the others are cancelled: a message one of them had just received
+        comes back when its visibility timeout ends)."""
+        request = call.request
+        order = self.receive_parts(route, request, next(self.table.turn))
+        quick = quick_receive(request)
+        now = dataclasses.replace(call, min_timeout=None)
+        reply = pb.ReceiveMessageResponse()
+        for shard, _ in order:
+            reply = await self._at(route, (shard, quick), now, queue, region, timeout)
+            if reply.messages:
+                return reply
+        if request.HasField("wait_time_seconds") and request.wait_time_seconds == 0:
+            return reply
+        polls = {asyncio.ensure_future(self._at(route, p, call, queue, region, timeout))
+                 for p in order}
+        try:
+            while polls:
+                done, polls = await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task.result().messages:
+                        return task.result()
+            return reply
+        finally:
+            for task in polls:
+                task.cancel()
+
+
+class SyncRouter(_Router):
+    """Direct routing for the blocking ``Client``; as ``AsyncRouter``, except that a
+    partitioned queue's long poll goes through the gateway (which waits on every partition
+    at once) after the look at each partition found nothing."""
+
+    def __init__(self, table: Table, gateway: Callable[[_call.Call], Any],
+                 gateway_stub: Callable[[], Any], open_stub: Callable[[str], Any],
+                 addresses: Mapping[str, str] | None = None) -> None:
+        super().__init__(table, addresses)
+        self._gateway, self._gateway_stub, self._open = gateway, gateway_stub, open_stub
+
+    def close(self) -> None:
+        for channel, stub in self._stubs.values():
+            close = getattr(stub, "close", None)
+            if close is not None:
+                close()
+            channel.close()
+        self._stubs.clear()
+
+    def _stub(self, address: str) -> Any:
+        target = self.target(address)
+        with self.table.lock:
+            if target not in self._stubs:
+                self._stubs[target] = self._open(target)
+            return self._stubs[target][1]
+
+    def _route(self, queue: str, region: str | None) -> QueueRoute:
+        found = self.table.route(queue, region)
+        if found is False:
+            raise Fallback
+        if found:
+            return found  # type: ignore[return-value]
+        request, metadata = self.request_of(queue, region)
+        try:
+            reply = self._gateway_stub().DescribeQueueRoute(
+                request, timeout=_call.ATTEMPT_S, metadata=metadata)
+        except grpc.RpcError as err:
+            raise self.refused(err, queue, region) from None
+        return self.table.learn(queue, region, reply)
+
+    def run(self, call: _call.Call, region: str | None, timeout: float | None) -> Any:
+        queue, region = self.key(call, region)
+        route = self._route(queue, region)
+        if call.method == "ReceiveMessage" and len(route.shards) > 1:
+            return self._sweep(route, call, queue, region, timeout)
+        split = parts(call.method, call.request, route, next(self.table.turn))
+        if len(split) == 1:
+            return self._at(route, split[0], call, queue, region, timeout)
+        return merged(call.method, [self._part(route, p, call, queue, region, timeout)
+                                    for p in split])
+
+    def _part(self, route: QueueRoute, part: Part, call: _call.Call, queue: str,
+              region: str | None, timeout: float | None) -> Any:
+        try:
+            return self._at(route, part, call, queue, region, timeout)
+        except Fallback:
+            self.table.stats.fallbacks += 1
+            return self._gateway(self.part_call(call, part[1]))
+
+    def _at(self, route: QueueRoute, part: Part, call: _call.Call, queue: str,
+            region: str | None, timeout: float | None) -> Any:
+        shard, request = part
+        hop = _Hop(self, route, shard, call, timeout)
+        while True:
+            try:
+                method = getattr(self._stub(hop.nodes.current), call.method)
+                reply = method(request, timeout=hop.timeout, metadata=hop.metadata)
+            except grpc.RpcError as err:
+                time.sleep(hop.failed(err, queue, region))
+            else:
+                hop.answered()
+                return reply
+
+    def _sweep(self, route: QueueRoute, call: _call.Call, queue: str, region: str | None,
+               timeout: float | None) -> Any:
+        request = call.request
+        quick = quick_receive(request)
+        now = dataclasses.replace(call, min_timeout=None)
+        reply = pb.ReceiveMessageResponse()
+        for shard, _ in self.receive_parts(route, request, next(self.table.turn)):
+            reply = self._at(route, (shard, quick), now, queue, region, timeout)
+            if reply.messages:
+                return reply
+        if request.HasField("wait_time_seconds") and request.wait_time_seconds == 0:
+            return reply
+        raise Fallback(False)  # the long poll: the gateway waits on all partitions at once
+
+
+def counted(fallback: Fallback) -> bool:
+    """Whether a fallback is one to count (not a long poll left to the gateway by design)."""
+    return not fallback.args or bool(fallback.args[0])
+

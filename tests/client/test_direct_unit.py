@@ -1,0 +1,178 @@
+"""Direct routing's bookkeeping without a cluster: the SDK's reading of receipt handles and
+FIFO groups agrees with the server's, and a call splits over partitions as the gateway
+splits it."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from sqsq.client import _direct, _ops, _routed
+from sqsq.client._stream import CallError
+from sqsq.core.receipts import ReceiptHandle, encode_receipt_handle
+from sqsq.core.receipts import shard_of_receipt_handle as core_shard_of
+from sqsq.errors import QueueError, not_leader_message
+from sqsq.v1 import queues_pb2 as pb
+from sqsq.wire import group_partition, shard_of_receipt_handle
+
+
+def _handle(shard: int) -> str:
+    return encode_receipt_handle(b"s" * 32, ReceiptHandle(shard, 7, 9, 1, 1234, 99))
+
+
+def test_the_sdk_reads_a_receipt_handles_shard_as_the_server_does() -> None:
+    for shard in (0, 1, 17, 65535):
+        handle = _handle(shard)
+        assert shard_of_receipt_handle(handle) == core_shard_of(handle) == shard
+    for garbage in ("", "x", "not a handle!", _handle(3)[:-2], "A" * 300):
+        assert shard_of_receipt_handle(garbage) is None
+        assert core_shard_of(garbage) is None
+
+
+def test_the_gateway_and_the_sdk_hash_fifo_groups_alike() -> None:
+    from sqsq.gateway import cluster
+
+    assert cluster.group_partition is group_partition
+    spread = {group_partition(f"g{i}", 4) for i in range(100)}
+    assert spread == {0, 1, 2, 3}
+    assert group_partition("orders-17", 4) == group_partition("orders-17", 4)
+
+
+def _route(shards: tuple[int, ...], fifo: bool = False) -> _direct.QueueRoute:
+    return _direct.QueueRoute("q", "us-east-1", fifo, shards, 1, expires=1e18)
+
+
+def test_a_fifo_batch_splits_by_group_with_a_request_id_per_partition() -> None:
+    route = _route((5, 6, 7), fifo=True)
+    request = pb.SendMessageBatchRequest(queue_url="q", request_id="r", entries=[
+        pb.SendMessageBatchEntry(id=str(i), message_body="b", message_group_id=f"g{i}")
+        for i in range(12)])
+    split = _direct.parts("SendMessageBatch", request, route, turn=0)
+    assert len(split) > 1
+    seen = []
+    for shard, part in split:
+        p = route.shards.index(shard)
+        assert part.request_id == f"r/{p}"
+        for entry in part.entries:
+            assert group_partition(entry.message_group_id, 3) == p
+            seen.append(entry.id)
+    assert sorted(seen) == sorted(str(i) for i in range(12))
+
+
+def test_standard_sends_take_turns_and_handles_go_to_their_shard() -> None:
+    route = _route((5, 6))
+    send = pb.SendMessageRequest(queue_url="q", message_body="b")
+    assert [_direct.parts("SendMessage", send, route, t)[0][0] for t in range(4)] == \
+        [5, 6, 5, 6]
+    delete = pb.DeleteMessageBatchRequest(queue_url="q", entries=[
+        pb.DeleteMessageBatchEntry(id="a", receipt_handle=_handle(6)),
+        pb.DeleteMessageBatchEntry(id="b", receipt_handle=_handle(5)),
+        pb.DeleteMessageBatchEntry(id="c", receipt_handle="garbled")])  # to the first
+    split = dict(_direct.parts("DeleteMessageBatch", delete, route, 0))
+    assert {s: [e.id for e in p.entries] for s, p in split.items()} == {6: ["a"],
+                                                                         5: ["b", "c"]}
+    merged = _direct.merged("DeleteMessageBatch", [
+        pb.BatchResponse(successful=["a"]), pb.BatchResponse(successful=["b"], failed=[
+            pb.BatchResultErrorEntry(id="c", code="ReceiptHandleIsInvalid")])])
+    assert list(merged.successful) == ["a", "b"] and merged.failed[0].id == "c"
+
+
+def test_a_route_expires_and_an_unreachable_node_is_skipped_for_a_while() -> None:
+    now = [100.0]
+    table = _direct.Table(lambda: now[0])
+    reply = pb.QueueRoute(queue_name="q", region="us-east-1", version=3)
+    reply.partitions.add(shard=1, nodes=["a:1", "b:2", "c:3"])
+    table.learn("q", None, reply)
+    assert table.route("q", None)
+    table.answered(1, "b:2")
+    assert table.targets(1) == ["b:2", "a:1", "c:3"]
+    table.unreachable("b:2")
+    assert table.targets(1) == ["a:1", "c:3"]
+    now[0] += _direct.NODE_DOWN_S + 0.1
+    assert table.targets(1) == ["b:2", "a:1", "c:3"]
+    assert table.route("q", None) is None  # old: asked for again
+    table.learn("q", None, reply)  # the node that answered last stays first
+    assert table.targets(1)[0] == "b:2"
+    table.unroutable("gone", None)
+    assert table.route("gone", None) is False
+    assert table.stats.refreshes == 2
+
+
+def test_direct_routing_can_be_turned_off(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.delenv(_direct.ENV_DIRECT, raising=False)
+    assert _direct.enabled(None)
+    assert not _direct.enabled(False)
+    monkeypatch.setenv(_direct.ENV_DIRECT, "0")
+    assert not _direct.enabled(None)
+    assert _direct.enabled(True)
+
+
+# ---- what a failed attempt at a shard leads to (sqsq.client._routed._Hop) ---------------
+
+
+def _hop(call_retry: bool = True) -> tuple[_routed._Hop, _direct.Table]:
+    table = _direct.Table(lambda: 100.0)
+    reply = pb.QueueRoute(queue_name="q", region="us-east-1")
+    reply.partitions.add(shard=1, nodes=["a:1", "b:2", "c:3"])
+    route = table.learn("q", None, reply)
+    router = _routed._Router(table, None)
+    call = _ops.send_message("q", "b") if call_retry else _ops.delete_message("q", "h")
+    return _routed._Hop(router, route, 1, call, 30.0), table
+
+
+def _refused() -> CallError:
+    return CallError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
+
+
+def test_a_node_out_of_reach_is_passed_over_then_the_gateway_takes_the_call() -> None:
+    hop, table = _hop()
+    assert hop.failed(_refused(), "q", None) == 0.0
+    assert hop.nodes.current == "b:2" and table.is_down("a:1")
+    hop.failed(_refused(), "q", None)
+    with pytest.raises(_direct.Fallback):
+        hop.failed(_refused(), "q", None)  # none left, and nothing ran anywhere
+
+
+def test_a_call_whose_outcome_is_unknown_never_goes_to_the_gateway() -> None:
+    hop, _ = _hop()
+    lost = CallError(grpc.StatusCode.UNAVAILABLE, "the stream ended before the reply")
+    hop.failed(lost, "q", None)  # a send: retried at the shard, by its request id
+    assert hop.ran
+    with pytest.raises(QueueError):  # not Fallback: through the gateway it could land twice
+        for _ in range(3):  # every node refuses the connection in turn
+            hop.failed(_refused(), "q", None)
+
+
+def test_the_nodes_refusals_send_the_call_to_the_gateway() -> None:
+    hop, table = _hop(call_retry=False)
+    unknown = CallError(grpc.StatusCode.NOT_FOUND, "no such queue", "QueueDoesNotExist")
+    with pytest.raises(_direct.Fallback):
+        hop.failed(unknown, "q", None)
+    assert table.route("q", None) is None  # asked for again next time
+    hop, table = _hop(call_retry=False)
+    with pytest.raises(_direct.Fallback):
+        hop.failed(CallError(grpc.StatusCode.UNAUTHENTICATED, "no",
+                             "InvalidClientTokenId"), "q", None)
+    assert table.off  # this client's credentials are not the nodes': the gateway's path
+
+
+def test_not_leader_is_followed_unless_it_names_a_node_out_of_reach() -> None:
+    hop, table = _hop()
+    not_leader = CallError(grpc.StatusCode.UNAVAILABLE, not_leader_message("c:3"), "NotLeader")
+    assert hop.failed(not_leader, "q", None) == 0.0
+    assert hop.nodes.current == "c:3"
+    hop, table = _hop()
+    table.unreachable("c:3")
+    with pytest.raises(_direct.Fallback):
+        hop.failed(not_leader, "q", None)
+
+
+def test_a_client_keeps_a_bounded_number_of_routes() -> None:
+    table = _direct.Table(lambda: 0.0)
+    reply = pb.QueueRoute(queue_name="q", region="us-east-1")
+    reply.partitions.add(shard=0, nodes=["a:1"])
+    for i in range(_direct.MAX_ROUTES + 10):
+        table.learn(f"q{i}", None, reply)
+        table.unroutable(f"gone{i}", None)
+    assert len(table.routes) <= _direct.MAX_ROUTES
+    assert table.route(f"q{_direct.MAX_ROUTES + 9}", None)  # the newest are kept
