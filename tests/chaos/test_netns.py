@@ -193,9 +193,8 @@ def test_an_isolated_leader_is_replaced_and_rejoins_after_heal(
     assert elected_after < 10
     assert not [r for h in HOSTS for r in net.rules(h) if "DROP" in r]
     assert connects(net, followers[0], node.host, node.grpc_port)
-    # The old leader kept campaigning while cut off, so its term is the highest: on its
-    # return it deposes the new leader (pysyncobj has no pre-vote) and requests meet a
-    # leader change for a moment.
+    # With pre-vote the old leader's term did not move while it was cut off; it rejoins
+    # as a follower (requests may still meet a leader change for a moment).
     assert round_trip(net, cluster, "netns-healed", "after", within_s=15) == ["after"]
     status = cluster.status()
     assert status["shards"][0]["leader"] in status["shards"][0]["replicas"]

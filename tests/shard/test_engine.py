@@ -61,7 +61,7 @@ def test_the_applied_index_is_the_raft_index_and_reads_see_acknowledged_writes(
         await asyncio.gather(*(api.create_queue(f"q{i}") for i in range(20)))
         urls, _ = await api.list_queues()
         assert len(urls) == 20
-        # pysyncobj counts an entry applied just after our apply returns, in its own thread.
+        # The replica counts an entry applied just after the state machine's apply returns.
         for _ in range(500):
             if engine.applied_index == engine.replica.raftLastApplied:
                 break

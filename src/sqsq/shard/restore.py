@@ -8,15 +8,15 @@ and SHA-256, which a restore checks before it trusts a byte.
 
 **How a restored replica starts.** A checkpoint is the state machine's store, whose ``Meta``
 records the Raft index of the last entry applied to it (``applied_index``), so that entries
-replayed from the journal after a restart are skipped. A restored shard has no journal: it
-is a new Raft group (new members, new addresses), and pysyncobj starts an empty journal at
-index 1. Every replica of the shard is therefore given the same checkpoint with its applied
-index set back to 0: each starts from the same state with the same empty log, which is a
-sound start for a group (all members agree on every index, and on the state before the
-first one). The index is the Raft log's position and nothing else in the state refers to it
-(records, receipt handles, fencing and sequence numbers are counters of their own, restored
-as they were). The replica's ``member`` file is written too: it holds the shard's state and
-votes from its first start (it is not a wiped replica that must catch up as a learner).
+replayed from the Raft log after a restart are skipped. A restored shard has no log: it is a
+new Raft group (new members, new addresses), whose log starts empty. Every replica of the
+shard is therefore given the same checkpoint with its applied index set back to 0: each
+starts from the same state with the same empty log, which is a sound start for a group (all
+members agree on every index, and on the state before the first one). The index is the Raft
+log's position and nothing else in the state refers to it (records, receipt handles, fencing
+and sequence numbers are counters of their own, restored as they were). The replica's
+``member`` file is written too: it forms the group from its first start (it is not a wiped
+replica that must learn the group from a leader).
 
 The secret is restored with the data: receipt handles are signed with it, so handles given
 out before the backup still delete their messages, and the store records a fingerprint of

@@ -3,9 +3,10 @@ snapshots of that store for Raft's log compaction and catch-up.
 
 Every replica applies the same entries in log order through ``core.apply`` and writes the
 entry's Raft index in the same atomic batch (``Meta.applied_index``), so an entry replayed
-after a restart (the journal is replayed from its last snapshot) is skipped, never applied
-twice. The writes are not fsynced: the Raft journal is what is durable, and a restart replays
-whatever the store lost.
+after a restart (the Raft log is replayed from the store's applied index) is skipped, never
+applied twice. The writes are not fsynced: the Raft log and the snapshot files are what is
+durable, and a restart replays whatever the store lost (from the newest snapshot, if the
+store fell behind it).
 
 A command whose apply raises would stop every replica that applies it, and again after each
 restart: the leader proves each command on a scratch transaction before proposing it
@@ -13,7 +14,7 @@ restart: the leader proves each command on a scratch transaction before proposin
 same (its failure depends on what was in flight) stops the replica with a ``PoisonEntry``
 naming the shard, the index and the command; docs/operations.md says how to recover.
 
-A snapshot is a file: a header (the store's applied index, pysyncobj's own raft data) and a
+A snapshot is a file: a header (the store's applied index) and a
 tar of a store checkpoint (for RocksDB hard-linked SSTs, so taking one is cheap; the copy into
 the tar is not). A replica adopts a snapshot only if it is ahead of its own store.
 """
@@ -137,7 +138,7 @@ class CurrentStore:
 
 
 class ShardMachine:
-    """``StateMachine`` for ``raft.ShardReplica``: runs in the replica's tick thread."""
+    """What a ``RaftReplica`` applies committed entries to (in a worker thread)."""
 
     def __init__(self, directory: Path, config: ShardConfig, *, memory: bool = False) -> None:
         self.directory = directory
