@@ -37,11 +37,14 @@ from sqsq.cli.localprocs import (
     Wrap,
     free_port,
     free_port_range,
+    reserve_ports,
     terminate,
     wait_for_port,
 )
 
 READY_TIMEOUT_S = 90.0
+DEFAULT_GRPC_PORT = 7400  # the gateway's, as `sqsq server`'s
+DEFAULT_HTTP_PORT = 9324
 LOOPBACK = "127.0.0.1"
 SEED_FILE = "restore-seed.json"  # `sqsq restore --cluster-dir`: records for the new etcd
 
@@ -103,18 +106,76 @@ class GatewayProcess:
         return f"http://{self.host}:{self.http_port}"
 
 
+class ClusterDirError(OSError):
+    """A ``--dir`` that cannot be started: half-written, another version's, or in use."""
+
+
+#: What ``cluster.json`` looks like; a directory written in another format is refused, not
+#: guessed at (its ports and node ids are what the partition map and Raft groups remember).
+LAYOUT_FORMAT = 1
+
+
+def read_layout(root: Path) -> dict[str, Any] | None:
+    """The cluster a directory holds (its ``cluster.json``), or None for a new one;
+    ``ClusterDirError`` for a directory that cannot be started again as it is."""
+    path = root / "cluster.json"
+    if not path.exists():
+        if (root / "etcd").exists():
+            raise ClusterDirError(
+                f"{root} has etcd data but no cluster.json: a half-written cluster whose "
+                "node ids and ports are lost; remove it or use another --dir")
+        return None
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ClusterDirError(f"{path} is half-written or damaged ({exc}); remove {root} "
+                              "or use another --dir") from None
+    if not isinstance(info, dict) or info.get("format") != LAYOUT_FORMAT:
+        found = info.get("format") if isinstance(info, dict) else None
+        raise ClusterDirError(
+            f"{path} was written by another version of sqsq (cluster directory format "
+            f"{found!r}, this one starts format {LAYOUT_FORMAT}): start it with that version, "
+            "or use another --dir")
+    try:
+        for n in info["nodes"]:
+            n["id"], n["grpc_port"], n["raft_port"], n["metrics_port"]  # noqa: B018
+        info["etcd"]["client_port"], info["etcd"]["peer_port"]  # noqa: B018
+        info["gateway"]["grpc_port"], info["gateway"]["http_port"]  # noqa: B018
+        info["gateway"]["metrics_port"], info["shards"], info["partitions"]  # noqa: B018
+    except (KeyError, TypeError) as exc:
+        raise ClusterDirError(f"{path} is half-written or damaged (no {exc}); remove "
+                              f"{root} or use another --dir") from None
+    return info
+
+
 class LocalCluster:
     """etcd, ``nodes`` nodes and a gateway under ``root``, all on 127.0.0.1 unless a
-    ``placement`` says where each runs."""
+    ``placement`` says where each runs.
 
-    def __init__(self, root: Path, *, nodes: int = 3, shards: int = 1, partitions: int = 1,
+    A ``root`` that already holds a cluster (its ``cluster.json``) is that cluster again:
+    the same node ids, ports and data, so the partition map and the Raft groups, which
+    remember addresses, find every member where it was. ``nodes``, ``shards`` and
+    ``partitions`` then default to the recorded ones and must match them if given; gateway
+    ports given override the recorded ones (the gateway keeps no state)."""
+
+    def __init__(self, root: Path, *, nodes: int | None = None, shards: int | None = None,
+                 partitions: int | None = None,
                  gateway_grpc_port: int | None = None, gateway_http_port: int | None = None,
                  node_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
                  placement: Placement | None = None) -> None:
         self.root = root.resolve()
         self.placement = placement
-        self.shards = shards
-        self.partitions = partitions
+        self.layout = read_layout(self.root)
+        recorded = self.layout or {}
+        for what, given, had in (("nodes", nodes, len(recorded.get("nodes", ()))),
+                                 ("shards", shards, recorded.get("shards")),
+                                 ("partitions", partitions, recorded.get("partitions"))):
+            if self.layout is not None and given is not None and given != had:
+                raise ClusterDirError(
+                    f"{self.root} holds a cluster with {what} {had}, not {given}: leave "
+                    f"--{what} out to start it again, or use another --dir")
+        self.shards = shards or recorded.get("shards") or 1
+        self.partitions = partitions or recorded.get("partitions") or 1
         self.node_args = node_args
         self.env = dict(os.environ if env is None else env)
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
@@ -123,15 +184,32 @@ class LocalCluster:
             fd = os.open(self.secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(os.urandom(32))
-        self.etcd = EtcdProcess(self.root / "etcd", host=self._address("etcd"),
-                                wrap=self._wrap("etcd"))
-        self.nodes = [NodeProcess(f"n{i + 1}", self.root / f"n{i + 1}", free_port(),
-                                  free_port_range(shards), host=self._address(f"n{i + 1}"))
-                      for i in range(nodes)]
+        if self.layout is None:
+            self.etcd = EtcdProcess(self.root / "etcd", host=self._address("etcd"),
+                                    wrap=self._wrap("etcd"))
+            self.nodes = [NodeProcess(f"n{i + 1}", self.root / f"n{i + 1}", free_port(),
+                                      free_port_range(self.shards),
+                                      host=self._address(f"n{i + 1}"))
+                          for i in range(nodes or 3)]
+            gateway = {"grpc_port": gateway_grpc_port, "http_port": gateway_http_port}
+        else:
+            e, g = recorded["etcd"], recorded["gateway"]
+            self.etcd = EtcdProcess(self.root / "etcd", e["client_port"], e["peer_port"],
+                                    host=self._address("etcd"), wrap=self._wrap("etcd"))
+            self.nodes = [NodeProcess(n["id"], self.root / n["id"], n["grpc_port"],
+                                      n["raft_port"], host=self._address(n["id"]),
+                                      metrics_port=n["metrics_port"])
+                          for n in recorded["nodes"]]
+            gateway = {"grpc_port": gateway_grpc_port or g["grpc_port"],
+                       "http_port": gateway_http_port or g["http_port"],
+                       "metrics_port": g["metrics_port"]}
+            reserve_ports([self.etcd.client_port, self.etcd.peer_port, *gateway.values(),
+                           *(p for n in self.nodes for p in (
+                               n.grpc_port, n.metrics_port,
+                               *range(n.raft_port, n.raft_port + self.shards)))])
         self.supervisor_pid: int | None = None  # `cluster up`'s, which `restart` signals
         self.gateway = GatewayProcess(host=self._address("gateway"), **{
-            k: v for k, v in (("grpc_port", gateway_grpc_port),
-                              ("http_port", gateway_http_port)) if v is not None})
+            k: v for k, v in gateway.items() if v is not None})
 
     # -- processes -------------------------------------------------------------------------
 
@@ -176,7 +254,10 @@ class LocalCluster:
         wait_for_port(g.grpc_port, g.proc, host=g.host, wrap=self._wrap("gateway"))
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> LocalCluster:
-        """Everything, then wait until every shard has a leader; writes cluster.json."""
+        """Everything, then wait until every shard has a leader. ``cluster.json`` is written
+        before the first process starts (so a cluster whose first start failed halfway can
+        be started again as itself) and again with the pids once it is ready."""
+        self.write_json()
         try:
             self.etcd.start()
             self.load_seed()
@@ -242,6 +323,33 @@ class LocalCluster:
             raise OSError(f"sqsq cluster status failed ({out.returncode}): {out.stderr}")
         return json.loads(out.stdout)
 
+    def names(self) -> list[str]:
+        """Every process of the cluster by name: "etcd", the node ids, "gateway"."""
+        return ["etcd", *(n.node_id for n in self.nodes), "gateway"]
+
+    def process(self, name: str) -> subprocess.Popen | None:
+        if name == "etcd":
+            return self.etcd.proc
+        if name == "gateway":
+            return self.gateway.proc
+        return self.node(name).proc
+
+    def node(self, node_id: str) -> NodeProcess:
+        found = next((n for n in self.nodes if n.node_id == node_id), None)
+        if found is None:
+            raise KeyError(f"no process {node_id!r} in this cluster "
+                           f"(it has {', '.join(self.names())})")
+        return found
+
+    def start_process(self, name: str) -> None:
+        """Start ``name`` (see ``names``) again, with the same identity, ports and data."""
+        if name == "etcd":
+            self.etcd.start()
+        elif name == "gateway":
+            self.start_gateway()
+        else:
+            self.start_node(self.node(name))
+
     def kill9(self, proc: subprocess.Popen | None) -> None:
         if proc is not None and proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
@@ -271,17 +379,19 @@ class LocalCluster:
     def write_json(self) -> Path:
         path = self.root / "cluster.json"
         body = {
+            "format": LAYOUT_FORMAT,
             "gateway": {"pid": self.gateway.proc.pid if self.gateway.proc else None,
                         "grpc_port": self.gateway.grpc_port,
                         "http_port": self.gateway.http_port,
                         "metrics_port": self.gateway.metrics_port},
             "etcd": {"pid": self.etcd.proc.pid if self.etcd.proc else None,
-                     "client_port": self.etcd.client_port},
+                     "client_port": self.etcd.client_port, "peer_port": self.etcd.peer_port},
             "nodes": [{"id": n.node_id, "pid": n.proc.pid if n.proc else None,
                        "grpc_port": n.grpc_port, "raft_port": n.raft_port,
                        "metrics_port": n.metrics_port, "data_dir": str(n.root)}
                       for n in self.nodes],
             "shards": self.shards,
+            "partitions": self.partitions,
             "supervisor_pid": self.supervisor_pid,
         }
         tmp = path.with_suffix(".tmp")
@@ -330,14 +440,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p = subparsers.add_parser("cluster", help="run a local cluster, or show its state")
     sub = p.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
     up = sub.add_parser("up", help="start etcd, the nodes and a gateway in the foreground")
-    up.add_argument("--nodes", type=int, default=3, help="how many nodes (at least 3)")
-    up.add_argument("--shards", type=int, default=1, help="how many shards")
-    up.add_argument("--partitions", type=int, default=1,
-                    help="partitions of a new queue (each on its own shard)")
+    up.add_argument("--nodes", type=int, default=None,
+                    help="how many nodes (at least 3; default 3, or the directory's)")
+    up.add_argument("--shards", type=int, default=None,
+                    help="how many shards (default 1, or the directory's)")
+    up.add_argument("--partitions", type=int, default=None,
+                    help="partitions of a new queue, each on its own shard (default 1, or "
+                         "the directory's)")
     up.add_argument("--dir", type=Path, default=Path("./cluster"),
-                    help="where data, logs and cluster.json go")
-    up.add_argument("--grpc-port", type=int, default=7400, help="the gateway's gRPC port")
-    up.add_argument("--http-port", type=int, default=9324, help="the gateway's SQS HTTP port")
+                    help="where data, logs and cluster.json go; a directory that holds a "
+                         "cluster starts that cluster again")
+    up.add_argument("--grpc-port", type=int, default=None,
+                    help="the gateway's gRPC port (default 7400, or the directory's)")
+    up.add_argument("--http-port", type=int, default=None,
+                    help="the gateway's SQS HTTP port (default 9324, or the directory's)")
+    up.add_argument("--restart", choices=("no", "on-failure"), default="no",
+                    help="a process that dies: left down (default; `cluster start-node` "
+                         "starts it) or started again after a back-off (1 s doubling to 30 s)")
     up.set_defaults(handler=cmd_up, needs_client=False)
     st = sub.add_parser("status", help="nodes, shards with their leaders, queues")
     st.add_argument("--dir", type=Path, default=Path("./cluster"),
@@ -354,23 +473,41 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     rs.add_argument("--dir", type=Path, default=Path("./cluster"),
                     help="the directory of the running `cluster up`")
     rs.set_defaults(handler=rolling.cmd_restart, needs_client=False)
+    from sqsq.cli import supervisor
+
+    supervisor.add_parser(sub)
     return p
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    if args.nodes < 3:
+    from sqsq.cli.supervisor import Supervisor, running_supervisor, start_on_signal
+
+    if args.nodes is not None and args.nodes < 3:
         print("sqsq cluster up: error: a shard has three replicas: --nodes must be at least 3",
               file=sys.stderr)
         return 2
-    if not 1 <= args.shards <= 64 or args.partitions < 1:
+    if not 1 <= (args.shards or 1) <= 64 or (args.partitions or 1) < 1:
         print("sqsq cluster up: error: --shards is 1..64 and --partitions at least 1",
               file=sys.stderr)
         return 2
-    cluster = LocalCluster(args.dir, nodes=args.nodes, shards=args.shards,
-                           partitions=args.partitions, gateway_grpc_port=args.grpc_port,
-                           gateway_http_port=args.http_port)
+    pid = running_supervisor(args.dir)
+    if pid is not None:
+        print(f"sqsq cluster up: error: the cluster in {args.dir} is already running "
+              f"(`sqsq cluster up`, pid {pid})", file=sys.stderr)
+        return 1
+    new = not (args.dir / "cluster.json").exists()  # a new one gets the usual ports
+    try:
+        cluster = LocalCluster(
+            args.dir, nodes=args.nodes, shards=args.shards, partitions=args.partitions,
+            gateway_grpc_port=args.grpc_port or (DEFAULT_GRPC_PORT if new else None),
+            gateway_http_port=args.http_port or (DEFAULT_HTTP_PORT if new else None))
+    except ClusterDirError as exc:
+        print(f"sqsq cluster up: error: {exc}", file=sys.stderr)
+        return 1
+    again = cluster.layout is not None
     stop = _stop_on_signals()
     restart = rolling.restart_on_signal()
+    start_asked = start_on_signal()
     cluster.supervisor_pid = os.getpid()
     try:
         cluster.start()
@@ -379,21 +516,24 @@ def cmd_up(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     g = cluster.gateway
-    print(f"sqsq cluster: {len(cluster.nodes)} nodes, {cluster.shards} shards; gateway gRPC "
-          f"on {g.endpoint}, SQS HTTP API on {g.http_url}; etcd on {cluster.etcd.endpoint}; "
-          f"{cluster.root / 'cluster.json'} written, logs in {cluster.root / 'logs'}. "
+    print(f"sqsq cluster: {'started again: ' if again else ''}{len(cluster.nodes)} nodes "
+          f"({', '.join(n.node_id for n in cluster.nodes)}), {cluster.shards} "
+          f"shard{'s' if cluster.shards > 1 else ''} of three replicas; gateway gRPC on "
+          f"{g.endpoint}, SQS HTTP API on {g.http_url}; etcd on "
+          f"{cluster.etcd.endpoint}; {cluster.root / 'cluster.json'} written, logs in "
+          f"{cluster.root / 'logs'}. A process that dies is reported and "
+          f"{'started again' if args.restart == 'on-failure' else 'left down'}; "
           "Ctrl-C stops everything.", flush=True)
+    supervisor = Supervisor(cluster, restart=args.restart == "on-failure")
     try:
         while not stop.wait(0.5):
             if restart.is_set():
                 restart.clear()
                 rolling.serve_restart(cluster)
-            dead = [n.node_id for n in cluster.nodes if not n.alive]
-            if g.proc is not None and g.proc.poll() is not None:
-                dead.append("gateway")
-            if dead:
-                print(f"sqsq cluster: not running any more: {', '.join(dead)}", flush=True)
-                break
+            supervisor.check()  # a death is reported before a start-node for it is served
+            if start_asked.is_set():
+                start_asked.clear()
+                supervisor.serve_start_request()
     finally:
         print("sqsq cluster: stopping", flush=True)
         cluster.stop()
@@ -412,18 +552,28 @@ def _stop_on_signals() -> Any:
 
 def cmd_status(args: argparse.Namespace) -> int:
     path = args.dir / "cluster.json"
-    try:
-        if args.etcd:
-            status = read_status(args.etcd, replicas=args.replicas)
-        else:
+    if args.etcd:
+        where = f"the etcd at {args.etcd}"
+    else:
+        try:
             info = json.loads(path.read_text())
-            status = read_status(f"127.0.0.1:{info['etcd']['client_port']}",
-                                 replicas=args.replicas)
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"sqsq cluster status: error: {args.etcd or path}: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # noqa: BLE001 - etcd unreachable: say so in one line
-        print(f"sqsq cluster status: error: etcd does not answer: {exc}", file=sys.stderr)
+            args.etcd = f"127.0.0.1:{info['etcd']['client_port']}"
+        except FileNotFoundError:
+            print(f"sqsq cluster status: error: there is no cluster in {args.dir} (no "
+                  f"cluster.json; `sqsq cluster up --dir {args.dir}` starts one)",
+                  file=sys.stderr)
+            return 1
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"sqsq cluster status: error: {path}: {exc}", file=sys.stderr)
+            return 1
+        where = f"the cluster in {args.dir}"
+    try:
+        status = read_status(args.etcd, replicas=args.replicas)
+    except Exception:  # noqa: BLE001 - etcd unreachable: say so in one line
+        hint = "" if where.startswith("the etcd") else \
+            f" (its etcd on {args.etcd} does not answer); start it with: sqsq cluster up " \
+            f"--dir {args.dir}"
+        print(f"sqsq cluster status: {where} is not running{hint}", file=sys.stderr)
         return 1
     if args.as_json:
         print(json.dumps(status, indent=2))

@@ -59,6 +59,11 @@ def free_port(attempts: int = 100) -> int:
 _HANDED_OUT: deque[int] = deque(maxlen=4096)
 
 
+def reserve_ports(ports: list[int]) -> None:
+    """Ports a restarted cluster takes again (its recorded ones): never handed out here."""
+    _HANDED_OUT.extend(ports)
+
+
 def free_port_range(count: int, attempts: int = 100) -> int:
     """The first of ``count`` consecutive free ports (a node's Raft ports: base + shard),
     none of them handed out by this process lately."""
