@@ -20,7 +20,7 @@ from dataclasses import asdict
 from typing import Any
 
 from sqsq.cli import backup as backup_cli
-from sqsq.cli import cluster as cluster_cli
+from sqsq.cli import clustercmd as cluster_cli
 from sqsq.cli import export as export_cli
 from sqsq.client import Client, Message
 from sqsq.errors import QueueError, ServiceUnavailable
