@@ -3,7 +3,7 @@ show (a kill -9 of a leader, of a follower, of the gateway, of etcd), each repor
 line and started again with ``cluster start-node``; Ctrl-C stops everything, and a second
 ``cluster up`` on the same directory is the same cluster, with its queues and messages.
 
-One cluster (three nodes, one shard) is shared by the module's tests, in order.
+One cluster (three nodes, four shards: what ``make cluster`` starts) is shared by the module's tests, in order.
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ from sqsq.client import Client
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterUp]:
     root = tmp_path_factory.mktemp("up") / "cluster"
+    # as `make cluster` starts one (the default shards), on ports of the test's own
     c = ClusterUp(root, "--grpc-port", str(free_port()), "--http-port", str(free_port()))
     c.start()
+    assert "3 nodes (n1, n2, n3), 4 shards of three replicas" in c.wait_for("Ctrl-C")
     yield c
     c.stop()
 
@@ -124,7 +126,7 @@ def test_ctrl_c_stops_everything_and_up_on_the_same_directory_is_the_same_cluste
 
     up.args = ()  # as a user would type it: the directory says the rest
     up.start()
-    assert "started again: 3 nodes (n1, n2, n3)" in up.wait_for("Ctrl-C")
+    assert "started again: 3 nodes (n1, n2, n3), 4 shards" in up.wait_for("Ctrl-C")
     again = up.info()
     for key in ("etcd", "gateway"):
         assert {k: v for k, v in again[key].items() if k != "pid"} == \

@@ -323,6 +323,16 @@ class LocalCluster:
             raise OSError(f"sqsq cluster status failed ({out.returncode}): {out.stderr}")
         return json.loads(out.stdout)
 
+    def port_uses(self) -> list[tuple[int, str]]:
+        """Every port the cluster's processes listen on, with what for."""
+        g = self.gateway
+        return [(self.etcd.client_port, "etcd client"), (self.etcd.peer_port, "etcd peer"),
+                (g.grpc_port, "gateway gRPC"), (g.http_port, "gateway SQS HTTP"),
+                (g.metrics_port, "gateway metrics"),
+                *((p, f"{n.node_id} {use}") for n in self.nodes for p, use in (
+                    (n.grpc_port, "gRPC"), (n.metrics_port, "metrics"),
+                    *((n.raft_port + s, f"Raft, shard {s}") for s in range(self.shards))))]
+
     def names(self) -> list[str]:
         """Every process of the cluster by name: "etcd", the node ids, "gateway"."""
         return ["etcd", *(n.node_id for n in self.nodes), "gateway"]

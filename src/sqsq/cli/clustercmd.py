@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from sqsq.cli import rolling
-from sqsq.cli.cluster import ClusterDirError, LocalCluster, read_status
+from sqsq.cli.cluster import LOOPBACK, ClusterDirError, LocalCluster, read_status
+from sqsq.cli.localprocs import port_taken
 
 DEFAULT_GRPC_PORT = 7400  # the gateway's, as `sqsq server`'s
 DEFAULT_HTTP_PORT = 9324
+DEFAULT_SHARDS = 4  # a new cluster shows sharding: queues land on different shards
 
 
 # -- the commands ----------------------------------------------------------------------------
@@ -28,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     up.add_argument("--nodes", type=int, default=None,
                     help="how many nodes (at least 3; default 3, or the directory's)")
     up.add_argument("--shards", type=int, default=None,
-                    help="how many shards (default 1, or the directory's)")
+                    help="how many shards (default 4, or the directory's)")
     up.add_argument("--partitions", type=int, default=None,
                     help="partitions of a new queue, each on its own shard (default 1, or "
                          "the directory's)")
@@ -83,13 +85,18 @@ def cmd_up(args: argparse.Namespace) -> int:
     new = not (args.dir / "cluster.json").exists()  # a new one gets the usual ports
     try:
         cluster = LocalCluster(
-            args.dir, nodes=args.nodes, shards=args.shards, partitions=args.partitions,
+            args.dir, nodes=args.nodes, shards=args.shards or (DEFAULT_SHARDS if new else None),
+            partitions=args.partitions,
             gateway_grpc_port=args.grpc_port or (DEFAULT_GRPC_PORT if new else None),
             gateway_http_port=args.http_port or (DEFAULT_HTTP_PORT if new else None))
     except ClusterDirError as exc:
         print(f"sqsq cluster up: error: {exc}", file=sys.stderr)
         return 1
     again = cluster.layout is not None
+    taken = port_taken(LOOPBACK, cluster.port_uses())
+    if taken is not None:
+        print(f"sqsq cluster up: error: {taken}", file=sys.stderr)
+        return 1
     stop = _stop_on_signals()
     restart = rolling.restart_on_signal()
     start_asked = start_on_signal()

@@ -87,6 +87,36 @@ def free_port_range(count: int, attempts: int = 100) -> int:
     raise OSError(f"no {count} consecutive free ports found")
 
 
+def port_taken(host: str, ports: list[tuple[int, str]]) -> str | None:
+    """The first of ``ports`` ((port, what it is for)) that another process listens on, as
+    one line naming the port and its use; None if each can be bound now (0: any port).
+
+    A server finds out for itself only when it binds, and not every one says so: pysyncobj
+    retries a Raft port in use forever, silently (shards were once left without a leader for
+    minutes with no error anywhere), and a node binds its Raft ports only once the
+    controller gives it shards. So a process checks all its ports before it starts."""
+    import errno
+
+    seen: dict[int, str] = {}
+    for port, use in ports:
+        if not port:
+            continue
+        if port in seen:
+            return f"port {port} is given twice: for {seen[port]} and for {use}"
+        seen[port] = use
+        try:
+            with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+                # as the servers bind: a port left in TIME_WAIT by the process's previous
+                # life is free; one that something listens on is not
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind((host.strip("[]"), port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"port {port} on {host} ({use}) is in use by another process"
+            # no such address here, and the like: the server itself says what is wrong
+    return None
+
+
 def wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float = 30.0, *,
                   host: str = "127.0.0.1", wrap: Wrap | None = None) -> None:
     if wrap is not None:

@@ -98,9 +98,27 @@ def _json_default(value: Any) -> Any:
 # -- handlers ------------------------------------------------------------------------------
 
 
+def _ports_taken(name: str, host: str, ports: list[tuple[int, str]],
+                 args: argparse.Namespace) -> bool:
+    """Whether one of a server process's ports (with its metrics and frame ports) is in
+    use; if so, says which in one line (``localprocs.port_taken``)."""
+    from sqsq.cli.localprocs import port_taken
+
+    frame = os.environ.get("SQSQ_FRAME_PORT", "")
+    ports = [*ports, (args.metrics_port or 0, "metrics and health"),
+             (int(frame) if frame.isdigit() else 0, "frame connections")]
+    taken = port_taken(host, ports)
+    if taken is not None:
+        print(f"{name}: error: {taken}", file=sys.stderr)
+    return taken is not None
+
+
 def cmd_server(args: argparse.Namespace) -> int:
     from sqsq.cli.server import serve  # lazy: the CLI's client commands need no server code
 
+    if _ports_taken("sqsq server", args.host, [(args.grpc_port, "gRPC"),
+                                               (args.http_port, "SQS HTTP")], args):
+        return 1
     try:
         result = serve(
             data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port,
@@ -128,6 +146,11 @@ def cmd_node(args: argparse.Namespace) -> int:
     if args.etcd is not None and not args.node_id:
         print("sqsq node: error: --etcd needs --node-id", file=sys.stderr)
         return 2
+    shards = args.shards if args.etcd is not None else 1
+    raft = [(args.raft_port + s, f"Raft, shard {s}" if args.etcd else "Raft")
+            for s in range(shards)]
+    if _ports_taken("sqsq node", args.host, [(args.grpc_port, "gRPC"), *raft], args):
+        return 1
     return serve_node(
         data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port,
         raft_port=args.raft_port, peers=args.peers, bootstrap=args.bootstrap,
@@ -146,6 +169,9 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         print("sqsq gateway: error: give either --etcd (route over a cluster) or --backend "
               "(one node)", file=sys.stderr)
         return 2
+    if _ports_taken("sqsq gateway", args.host, [(args.grpc_port, "gRPC"),
+                                                 (args.http_port, "SQS HTTP")], args):
+        return 1
     return serve_gateway(
         backend=args.backend, etcd=args.etcd, partitions=args.partitions, host=args.host,
         grpc_port=args.grpc_port,
