@@ -3,7 +3,8 @@ show (a kill -9 of a leader, of a follower, of the gateway, of etcd), each repor
 line and started again with ``cluster start-node``; Ctrl-C stops everything, and a second
 ``cluster up`` on the same directory is the same cluster, with its queues and messages.
 
-One cluster (three nodes, four shards: what ``make cluster`` starts) is shared by the module's tests, in order.
+One cluster (three nodes, four shards: what ``make cluster`` starts) is shared by the
+module's tests, in order.
 """
 
 from __future__ import annotations
