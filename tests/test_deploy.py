@@ -12,7 +12,6 @@ import io
 import json
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import tomllib
@@ -228,20 +227,55 @@ def test_etcd_flags_exist_in_the_same_etcd_line() -> None:
     assert not unknown, f"not etcd {tag.group(1)} flags: {sorted(unknown)}"
 
 
-def test_healthchecks_work() -> None:
-    """A python one-liner (python is in the image) that connects to the service's gRPC
-    port: it passes against a listening socket and fails against a closed port."""
+def test_healthchecks_ask_readyz() -> None:
+    """A python one-liner (python is in the image) that asks the service's /readyz on its
+    metrics port: it passes on 200 and fails on 503 (up, not ready) and on a closed port."""
+    import http.server
+    import threading
+
+    class Ready(http.server.BaseHTTPRequestHandler):
+        ready = True
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            ok = self.path == "/readyz" and Ready.ready
+            self.send_response(200 if ok else 503)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
     for name, args in [(n, _node(n)) for n in NODES] + [("gateway", _gateway())]:
         test = _service(name)["healthcheck"]["test"]
-        assert test[:3] == ["CMD", "python", "-c"] and test[4] == str(args.grpc_port), name
-        with socket.socket() as listener:
-            listener.bind(("127.0.0.1", 0))
-            listener.listen()
-            port = listener.getsockname()[1]
-            up = subprocess.run([sys.executable, "-c", test[3], str(port)], timeout=30)
-        down = subprocess.run([sys.executable, "-c", test[3], str(port)],
-                              capture_output=True, timeout=30)
-        assert up.returncode == 0 and down.returncode != 0, name
+        assert test[:3] == ["CMD", "python", "-c"] and test[4] == str(args.metrics_port), name
+        with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ready) as server:
+            port = str(server.server_address[1])
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            Ready.ready = True
+            ready = subprocess.run([sys.executable, "-c", test[3], port],
+                                   capture_output=True, timeout=30)
+            Ready.ready = False
+            not_ready = subprocess.run([sys.executable, "-c", test[3], port],
+                                       capture_output=True, timeout=30)
+            server.shutdown()
+        down = subprocess.run([sys.executable, "-c", test[3], port], capture_output=True,
+                              timeout=30)
+        assert ready.returncode == 0, (name, ready.stderr)
+        assert not_ready.returncode != 0 and down.returncode != 0, name
+
+
+def test_the_build_context_is_what_the_image_copies() -> None:
+    """The root's .dockerignore lets in what the Dockerfile copies and nothing else."""
+    rules = [r for r in (REPO / ".dockerignore").read_text().splitlines()
+             if r and not r.startswith("#")]
+    assert rules[0] == "*"
+    copied = {rest.split()[0] for instruction, rest in _dockerfile() if instruction == "COPY"}
+    assert {r[1:] for r in rules if r.startswith("!")} == copied
+
+
+def test_the_readme_names_the_dockerfile_where_it_is() -> None:
+    text = (DEPLOY / "README.md").read_text()
+    assert "deploy/Dockerfile" in text and "at the repository root" not in text
+    assert not re.search(r"\bissue \d+", text, re.IGNORECASE)
 
 
 # -- the image -------------------------------------------------------------------------------
