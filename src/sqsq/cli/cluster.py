@@ -431,7 +431,11 @@ def read_status(etcd_endpoint: str, *, replicas: bool = False) -> dict[str, Any]
         return {"leader": leader.node_id if leader else None,
                 "applied_epoch": snapshot.leaders[shard_id].epoch if leader else None}
 
-    nodes = [{"id": n, "alive": n in snapshot.nodes, "grpc": snapshot.members[n].grpc_address}
+    from sqsq.control.balance import leaders_per_node
+
+    led = leaders_per_node(snapshot)
+    nodes = [{"id": n, "alive": n in snapshot.nodes, "grpc": snapshot.members[n].grpc_address,
+              "leads": led.get(n, [])}
              for n in sorted(snapshot.members)]
     return {
         "nodes": nodes,

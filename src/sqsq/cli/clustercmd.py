@@ -171,7 +171,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(status, indent=2))
         return 0
     for n in status["nodes"]:
-        print(f"node {n['id']}: {'alive' if n['alive'] else 'DOWN'} ({n['grpc']})")
+        leads = f", leads {len(n['leads'])} shard{'s' if len(n['leads']) != 1 else ''}" \
+            if n["alive"] else ""
+        print(f"node {n['id']}: {'alive' if n['alive'] else 'DOWN'} ({n['grpc']}){leads}")
     for s in status["shards"]:
         print(f"shard {s['id']}: leader {s['leader'] or '-'}, replicas "
               f"{', '.join(s['replicas'])} (epoch {s['epoch']})")
