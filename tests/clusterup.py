@@ -78,8 +78,10 @@ class ClusterUp:
 
     def pid(self, name: str) -> int:
         info = self.info()
-        if name in ("etcd", "gateway"):
+        if name == "gateway":
             return info[name]["pid"]
+        if name.startswith("etcd"):
+            return next(e["pid"] for e in info["etcd_members"] if e["name"] == name)
         return next(n["pid"] for n in info["nodes"] if n["id"] == name)
 
     @property
@@ -91,7 +93,9 @@ class ClusterUp:
         return f"http://127.0.0.1:{self.info()['gateway']['http_port']}"
 
     def status(self) -> dict[str, Any]:
-        return read_status(f"127.0.0.1:{self.info()['etcd']['client_port']}")
+        info = self.info()
+        return read_status(",".join(f"127.0.0.1:{e['client_port']}"
+                                    for e in info.get("etcd_members") or [info["etcd"]]))
 
     def ready(self) -> dict[str, Any] | None:
         """The status once every node is alive and every shard has a leader."""

@@ -27,6 +27,7 @@ from sqsq.cli.main import build_parser, cmd_gateway, cmd_node
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 NODES = ("n1", "n2", "n3")
+ETCDS = ("etcd1", "etcd2", "etcd3")
 
 
 def _compose() -> dict[str, Any]:
@@ -113,7 +114,7 @@ def _etcd_flags(command: list[str]) -> dict[str, str]:
 
 def test_services() -> None:
     compose = _compose()
-    assert {"etcd", "gateway", *NODES} <= set(compose["services"])
+    assert {*ETCDS, "gateway", *NODES} <= set(compose["services"])
     for name in (*NODES, "gateway"):
         service = compose["services"][name]
         assert service["build"]["dockerfile"] == "deploy/Dockerfile"
@@ -199,21 +200,35 @@ def test_host_ports_do_not_clash() -> None:
     assert len(taken) == len(set(taken))
 
 
-def test_etcd() -> None:
-    service = _service("etcd")
-    flags = _etcd_flags(service["command"])
-    assert flags["--advertise-client-urls"] == "http://etcd:2379"
-    assert "0.0.0.0:2379" in flags["--listen-client-urls"]
-    data = [str(v).split(":") for v in service["volumes"]]
-    assert [flags["--data-dir"]] == [target for source, target in data
-                                     if source in _compose()["volumes"]]
-    assert any(container == 2379 for _, _, container in _published(service))
+def test_etcd_members() -> None:
+    """Three members that name each other, each with its data in a volume of its own and
+    answering to the alias "etcd" too, which is what the nodes and the gateway are given
+    (sqsq's etcd client spreads over every address a name resolves to)."""
+    compose, volumes = _compose(), set()
+    peers = {name: f"http://{name}:2380" for name in ETCDS}
+    for name in ETCDS:
+        service = _service(name)
+        flags = _etcd_flags(service["command"])
+        assert flags["--name"] == name
+        assert flags["--advertise-client-urls"] == f"http://{name}:2379"
+        assert flags["--initial-advertise-peer-urls"] == peers[name]
+        assert "0.0.0.0:2379" in flags["--listen-client-urls"]
+        assert dict(p.split("=", 1) for p in flags["--initial-cluster"].split(",")) == peers
+        assert "etcd" in service["networks"]["default"]["aliases"]
+        data = [str(v).split(":") for v in service["volumes"]]
+        (volume,) = [source for source, target in data if target == flags["--data-dir"]]
+        assert volume in compose["volumes"]
+        volumes.add(volume)
+        for dependent in (*NODES, "gateway"):
+            assert _service(dependent)["depends_on"][name] == {"condition": "service_healthy"}
+    assert len(volumes) == len(ETCDS)
+    assert any(container == 2379 for _, _, container in _published(_service("etcd1")))
 
 
 def test_etcd_flags_exist_in_the_same_etcd_line() -> None:
     """The flags are checked against the etcd the tests run (Debian's etcd-server), which
     must be of the image's minor version."""
-    service = _service("etcd")
+    service = _service("etcd1")
     tag = re.fullmatch(r"v(\d+\.\d+)\.\d+", service["image"].rpartition(":")[2])
     assert tag, service["image"]
     etcd = etcd_binary()

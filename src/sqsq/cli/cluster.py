@@ -120,7 +120,7 @@ def read_layout(root: Path) -> dict[str, Any] | None:
     ``ClusterDirError`` for a directory that cannot be started again as it is."""
     path = root / "cluster.json"
     if not path.exists():
-        if (root / "etcd").exists():
+        if (root / "etcd").exists() or (root / "etcd1").exists():
             raise ClusterDirError(
                 f"{root} has etcd data but no cluster.json: a half-written cluster whose "
                 "node ids and ports are lost; remove it or use another --dir")
@@ -139,7 +139,8 @@ def read_layout(root: Path) -> dict[str, Any] | None:
     try:
         for n in info["nodes"]:
             n["id"], n["grpc_port"], n["raft_port"], n["metrics_port"]  # noqa: B018
-        info["etcd"]["client_port"], info["etcd"]["peer_port"]  # noqa: B018
+        for e in info.get("etcd_members") or [info["etcd"]]:
+            e["client_port"], e["peer_port"]  # noqa: B018
         info["gateway"]["grpc_port"], info["gateway"]["http_port"]  # noqa: B018
         info["gateway"]["metrics_port"], info["shards"], info["partitions"]  # noqa: B018
     except (KeyError, TypeError) as exc:
@@ -159,7 +160,7 @@ class LocalCluster:
     ports given override the recorded ones (the gateway keeps no state)."""
 
     def __init__(self, root: Path, *, nodes: int | None = None, shards: int | None = None,
-                 partitions: int | None = None,
+                 partitions: int | None = None, etcd_members: int | None = None,
                  gateway_grpc_port: int | None = None, gateway_http_port: int | None = None,
                  node_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
                  placement: Placement | None = None) -> None:
@@ -167,7 +168,9 @@ class LocalCluster:
         self.placement = placement
         self.layout = read_layout(self.root)
         recorded = self.layout or {}
+        had_etcd = len(recorded.get("etcd_members") or [recorded.get("etcd")])
         for what, given, had in (("nodes", nodes, len(recorded.get("nodes", ()))),
+                                 ("etcd-members", etcd_members, had_etcd),
                                  ("shards", shards, recorded.get("shards")),
                                  ("partitions", partitions, recorded.get("partitions"))):
             if self.layout is not None and given is not None and given != had:
@@ -185,17 +188,16 @@ class LocalCluster:
             with os.fdopen(fd, "wb") as f:
                 f.write(os.urandom(32))
         if self.layout is None:
-            self.etcd = EtcdProcess(self.root / "etcd", host=self._address("etcd"),
-                                    wrap=self._wrap("etcd"))
+            self.etcds = self._etcd_members([{} for _ in range(etcd_members or 1)])
             self.nodes = [NodeProcess(f"n{i + 1}", self.root / f"n{i + 1}", free_port(),
                                       free_port_range(self.shards),
                                       host=self._address(f"n{i + 1}"))
                           for i in range(nodes or 3)]
             gateway = {"grpc_port": gateway_grpc_port, "http_port": gateway_http_port}
         else:
-            e, g = recorded["etcd"], recorded["gateway"]
-            self.etcd = EtcdProcess(self.root / "etcd", e["client_port"], e["peer_port"],
-                                    host=self._address("etcd"), wrap=self._wrap("etcd"))
+            g = recorded["gateway"]
+            self.etcds = self._etcd_members(recorded.get("etcd_members") or
+                                            [recorded["etcd"]])
             self.nodes = [NodeProcess(n["id"], self.root / n["id"], n["grpc_port"],
                                       n["raft_port"], host=self._address(n["id"]),
                                       metrics_port=n["metrics_port"])
@@ -203,13 +205,39 @@ class LocalCluster:
             gateway = {"grpc_port": gateway_grpc_port or g["grpc_port"],
                        "http_port": gateway_http_port or g["http_port"],
                        "metrics_port": g["metrics_port"]}
-            reserve_ports([self.etcd.client_port, self.etcd.peer_port, *gateway.values(),
+            reserve_ports([*(p for e in self.etcds for p in (e.client_port, e.peer_port)),
+                           *gateway.values(),
                            *(p for n in self.nodes for p in (
                                n.grpc_port, n.metrics_port,
                                *range(n.raft_port, n.raft_port + self.shards)))])
         self.supervisor_pid: int | None = None  # `cluster up`'s, which `restart` signals
         self.gateway = GatewayProcess(host=self._address("gateway"), **{
             k: v for k, v in gateway.items() if v is not None})
+
+    def _etcd_members(self, recorded: list[dict[str, Any]]) -> list[EtcdProcess]:
+        """One etcd, or the members of an etcd cluster (etcd1, etcd2, ...: a majority of
+        them keeps the partition map available), on the recorded ports if any."""
+        names = ["etcd"] if len(recorded) == 1 else [f"etcd{i + 1}" for i in
+                                                      range(len(recorded))]
+        members = [EtcdProcess(self.root / name, host=self._address(name), wrap=self._wrap(name),
+                               **({"client_port": r["client_port"], "peer_port": r["peer_port"]}
+                                  if r else {}),
+                               **({} if len(recorded) == 1 else {"name": name}))
+                   for name, r in zip(names, recorded, strict=True)]
+        if len(members) > 1:
+            everyone = ",".join(f"{m.name}={m.peer_url}" for m in members)
+            for m in members:
+                m.initial_cluster = everyone
+        self.etcd = members[0]
+        return members
+
+    @property
+    def etcd_endpoint(self) -> str:
+        """What the nodes and the gateway are given: every etcd member's client address."""
+        return ",".join(e.endpoint for e in self.etcds)
+
+    def etcd_name(self, member: EtcdProcess) -> str:
+        return member.data_dir.name
 
     # -- processes -------------------------------------------------------------------------
 
@@ -237,7 +265,7 @@ class LocalCluster:
 
     def start_node(self, node: NodeProcess) -> None:
         node.proc = self._spawn(node.node_id, [
-            "node", "--etcd", self.etcd.endpoint, "--node-id", node.node_id,
+            "node", "--etcd", self.etcd_endpoint, "--node-id", node.node_id,
             "--data-dir", str(node.root), "--host", node.host,
             "--grpc-port", str(node.grpc_port), "--raft-port", str(node.raft_port),
             "--shards", str(self.shards), "--initial-nodes", str(len(self.nodes)),
@@ -248,7 +276,7 @@ class LocalCluster:
     def start_gateway(self) -> None:
         g = self.gateway
         g.proc = self._spawn("gateway", [
-            "gateway", "--etcd", self.etcd.endpoint, "--host", g.host,
+            "gateway", "--etcd", self.etcd_endpoint, "--host", g.host,
             "--grpc-port", str(g.grpc_port), "--http-port", str(g.http_port),
             "--partitions", str(self.partitions), "--metrics-port", str(g.metrics_port)])
         wait_for_port(g.grpc_port, g.proc, host=g.host, wrap=self._wrap("gateway"))
@@ -259,7 +287,10 @@ class LocalCluster:
         be started again as itself) and again with the pids once it is ready."""
         self.write_json()
         try:
-            self.etcd.start()
+            for member in self.etcds:  # all running before any can serve
+                member.launch()
+            for member in self.etcds:
+                member.wait_serving()
             self.load_seed()
             for node in self.nodes:
                 self.start_node(node)
@@ -285,7 +316,7 @@ class LocalCluster:
         from sqsq.control.etcd import CasConflict, Etcd
 
         async def put() -> None:
-            async with Etcd(self.etcd.endpoint, retry_for_s=10.0) as etcd:
+            async with Etcd(self.etcd_endpoint, retry_for_s=10.0) as etcd:
                 for record in seed["records"]:
                     value = json.dumps(record["value"], separators=(",", ":"),
                                        sort_keys=True).encode()
@@ -313,11 +344,11 @@ class LocalCluster:
     def status(self, *, replicas: bool = False) -> dict[str, Any]:
         """The partition map's view; with ``replicas``, each live node's replica states."""
         if self.placement is None:
-            return read_status(self.etcd.endpoint, replicas=replicas)
+            return read_status(self.etcd_endpoint, replicas=replicas)
         # This process may have no route to etcd: ask from the placement's client host.
         argv = self.placement.command("client", [
             sys.executable, "-m", "sqsq.cli.main", "cluster", "status", "--etcd",
-            self.etcd.endpoint, "--json", *(["--replicas"] if replicas else [])])
+            self.etcd_endpoint, "--json", *(["--replicas"] if replicas else [])])
         out = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=60)
         if out.returncode != 0:
             raise OSError(f"sqsq cluster status failed ({out.returncode}): {out.stderr}")
@@ -326,7 +357,8 @@ class LocalCluster:
     def port_uses(self) -> list[tuple[int, str]]:
         """Every port the cluster's processes listen on, with what for."""
         g = self.gateway
-        return [(self.etcd.client_port, "etcd client"), (self.etcd.peer_port, "etcd peer"),
+        return [*((p, f"{self.etcd_name(e)} {use}") for e in self.etcds for p, use in (
+                    (e.client_port, "client"), (e.peer_port, "peer"))),
                 (g.grpc_port, "gateway gRPC"), (g.http_port, "gateway SQS HTTP"),
                 (g.metrics_port, "gateway metrics"),
                 *((p, f"{n.node_id} {use}") for n in self.nodes for p, use in (
@@ -334,12 +366,14 @@ class LocalCluster:
                     *((n.raft_port + s, f"Raft, shard {s}") for s in range(self.shards))))]
 
     def names(self) -> list[str]:
-        """Every process of the cluster by name: "etcd", the node ids, "gateway"."""
-        return ["etcd", *(n.node_id for n in self.nodes), "gateway"]
+        """Every process of the cluster by name: "etcd" (or "etcd1", "etcd2", ... for the
+        members of an etcd cluster), the node ids, "gateway"."""
+        return [*map(self.etcd_name, self.etcds), *(n.node_id for n in self.nodes), "gateway"]
 
     def process(self, name: str) -> subprocess.Popen | None:
-        if name == "etcd":
-            return self.etcd.proc
+        member = next((e for e in self.etcds if self.etcd_name(e) == name), None)
+        if member is not None:
+            return member.proc
         if name == "gateway":
             return self.gateway.proc
         return self.node(name).proc
@@ -353,8 +387,9 @@ class LocalCluster:
 
     def start_process(self, name: str) -> None:
         """Start ``name`` (see ``names``) again, with the same identity, ports and data."""
-        if name == "etcd":
-            self.etcd.start()
+        member = next((e for e in self.etcds if self.etcd_name(e) == name), None)
+        if member is not None:
+            member.start()
         elif name == "gateway":
             self.start_gateway()
         else:
@@ -374,8 +409,9 @@ class LocalCluster:
         self.terminate(self.gateway.proc)
         for node in self.nodes:
             self.terminate(node.proc)
-        if self.etcd.proc is not None:
-            self.etcd.stop()
+        for member in self.etcds:
+            if member.proc is not None:
+                member.stop()
 
     def rolling_restart(self, *, timeout_s: float = READY_TIMEOUT_S,
                         report: Callable[[dict[str, Any]], None] = lambda step: None
@@ -388,14 +424,16 @@ class LocalCluster:
 
     def write_json(self) -> Path:
         path = self.root / "cluster.json"
+        etcds = [{"name": self.etcd_name(e), "pid": e.proc.pid if e.proc else None,
+                  "client_port": e.client_port, "peer_port": e.peer_port} for e in self.etcds]
         body = {
             "format": LAYOUT_FORMAT,
             "gateway": {"pid": self.gateway.proc.pid if self.gateway.proc else None,
                         "grpc_port": self.gateway.grpc_port,
                         "http_port": self.gateway.http_port,
                         "metrics_port": self.gateway.metrics_port},
-            "etcd": {"pid": self.etcd.proc.pid if self.etcd.proc else None,
-                     "client_port": self.etcd.client_port, "peer_port": self.etcd.peer_port},
+            "etcd": etcds[0],
+            "etcd_members": etcds,
             "nodes": [{"id": n.node_id, "pid": n.proc.pid if n.proc else None,
                        "grpc_port": n.grpc_port, "raft_port": n.raft_port,
                        "metrics_port": n.metrics_port, "data_dir": str(n.root)}

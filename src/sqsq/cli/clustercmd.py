@@ -18,6 +18,7 @@ from sqsq.cli.localprocs import port_taken
 
 DEFAULT_GRPC_PORT = 7400  # the gateway's, as `sqsq server`'s
 DEFAULT_HTTP_PORT = 9324
+DEFAULT_ETCD_MEMBERS = 3  # the map stays available while one of them is down
 DEFAULT_SHARDS = 4  # a new cluster shows sharding: queues land on different shards
 
 
@@ -34,6 +35,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     up.add_argument("--partitions", type=int, default=None,
                     help="partitions of a new queue, each on its own shard (default 1, or "
                          "the directory's)")
+    up.add_argument("--etcd-members", type=int, default=None, choices=(1, 3, 5),
+                    help="etcd members holding the partition map (default 3, or the "
+                         "directory's): a majority of them keeps it available")
     up.add_argument("--dir", type=Path, default=Path("./cluster"),
                     help="where data, logs and cluster.json go; a directory that holds a "
                          "cluster starts that cluster again")
@@ -87,6 +91,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         cluster = LocalCluster(
             args.dir, nodes=args.nodes, shards=args.shards or (DEFAULT_SHARDS if new else None),
             partitions=args.partitions,
+            etcd_members=args.etcd_members or (DEFAULT_ETCD_MEMBERS if new else None),
             gateway_grpc_port=args.grpc_port or (DEFAULT_GRPC_PORT if new else None),
             gateway_http_port=args.http_port or (DEFAULT_HTTP_PORT if new else None))
     except ClusterDirError as exc:
@@ -112,7 +117,7 @@ def cmd_up(args: argparse.Namespace) -> int:
           f"({', '.join(n.node_id for n in cluster.nodes)}), {cluster.shards} "
           f"shard{'s' if cluster.shards > 1 else ''} of three replicas; gateway gRPC on "
           f"{g.endpoint}, SQS HTTP API on {g.http_url}; etcd on "
-          f"{cluster.etcd.endpoint}; {cluster.root / 'cluster.json'} written, logs in "
+          f"{cluster.etcd_endpoint}; {cluster.root / 'cluster.json'} written, logs in "
           f"{cluster.root / 'logs'}. A process that dies is reported and "
           f"{'started again' if args.restart == 'on-failure' else 'left down'}; "
           "Ctrl-C stops everything.", flush=True)
@@ -149,7 +154,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         try:
             info = json.loads(path.read_text())
-            args.etcd = f"127.0.0.1:{info['etcd']['client_port']}"
+            args.etcd = ",".join(f"127.0.0.1:{e['client_port']}"
+                                 for e in info.get("etcd_members") or [info["etcd"]])
         except FileNotFoundError:
             print(f"sqsq cluster status: error: there is no cluster in {args.dir} (no "
                   f"cluster.json; `sqsq cluster up --dir {args.dir}` starts one)",

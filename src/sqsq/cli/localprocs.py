@@ -230,6 +230,8 @@ class EtcdProcess:
     proc: subprocess.Popen | None = None
     host: str = "127.0.0.1"
     wrap: Wrap | None = None
+    name: str = "sqsq-test"
+    initial_cluster: str | None = None  # name=peer_url,... of every member (None: just this)
 
     @property
     def endpoint(self) -> str:
@@ -237,25 +239,34 @@ class EtcdProcess:
 
     def command(self) -> list[str]:
         client = f"http://{self.host}:{self.client_port}"
-        peer = f"http://{self.host}:{self.peer_port}"
         argv = [
-            etcd_binary(), "--name", "sqsq-test", "--data-dir", str(self.data_dir),
+            etcd_binary(), "--name", self.name, "--data-dir", str(self.data_dir),
             "--listen-client-urls", client, "--advertise-client-urls", client,
-            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"sqsq-test={peer}", "--initial-cluster-state", "new",
+            "--listen-peer-urls", self.peer_url, "--initial-advertise-peer-urls", self.peer_url,
+            "--initial-cluster", self.initial_cluster or f"{self.name}={self.peer_url}",
+            "--initial-cluster-state", "new",
             "--logger", "zap", "--log-level", "warn",
         ]
         return argv if self.wrap is None else self.wrap(argv)
 
+    @property
+    def peer_url(self) -> str:
+        return f"http://{self.host}:{self.peer_port}"
+
     def start(self, timeout_s: float = 30.0) -> EtcdProcess:
+        self.launch()
+        self.wait_serving(timeout_s)
+        return self
+
+    def launch(self) -> None:
+        """Start the process without waiting: the members of a new etcd cluster must all
+        be running before any of them serves."""
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        self._wait_serving(timeout_s)
-        return self
 
-    def _wait_serving(self, timeout_s: float) -> None:
+    def wait_serving(self, timeout_s: float = 30.0) -> None:
         assert self.proc is not None
         url = f"http://{self.host}:{self.client_port}"
         failure = f"etcd did not serve on {self.endpoint} in {timeout_s}s"

@@ -342,7 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raft-port", type=int, required=True,
                    help="Raft port of shard 0 (shard s: this + s)")
     p.add_argument("--etcd", default=None,
-                   help="etcd host:port: join the cluster it coordinates (with --node-id)")
+                   help="etcd host:port (an etcd cluster: every member, comma-separated): join "
+                        "the cluster it coordinates (with --node-id)")
     p.add_argument("--node-id", default=None, help="this node's id in the cluster (with --etcd)")
     p.add_argument("--shards", type=int, default=1,
                    help="how many shards the cluster has (with --etcd; the controller creates "
@@ -381,7 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("gateway",
                        help="run the public HTTP and gRPC API in front of a cluster or a node")
     p.add_argument("--etcd", default=None,
-                   help="etcd host:port of the cluster to route over (its partition map)")
+                   help="etcd host:port of the cluster to route over (its partition map; an etcd "
+                        "cluster: every member, comma-separated)")
     p.add_argument("--partitions", type=int, default=1,
                    help="partitions of a new queue, each on its own shard (with --etcd)")
     p.add_argument("--backend", default=None,
