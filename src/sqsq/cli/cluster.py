@@ -71,6 +71,7 @@ class NodeProcess:
     proc: subprocess.Popen | None = None
     host: str = LOOPBACK
     metrics_port: int = field(default_factory=free_port)  # /metrics, /healthz, /readyz
+    host_label: str = ""  # the machine it stands for (--host-label): replicas go to others
 
     @property
     def endpoint(self) -> str:
@@ -161,6 +162,7 @@ class LocalCluster:
 
     def __init__(self, root: Path, *, nodes: int | None = None, shards: int | None = None,
                  partitions: int | None = None, etcd_members: int | None = None,
+                 nodes_per_host: int = 1,
                  gateway_grpc_port: int | None = None, gateway_http_port: int | None = None,
                  node_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
                  placement: Placement | None = None) -> None:
@@ -189,9 +191,12 @@ class LocalCluster:
                 f.write(os.urandom(32))
         if self.layout is None:
             self.etcds = self._etcd_members([{} for _ in range(etcd_members or 1)])
+            # Nodes on one machine stand for ``nodes_per_host`` per host: each gets the
+            # label of its pretend host, and no shard has two replicas on one.
             self.nodes = [NodeProcess(f"n{i + 1}", self.root / f"n{i + 1}", free_port(),
                                       free_port_range(self.shards),
-                                      host=self._address(f"n{i + 1}"))
+                                      host=self._address(f"n{i + 1}"),
+                                      host_label=f"host{i // nodes_per_host + 1}")
                           for i in range(nodes or 3)]
             gateway = {"grpc_port": gateway_grpc_port, "http_port": gateway_http_port}
         else:
@@ -200,8 +205,9 @@ class LocalCluster:
                                             [recorded["etcd"]])
             self.nodes = [NodeProcess(n["id"], self.root / n["id"], n["grpc_port"],
                                       n["raft_port"], host=self._address(n["id"]),
-                                      metrics_port=n["metrics_port"])
-                          for n in recorded["nodes"]]
+                                      metrics_port=n["metrics_port"],
+                                      host_label=n.get("host_label") or f"host{i + 1}")
+                          for i, n in enumerate(recorded["nodes"])]
             gateway = {"grpc_port": gateway_grpc_port or g["grpc_port"],
                        "http_port": gateway_http_port or g["http_port"],
                        "metrics_port": g["metrics_port"]}
@@ -270,7 +276,7 @@ class LocalCluster:
             "--grpc-port", str(node.grpc_port), "--raft-port", str(node.raft_port),
             "--shards", str(self.shards), "--initial-nodes", str(len(self.nodes)),
             "--secret-file", str(self.secret), "--metrics-port", str(node.metrics_port),
-            *self.node_args])
+            "--host-label", node.host_label, *self.node_args])
         wait_for_port(node.grpc_port, node.proc, host=node.host, wrap=self._wrap(node.node_id))
 
     def start_gateway(self) -> None:
@@ -436,7 +442,8 @@ class LocalCluster:
             "etcd_members": etcds,
             "nodes": [{"id": n.node_id, "pid": n.proc.pid if n.proc else None,
                        "grpc_port": n.grpc_port, "raft_port": n.raft_port,
-                       "metrics_port": n.metrics_port, "data_dir": str(n.root)}
+                       "metrics_port": n.metrics_port, "data_dir": str(n.root),
+                       "host_label": n.host_label}
                       for n in self.nodes],
             "shards": self.shards,
             "partitions": self.partitions,
@@ -473,7 +480,7 @@ def read_status(etcd_endpoint: str, *, replicas: bool = False) -> dict[str, Any]
 
     led = leaders_per_node(snapshot)
     nodes = [{"id": n, "alive": n in snapshot.nodes, "grpc": snapshot.members[n].grpc_address,
-              "leads": led.get(n, [])}
+              "leads": led.get(n, []), "host": snapshot.members[n].host_label}
              for n in sorted(snapshot.members)]
     return {
         "nodes": nodes,

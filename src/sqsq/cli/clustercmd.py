@@ -35,6 +35,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     up.add_argument("--partitions", type=int, default=None,
                     help="partitions of a new queue, each on its own shard (default 1, or "
                          "the directory's)")
+    up.add_argument("--nodes-per-host", type=int, default=1,
+                    help="nodes standing for one machine (their --host-label); no shard has "
+                         "two replicas on one (default 1)")
     up.add_argument("--etcd-members", type=int, default=None, choices=(1, 3, 5),
                     help="etcd members holding the partition map (default 3, or the "
                          "directory's): a majority of them keeps it available")
@@ -77,6 +80,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("sqsq cluster up: error: a shard has three replicas: --nodes must be at least 3",
               file=sys.stderr)
         return 2
+    hosts = -(-(args.nodes or 3) // max(args.nodes_per_host, 1))
+    if args.nodes_per_host < 1 or hosts < 3:
+        print("sqsq cluster up: error: a shard's three replicas are on three hosts: "
+              "--nodes / --nodes-per-host must make at least 3", file=sys.stderr)
+        return 2
     if not 1 <= (args.shards or 1) <= 64 or (args.partitions or 1) < 1:
         print("sqsq cluster up: error: --shards is 1..64 and --partitions at least 1",
               file=sys.stderr)
@@ -92,6 +100,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             args.dir, nodes=args.nodes, shards=args.shards or (DEFAULT_SHARDS if new else None),
             partitions=args.partitions,
             etcd_members=args.etcd_members or (DEFAULT_ETCD_MEMBERS if new else None),
+            nodes_per_host=args.nodes_per_host,
             gateway_grpc_port=args.grpc_port or (DEFAULT_GRPC_PORT if new else None),
             gateway_http_port=args.http_port or (DEFAULT_HTTP_PORT if new else None))
     except ClusterDirError as exc:
@@ -179,7 +188,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for n in status["nodes"]:
         leads = f", leads {len(n['leads'])} shard{'s' if len(n['leads']) != 1 else ''}" \
             if n["alive"] else ""
-        print(f"node {n['id']}: {'alive' if n['alive'] else 'DOWN'} ({n['grpc']}){leads}")
+        print(f"node {n['id']}: {'alive' if n['alive'] else 'DOWN'} ({n['grpc']}, host "
+              f"{n['host']}){leads}")
     for s in status["shards"]:
         print(f"shard {s['id']}: leader {s['leader'] or '-'}, replicas "
               f"{', '.join(s['replicas'])} (epoch {s['epoch']})")

@@ -155,6 +155,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port,
         raft_port=args.raft_port, peers=args.peers, bootstrap=args.bootstrap,
         etcd=args.etcd, node_id=args.node_id, shards=args.shards, advertise=args.advertise,
+        host_label=args.host_label,
         replace_after_s=args.replace_after, initial_nodes=args.initial_nodes,
         sync=not args.no_fsync, secret_file=args.secret_file,
         credentials_file=args.credentials, region=args.region, account=args.account,
@@ -354,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replace-after", type=float, default=10.0, metavar="SECONDS",
                    help="the controller moves a dead node's replicas to other nodes after "
                         "it has been gone this long (with --etcd; default 10)")
+    p.add_argument("--host-label", default="",
+                   help="the machine this node runs on (with --etcd): no two replicas of a "
+                        "shard are placed on one (default: the address it advertises)")
     p.add_argument("--advertise", default=None,
                    help="the host other nodes and gateways reach this node by (default --host)")
     p.add_argument("--peers", default=None,
