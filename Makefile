@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/sqsq/v1/*.proto)
 GEN := src/sqsq/v1/.generated
 
-.PHONY: setup server-setup system-deps run cluster test chaos lint clean bench report
+.PHONY: setup server-setup system-deps run cluster test chaos simulate lint clean bench report
 
 setup: system-deps $(STAMP) $(GEN)
 
@@ -72,6 +72,13 @@ test: setup
 # --scenario NAME --seconds N --seed S. Writes the table to docs/chaos.md.
 chaos: setup
 	PYTHONPATH=tests $(PY) -m chaos.chaosrun --seconds 60 --write-doc docs/chaos.md
+
+# The deterministic simulator of replication (sqsq.sim) over more seeds than `make test` runs:
+# every scenario, SEEDS seeds each (default 200), two processes. A failing run prints the one
+# command that replays it.
+SEEDS ?= 200
+simulate: server-setup
+	$(PY) -m sqsq.sim --seeds $(SEEDS) --jobs 2
 
 # Benchmarks against peers (installs NATS, RabbitMQ, moto first); prints, writes JSON and PNGs.
 bench: setup

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -7,6 +8,10 @@ import pytest
 
 from serverproc import GatewayProcess, ServerProcess
 from sqsq.cli.cluster import LocalCluster
+
+# Every process the tests start, and every tool they call, shares one admin credential
+# (sqsq.admincred); the tests of the credential itself take it out of a child's env.
+os.environ.setdefault("SQSQ_ADMIN_TOKEN", "tests-admin-credential-" + "0" * 32)
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,8 @@ SHARD_METADATA_KEY = "sqsq-shard"
 # gRPC metadata: the caller's region, what the SigV4 credential scope says over HTTP (absent:
 # the configured region). Queues of other regions are other queues.
 REGION_METADATA_KEY = "sqsq-region"
+# gRPC metadata: an Admin call's proof of the admin credential (``sqsq.admincred``).
+ADMIN_METADATA_KEY = "sqsq-admin"
 # gRPC trailing metadata: the SQS error code of a failure.
 ERROR_CODE_KEY = "sqs-error-code"
 # In an UNAVAILABLE failure's message: the server never started the call (it was shutting

@@ -28,6 +28,7 @@ import pytest
 
 from analytics.sparkstandalone import SparkStandalone
 from analytics.support import ARN, REPO, by, export_rows, table_rows
+from sqsq import admincred
 from sqsq.cli.cluster import LocalCluster
 from sqsq.client import Client
 from sqsq.core.receipts import shard_of_receipt_handle
@@ -134,7 +135,7 @@ def test_export_through_the_gateway_has_every_shard(cluster: LocalCluster,
 
 def _admin_error(endpoint: str, request: admin_pb2.CreateSnapshotRequest | None = None,
                  delete: str | None = None) -> grpc.RpcError:
-    with grpc.insecure_channel(endpoint) as channel:
+    with admincred.signing(grpc.insecure_channel(endpoint)) as channel:  # the env's
         admin = admin_pb2_grpc.AdminStub(channel)
         with pytest.raises(grpc.RpcError) as info:
             if delete is not None:

@@ -46,13 +46,14 @@ class Outcome:
     report: Report
     time_regressions: int
     seconds: float
+    findings: tuple[str, ...] = ()  # the scenario's own checks (clock-forward's probe)
 
     @property
     def ok(self) -> bool:
         # A message delivered again after a delete of it was accepted is an acknowledged
         # delete undone: sqsq promises that cannot happen, so it fails a run too.
         return is_ok(self.report) and self.time_regressions == 0 and \
-            self.report.resurrected == 0
+            self.report.resurrected == 0 and not self.findings
 
 
 def time_regressions(events: list[dict[str, Any]]) -> int:
@@ -112,6 +113,7 @@ def run_scenario(cc: ChaosCluster, scenario: Scenario, *, seconds: float, seed: 
                         log=workdir / f"{tag}.driver.log")
     try:
         time.sleep(WARMUP_S)  # the driver's own clock paces the load; this paces the faults
+        cc.findings.clear()
         faults = scenario.inject(cc, rng, time.monotonic() + seconds)
     finally:
         cc.recover()
@@ -127,14 +129,16 @@ def run_scenario(cc: ChaosCluster, scenario: Scenario, *, seconds: float, seed: 
         raise RuntimeError(f"the drain failed: {drained.stdout[-2000:]}")
     events = load_history(history)
     return Outcome(scenario.name, faults, check(events), time_regressions(events),
-                   time.monotonic() - began)
+                   time.monotonic() - began, tuple(cc.findings))
 
 
 def table(outcomes: list[Outcome]) -> str:
     rows = format_table((o.scenario, o.faults, o.report) for o in outcomes)
     regress = ", ".join(f"{o.scenario} {o.time_regressions}" for o in outcomes
                         if o.time_regressions)
-    return rows + (f"\nlog time ran backwards: {regress}" if regress else "") + \
+    found = "".join(f"\n{o.scenario}: {len(o.findings)} early expiries or redeliveries "
+                    f"(first: {o.findings[0]})" for o in outcomes if o.findings)
+    return rows + (f"\nlog time ran backwards: {regress}" if regress else "") + found + \
         "".join(f"\n{o.scenario}: FAILED" for o in outcomes if not o.ok)
 
 
@@ -181,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{scenario.name}: {outcome.faults} faults, "
                       f"{'ok' if outcome.ok else 'FAILED'} ({outcome.seconds:.0f} s)",
                       flush=True)
-                for detail in outcome.report.details[:10]:
+                for detail in [*outcome.findings, *outcome.report.details][:10]:
                     print(f"  {detail}", flush=True)
     print(table(outcomes))
     print(json.dumps({"faults": sum(o.faults for o in outcomes),

@@ -35,6 +35,7 @@ class ChaosCluster:
         self.cluster: LocalCluster | None = None
         self.paused: set[str] = set()
         self.stepped: set[str] = set()
+        self.findings: list[str] = []  # what a scenario's own checks found (clock-forward)
 
     # -- life --------------------------------------------------------------------------------
 

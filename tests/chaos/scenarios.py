@@ -9,12 +9,17 @@ Times are seconds of the monotonic clock. Which node or shard a fault hits is dr
 
 from __future__ import annotations
 
+import json
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from chaos import clockprobe
 from chaos.faults import ChaosCluster
+from sqsq.shard.clock import MAX_RATE_SKEW
 
 HOUR_MS = 3_600_000
 
@@ -141,6 +146,54 @@ def _clock_back(cc: ChaosCluster, rng: random.Random) -> bool:
     return True
 
 
+def _clock_forward(cc: ChaosCluster, rng: random.Random) -> bool:
+    """A follower's wall clock stepped an hour ahead and its leader killed, so the election
+    may pick it; a leader already an hour ahead is killed, so leadership moves on."""
+    found = _leader(cc, rng)
+    if not found:
+        return False
+    leader = found[1]
+    if leader not in cc.stepped:
+        sane = [n for n in cc.node_ids if n != leader and n not in cc.stepped]
+        if sane:
+            cc.step_clock(rng.choice(sane), HOUR_MS)
+    cc.kill9(leader)
+    return True
+
+
+def _clock_forward_probed(cc: ChaosCluster, rng: random.Random, until: float) -> int:
+    """``_clock_forward`` over and over while ``clockprobe`` watches a queue with 60 s
+    retention, and for a retention's length after the last fault; what it finds that the
+    clock rule forbids goes to ``cc.findings``, and so does a run in which no node an hour
+    ahead ever led."""
+    work = cc.root.parent
+    out = work / f"clockprobe-{int(time.monotonic())}.json"
+    tail_s = clockprobe.RETENTION_S + 15
+    probe = cc.net.popen("client", [
+        sys.executable, str(Path(clockprobe.__file__)), "--endpoint", cc.gateway_url,
+        "--queue", f"clock-probe-{rng.randrange(10**6)}", "--out", str(out),
+        "--seconds", str(max(0.0, until - time.monotonic()) + tail_s)],
+        log=work / "clockprobe.log")
+    faults = skewed_leaders = 0
+    while _wait(4, until):
+        if _clock_forward(cc, rng):
+            faults += 1
+            time.sleep(3)
+        cc.recover(reset_clocks=False)  # clocks stay ahead: leaders live with them
+        skewed_leaders += sum(cc.leader(s) in cc.stepped for s in range(cc.shards))
+    probe.wait(timeout=tail_s + 120)
+    if probe.returncode != 0 or not out.exists():
+        cc.findings.append(f"the clock probe failed (exit {probe.returncode})")
+        return faults
+    result = json.loads(out.read_text())
+    cc.findings += clockprobe.check(result, rate=1 + MAX_RATE_SKEW)
+    if not skewed_leaders:
+        cc.findings.append("no node an hour ahead led a shard: nothing was tested")
+    if not result["sends"]:
+        cc.findings.append("the clock probe sent nothing")
+    return faults
+
+
 def _rolling_restarts(cc: ChaosCluster, rng: random.Random, until: float) -> int:
     """``sqsq cluster restart --rolling``'s restart, over and over: every node stopped with
     SIGTERM and started again in turn, leaders last, each caught up before the next (a
@@ -190,6 +243,10 @@ SCENARIOS = [
     Scenario("clock-back", "a leader's wall clock stepped back an hour (and kept so); a "
              "stepped leader is killed, so leadership moves",
              _repeat(_clock_back, gap_s=4, hold_s=3, heal=_heal_clock)),
+    Scenario("clock-forward", "a follower's wall clock stepped an hour ahead and its leader "
+             "killed, so it may lead; a queue with 60 s retention watched for early expiry "
+             "and early redelivery",
+             _clock_forward_probed),
 ]
 
 BY_NAME = {s.name: s for s in SCENARIOS}

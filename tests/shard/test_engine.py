@@ -86,3 +86,115 @@ def test_a_command_the_log_cannot_carry_is_refused_alone(tmp_path: Path) -> None
         await engine.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_command_whose_apply_raises_is_refused_and_never_enters_the_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A poison command (here: tags that make TagQueue's apply raise) would stop every
+    replica that applies it, again after every restart. The leader proves it first: its
+    caller gets InternalError, the log names queue and action, the replica runs on."""
+    from sqsq.core import machine
+
+    real = machine.HANDLERS[c.TagQueue]
+
+    def tag(st: object, cmd: c.TagQueue, now: int) -> c.Outcome:
+        if dict(cmd.tags).get("poison"):
+            raise KeyError("a bug this input reaches")
+        return real(st, cmd, now)
+
+    monkeypatch.setitem(machine.HANDLERS, c.TagQueue, tag)
+    stopped: list[BaseException] = []
+
+    async def scenario() -> None:
+        me = Peer("127.0.0.1", 0, free_port())
+        engine = open_replica(0, tmp_path, ShardConfig(0, b"k" * 32), me, [me],
+                              ReplicaOptions(bootstrap=True, memory=True,
+                                             on_fatal=stopped.append))
+        await engine.start()
+        assert await engine.wait_leading(10.0)
+        api = ShardService(engine, Endpoint())
+        await api.create_queue("orders")
+        applied = engine.applied_index
+        poisoned, fine = await asyncio.gather(
+            engine.execute(c.TagQueue("orders", (("poison", "yes"),))),
+            engine.execute(c.TagQueue("orders", (("team", "a"),))))
+        assert isinstance(poisoned, Rejection)
+        assert poisoned.code is ErrorCode.INTERNAL_ERROR
+        assert isinstance(fine, c.Ok)
+        assert engine.applied_index == applied + 1  # the good one's entry only
+        assert stopped == [] and engine.replica.fatal is None
+        assert (await api.list_queue_tags("orders")) == {"team": "a"}
+        await engine.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refused) == 1
+    assert "TagQueue on queue 'orders'" in refused[0]
+
+
+def test_an_entry_that_raises_on_apply_names_shard_index_and_command(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sqsq.core import machine
+    from sqsq.core.entry import Entry, encode_entry
+    from sqsq.shard.statemachine import PoisonEntry, ShardMachine
+
+    def tag(st: object, cmd: c.TagQueue, now: int) -> c.Outcome:
+        raise KeyError("a bug")
+
+    monkeypatch.setitem(machine.HANDLERS, c.TagQueue, tag)
+    m = ShardMachine(tmp_path, ShardConfig(3, b"k" * 32), memory=True)
+    data = encode_entry(Entry(1000, (c.TagQueue("orders", (("a", "b"),)),)))
+    with pytest.raises(PoisonEntry, match=r"shard 3: log entry 7 \(TagQueue on queue "
+                                          r"'orders'\) failed to apply"):
+        m.apply_entry(7, data)
+    assert m.applied_index == 0
+    m.close()
+
+
+def test_a_receive_at_a_lagging_follower_answers_not_leader(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower that has not applied a queue's creation yet: a receive without
+    WaitTimeSeconds must send the client to the leader, not tell it the queue is gone."""
+    from sqsq.errors import NotLeader
+
+    async def scenario() -> None:
+        engine = await _engine(tmp_path)  # its state lacks the queue: it lags
+        api = ShardService(engine, Endpoint())
+        monkeypatch.setattr(engine.replica, "is_leader", lambda: False)
+        monkeypatch.setattr(engine.replica, "leader_address", lambda: "127.0.0.1:1")
+        with pytest.raises(NotLeader):
+            await api.receive_message("created-at-the-leader")
+        monkeypatch.undo()
+        with pytest.raises(QueueDoesNotExist):  # where it leads, the queue is looked for
+            await api.receive_message("created-at-the-leader")
+        await engine.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_receive_at_a_leader_that_has_not_applied_the_queue_yet_finds_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Just after an election, a leader's state may lack a queue created and acknowledged a
+    moment before: the receive looks for it again after a barrier instead of answering
+    NonExistentQueue from what it has applied so far."""
+    from sqsq.core.queues import queue_does_not_exist
+
+    async def scenario() -> None:
+        engine = await _engine(tmp_path)
+        api = ShardService(engine, Endpoint())
+        await api.create_queue("fresh")
+        await api.send_message_batch("fresh", [c.SendEntry("0", "hi")])
+        real, lagging = engine.query, [True]
+
+        def query(fn, *args):  # noqa: ANN001, ANN202 - the first look: not applied yet
+            if lagging:
+                lagging.pop()
+                return queue_does_not_exist()
+            return real(fn, *args)
+
+        monkeypatch.setattr(engine, "query", query)
+        assert [m.body for m in await api.receive_message("fresh")] == ["hi"]
+        await engine.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -1,5 +1,6 @@
-"""The leader's clock: the log's time never runs backwards, and a wall clock stepped back
-stalls no timer (the chaos suite's clock fault, here with clocks the test drives)."""
+"""The leader's clock, with clocks the test drives: the log's time never runs backwards, and
+a wall clock stepped back an hour, stepped forward an hour or drifting fast changes the
+log's rate by 1% at most (the rule in ``sqsq.shard.clock``)."""
 
 from __future__ import annotations
 
@@ -29,17 +30,71 @@ class Clocks:
         self.mono += ms
 
 
-def test_a_wall_clock_stepped_back_keeps_the_time_moving_at_the_real_rate() -> None:
+def test_a_wall_clock_stepped_back_an_hour_only_slows_the_log_by_one_percent() -> None:
     t = Clocks()
     clock = LeaderClock(lambda: t.wall, lambda: t.mono)
     first = clock.stamp(0)
-    assert first == t.wall
+    assert first == t.wall  # an empty log: nothing to go by but the wall clock
     t.wall -= HOUR_MS  # stepped back an hour
     t.advance(2_000)
-    assert clock.peek(first) == first + 2_000  # not frozen for an hour, not backwards
-    assert clock.stamp(first) == first + 2_000
-    t.wall += 2 * HOUR_MS  # stepped forward: the log follows (any leader would)
-    assert clock.stamp(first) == t.wall
+    assert clock.peek(first) == first + 1_980  # not frozen for an hour, not backwards
+    stamped = clock.stamp(first)
+    assert stamped == first + 1_980
+    for _ in range(100):  # and so on, for as long as the clock stays behind
+        t.advance(1_000)
+        assert clock.stamp(stamped) == stamped + 990
+        stamped += 990
+
+
+def test_a_wall_clock_stepped_forward_an_hour_only_speeds_the_log_by_one_percent() -> None:
+    t = Clocks()
+    clock = LeaderClock(lambda: t.wall, lambda: t.mono)
+    stamped = clock.stamp(0)
+    real = t.wall
+    t.wall += HOUR_MS  # stepped forward an hour: not an hour of timers at once
+    t.advance(1_000)
+    real += 1_000
+    assert clock.stamp(stamped) == stamped + 1_010
+    stamped += 1_010
+    for _ in range(100):
+        t.advance(1_000)
+        real += 1_000
+        assert clock.stamp(stamped) == stamped + 1_010
+        stamped += 1_010
+    assert stamped - real == 1_010  # 101 s later: 1.01 s ahead of real time, not an hour
+
+
+def test_a_wall_clock_drifting_fast_is_followed_up_to_one_percent() -> None:
+    t = Clocks()
+    clock = LeaderClock(lambda: t.wall, lambda: t.mono)
+    stamped = clock.stamp(0)
+    for _ in range(50):  # 0.5% fast: within the bound, followed exactly
+        t.mono += 1_000
+        t.wall += 1_005
+        assert clock.stamp(stamped) == t.wall
+        stamped = t.wall
+    for _ in range(50):  # 5% fast: followed at 1% only
+        t.mono += 1_000
+        t.wall += 1_050
+        assert clock.stamp(stamped) == stamped + 1_010
+        stamped += 1_010
+
+
+def test_a_new_leader_an_hour_ahead_starts_from_the_log_it_applied() -> None:
+    """A follower whose wall clock is an hour fast observes the log's time as it applies
+    entries; when it becomes leader, it goes on from there at the real rate, plus 1%."""
+    t = Clocks()
+    follower = LeaderClock(lambda: t.wall + HOUR_MS, lambda: t.mono)
+    log_now = t.wall
+    for _ in range(10):  # the old leader stamps real time; this replica applies it
+        t.advance(100)
+        log_now = t.wall
+        follower.observe(log_now)
+    t.advance(2_000)  # the old leader dies; an election later this one leads
+    first = follower.stamp(log_now)
+    assert first == log_now + 2_020
+    t.advance(60_000)
+    assert follower.stamp(log_now) == first + 60_600  # a 60 s retention: >= 59.4 s real
 
 
 def test_the_log_time_is_a_floor_and_peek_records_nothing() -> None:

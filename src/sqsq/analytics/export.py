@@ -22,6 +22,7 @@ from typing import Any
 
 import grpc
 
+from sqsq import admincred
 from sqsq.analytics import extract
 from sqsq.analytics.parquet import PartWriter, record_snapshot
 from sqsq.core.state import ShardConfig
@@ -164,7 +165,8 @@ def export_endpoint(
     endpoint: str, out: Path, *, include_bodies: bool = False, timeout_s: float = 60.0,
 ) -> dict[str, Any]:
     target = endpoint.removeprefix("http://").removeprefix("grpc://")
-    with grpc.insecure_channel(target) as channel:
+    # the Admin API wants the admin credential (env SQSQ_ADMIN_TOKEN / _FILE)
+    with admincred.signing(grpc.insecure_channel(target)) as channel:
         admin = admin_pb2_grpc.AdminStub(channel)
         try:
             resp = admin.CreateSnapshot(admin_pb2.CreateSnapshotRequest(), timeout=timeout_s)

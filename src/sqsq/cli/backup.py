@@ -9,8 +9,11 @@ leader after a barrier, so it holds everything acknowledged before the call), st
 checkpoints' files over the Admin API (``ReadSnapshot``: the backup is written where this
 command runs, not on the server's machine), and releases them. With them it saves the
 receipt-handle secret and, from a cluster's gateway, the partition map's shard and queue
-records. Each shard's checkpoint is its own point in time (shards are independent: no
-message is in two), taken one after the other within the call. ``manifest.json`` is written
+records. The Admin API wants the admin credential (``sqsq.admincred``): ``--admin-token
+FILE`` (the server's ``DATA_DIR/admin-token``, or the cluster directory's), else env
+``SQSQ_ADMIN_TOKEN`` / ``SQSQ_ADMIN_TOKEN_FILE``. Each shard's checkpoint is its own point in
+time (shards are independent: no message is in two), taken one after the other within the
+call. ``manifest.json`` is written
 last; see ``sqsq.shard.restore`` for the format and for how a restored replica starts.
 """
 
@@ -44,6 +47,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="gRPC address of a running server, or of a cluster's gateway")
     b.add_argument("--out", required=True, type=Path,
                    help="directory to write (must not exist, or be empty)")
+    b.add_argument("--admin-token", type=Path, default=None, metavar="FILE",
+                   help="the admin credential: the server's DATA_DIR/admin-token or the "
+                   "cluster directory's (default: env SQSQ_ADMIN_TOKEN or "
+                   "SQSQ_ADMIN_TOKEN_FILE)")
     b.set_defaults(handler=run_backup, needs_client=False)
     r = subparsers.add_parser(
         "restore", help="build a server's or a cluster's data from a backup",
@@ -63,15 +70,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 # -- backup ----------------------------------------------------------------------------------
 
-def admin_channel(endpoint: str, credentials: tuple[str, str] | None = None) -> grpc.Channel:
-    """A blocking channel for Admin calls, signed when credentials are given or in the env."""
+def admin_channel(endpoint: str, credentials: tuple[str, str] | None = None,
+                  admin_key: bytes | None = None) -> grpc.Channel:
+    """A blocking channel for Admin calls, signed when credentials are given or in the env,
+    each call proving the admin credential (``admin_key``, else the env's)."""
+    from sqsq import admincred
     from sqsq.client import _auth
 
-    return _auth.signed_channel(endpoint, _auth.resolve(credentials))
+    return admincred.signing(_auth.signed_channel(endpoint, _auth.resolve(credentials)),
+                             admin_key)
 
 
 def take_backup(endpoint: str, out: Path, *,
-                credentials: tuple[str, str] | None = None) -> dict[str, Any]:
+                credentials: tuple[str, str] | None = None,
+                admin_key: bytes | None = None) -> dict[str, Any]:
     """Back up the server or cluster at ``endpoint`` into ``out``; the manifest written."""
     from sqsq.shard import restore
     from sqsq.v1 import admin_pb2 as pb
@@ -80,7 +92,7 @@ def take_backup(endpoint: str, out: Path, *,
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BackupError(f"{out} exists and is not an empty directory")
     out.mkdir(parents=True, exist_ok=True)
-    with admin_channel(endpoint, credentials) as channel:
+    with admin_channel(endpoint, credentials, admin_key) as channel:
         admin = pb_grpc.AdminStub(channel)
         try:
             made = admin.CreateSnapshot(pb.CreateSnapshotRequest(), timeout=CALL_TIMEOUT_S)
@@ -188,9 +200,13 @@ def _rpc_message(err: grpc.RpcError) -> str:
 
 
 def run_backup(args: argparse.Namespace) -> int:
+    from sqsq import admincred
+
     try:
-        manifest = take_backup(args.backup_endpoint, args.out)
-    except (BackupError, OSError) as exc:
+        key = admincred.check_length(args.admin_token.read_bytes().strip(), args.admin_token,
+                                     "admin credential") if args.admin_token else None
+        manifest = take_backup(args.backup_endpoint, args.out, admin_key=key)
+    except (BackupError, OSError, ValueError) as exc:
         print(f"sqsq backup: error: {exc}", file=sys.stderr)
         return 1
     for s in manifest["shards"]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from sqsq import admincred
 from sqsq.cli import rolling
 from sqsq.cli.localprocs import (
     EtcdProcess,
@@ -189,6 +190,9 @@ class LocalCluster:
             fd = os.open(self.secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(os.urandom(32))
+        # one admin credential for the nodes, the gateway and this process's status calls
+        admincred.for_children(self.env, self.root)
+        admincred.use_directory(self.root)
         if self.layout is None:
             self.etcds = self._etcd_members([{} for _ in range(etcd_members or 1)])
             # Nodes on one machine stand for ``nodes_per_host`` per host: each gets the

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sqsq import admincred
 from sqsq.cli import rolling
 from sqsq.cli.cluster import LOOPBACK, ClusterDirError, LocalCluster, read_status
 from sqsq.cli.localprocs import port_taken
@@ -158,6 +159,7 @@ def _stop_on_signals() -> Any:
 
 def cmd_status(args: argparse.Namespace) -> int:
     path = args.dir / "cluster.json"
+    admincred.use_directory(args.dir)  # --replicas asks the nodes' Admin API
     if args.etcd:
         where = f"the etcd at {args.etcd}"
     else:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from sqsq import admincred
 from sqsq.api import Endpoint
 from sqsq.control.agent import NodeAgent
 from sqsq.control.controller import ControllerSettings
@@ -90,7 +91,8 @@ async def _serve(name: str, engine: ShardEngine, endpoint: Endpoint, auth: Authe
                  host: str, grpc_port: int, http_port: int | None, root: Path,
                  banner: str, registry: CollectorRegistry, ops: OpsPort | None,
                  serving: list[bool]) -> None:
-    admin = AdminService({0: engine}, root / "snapshots")
+    admin = AdminService({0: engine}, root / "snapshots",
+                         admin_key=admincred.load(root, create=True))
     service = ShardService(engine, endpoint)
     fronts = await start_fronts(
         service, auth, host, grpc_port, http_port,
@@ -142,10 +144,11 @@ async def run_server(
     root.mkdir(parents=True, exist_ok=True)
     auth = Authenticator(load_credentials(credentials_file))
     config = _config(load_secret(root / "secret"), region, account)
+    admincred.load(root, create=True)  # made now: the operator finds it before any call
     # A one-member group: its own Raft port is never dialled, so any free loopback one will do.
     me = Peer("127.0.0.1", grpc_port, 0)
     engine = open_replica(0, root / "shard-0", config, me, [me],
-                          ReplicaOptions(bootstrap=True, durable=sync,
+                          ReplicaOptions(bootstrap=True, durable=sync, bind_host=host,
                                          password=raft_password(config.secret),
                                          wall_clock_ms=clock_from_env(root)))
     registry = CollectorRegistry()
@@ -187,9 +190,10 @@ async def run_node(
         raise ValueError(f"--peers must list this node ({host}:{grpc_port}:{raft_port})")
     config = _config(_cluster_secret(secret_file), region, account)
     auth = Authenticator(load_credentials(credentials_file))
+    admincred.load(root, create=True)
     engine = open_replica(
         0, root / "shard-0", config, me, members,
-        ReplicaOptions(bootstrap=bootstrap, durable=sync,
+        ReplicaOptions(bootstrap=bootstrap, durable=sync, bind_host=host,
                        compaction_min_entries=compaction_min_entries,
                        password=raft_password(config.secret),
                        wall_clock_ms=clock_from_env(root)))
@@ -213,7 +217,8 @@ def _cluster_secret(secret_file: str | None) -> bytes:
     if not secret_path.name or not secret_path.is_file():
         raise ValueError("a node needs the cluster's receipt-handle secret: --secret-file or "
                          "SQSQ_CLUSTER_SECRET_FILE (the same file on every node)")
-    return secret_path.read_bytes()
+    return admincred.check_length(secret_path.read_bytes(), secret_path,
+                                  "cluster secret")
 
 
 async def run_cluster_node(
@@ -246,7 +251,7 @@ async def run_cluster_node(
         engine = open_replica(
             shard_id, root / f"shard-{shard_id}", config, Peer.of(me),
             [Peer.of(p) for p in peers],
-            ReplicaOptions(bootstrap=bootstrap, durable=sync,
+            ReplicaOptions(bootstrap=bootstrap, durable=sync, bind_host=host,
                            compaction_min_entries=compaction_min_entries,
                            password=raft_password(secret), wall_clock_ms=wall_clock,
                            grpc_of=lambda raft: grpc_of(shard_id, raft)))
@@ -261,7 +266,8 @@ async def run_cluster_node(
         members = agent.map.snapshot.members.values() if agent.map is not None else ()
         return next((m.grpc_address for m in members if m.raft_for(shard_id) == raft), None)
 
-    admin = AdminService(engines, root / "snapshots", cluster_node=True)
+    admin = AdminService(engines, root / "snapshots", cluster_node=True,
+                         admin_key=admincred.load(root, create=True))
     fronts = await start_fronts(
         None, auth, host, grpc_port, None,
         lambda server: admin_pb2_grpc.add_AdminServicer_to_server(admin, server),

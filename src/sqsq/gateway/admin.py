@@ -15,6 +15,10 @@
 - **ReadPartitionMap** answers the shard and queue records of the partition map this gateway
   follows (a restore recreates them in the new cluster's etcd).
 
+Every call must prove the admin credential (``sqsq.admincred``; the gateway reads it from env
+``SQSQ_ADMIN_TOKEN`` or ``SQSQ_ADMIN_TOKEN_FILE``, which ``sqsq cluster up`` sets), and the
+gateway proves the same credential to the nodes. Without one, it refuses every Admin call.
+
 A checkpoint is a directory on its node's disk, and the exporter reads it from the path it is
 given: ``sqsq export --endpoint GATEWAY`` works where the nodes' data directories are visible
 at the same paths (one machine, as ``sqsq cluster up`` runs it, or a shared filesystem).
@@ -23,29 +27,40 @@ at the same paths (one machine, as ``sqsq cluster up`` runs it, or a shared file
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 
 import grpc
 import grpc.aio
 
+from sqsq import admincred
 from sqsq.api import SHARD_METADATA_KEY
 from sqsq.client import _auth, _call
 from sqsq.control import keys
 from sqsq.errors import InternalError, QueueError
 from sqsq.gateway.auth import ERROR_CODE_KEY, GRPC_METADATA_KEY, grpc_token
 from sqsq.gateway.routing import ShardCaller, follow_leader
+from sqsq.shard.admin import require_admin
 from sqsq.v1 import admin_pb2 as pb
 from sqsq.v1 import admin_pb2_grpc as pb_grpc
 
+log = logging.getLogger("sqsq.admin")
+_FROM_ENV = object()
 CALL_TIMEOUT_S = 30.0  # one node's checkpoint (a memtable flush) is given this long
 MAX_REMEMBERED = 4096  # checkpoints whose node the gateway remembers for DeleteSnapshot
 
 
 class ClusterAdmin(pb_grpc.AdminServicer):
     def __init__(self, caller: ShardCaller, *, timeout_s: float = CALL_TIMEOUT_S,
-                 credentials: tuple[str, str] | None = None) -> None:
+                 credentials: tuple[str, str] | None = None,
+                 admin_key: bytes | None | object = _FROM_ENV) -> None:
         self.caller = caller
+        self.admin_key: bytes | None = admincred.load() if admin_key is _FROM_ENV \
+            else admin_key  # type: ignore[assignment]
+        if self.admin_key is None:
+            log.warning("no admin credential (%s or %s): every Admin call (backup, export) "
+                        "is refused", admincred.ENV_TOKEN, admincred.ENV_TOKEN_FILE)
         self.timeout_s = timeout_s
         self._creds = _auth.resolve(credentials)
         self._stubs: dict[str, tuple[grpc.aio.Channel, pb_grpc.AdminStub]] = {}
@@ -69,6 +84,7 @@ class ClusterAdmin(pb_grpc.AdminServicer):
     async def CreateSnapshot(  # noqa: N802 (gRPC method name)
         self, request: pb.CreateSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateSnapshotResponse:
+        await require_admin(context, self.admin_key, "CreateSnapshot")
         shards = self.caller.map.snapshot.shards
         wanted = sorted(set(request.shard_ids)) or sorted(shards)
         unknown = [s for s in wanted if s not in shards]
@@ -100,7 +116,8 @@ class ClusterAdmin(pb_grpc.AdminServicer):
         call = _call.Call("CreateSnapshot", request, parse=lambda r: r, retry=True,
                           min_timeout=self.timeout_s)
         route = _call.Route(",".join(self.caller.targets(shard_id)))
-        metadata = ((SHARD_METADATA_KEY, str(shard_id)),)
+        metadata = ((SHARD_METADATA_KEY, str(shard_id)),
+                    *self._admin("CreateSnapshot"))
         target, response = await follow_leader(route, call, lambda target: self._stub(
             target).CreateSnapshot(request, timeout=self.timeout_s, metadata=metadata))
         snaps = [s for s in response.snapshots if s.shard_id == shard_id]
@@ -109,13 +126,18 @@ class ClusterAdmin(pb_grpc.AdminServicer):
                                 f"with {len(response.snapshots)} entries")
         return target, snaps[0]
 
+    def _admin(self, name: str) -> tuple[tuple[str, str], ...]:
+        return admincred.metadata(self.admin_key, f"/sqsq.v1.Admin/{name}")
+
     async def _delete(self, node: str, path: str) -> None:
         await self._stub(node).DeleteSnapshot(pb.DeleteSnapshotRequest(path=path),
-                                              timeout=self.timeout_s)
+                                              timeout=self.timeout_s,
+                                              metadata=self._admin("DeleteSnapshot"))
 
     async def DeleteSnapshot(  # noqa: N802 (gRPC method name)
         self, request: pb.DeleteSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteSnapshotResponse:
+        await require_admin(context, self.admin_key, "DeleteSnapshot")
         node = self._made.get(request.path)
         if node is None:
             await context.abort(grpc.StatusCode.NOT_FOUND,
@@ -130,6 +152,7 @@ class ClusterAdmin(pb_grpc.AdminServicer):
     async def ReadSnapshot(  # noqa: N802 (gRPC method name)
         self, request: pb.ReadSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.SnapshotChunk]:
+        await require_admin(context, self.admin_key, "ReadSnapshot")
         node = self._made.get(request.path)
         if node is None:
             await context.abort(grpc.StatusCode.NOT_FOUND,
@@ -138,7 +161,8 @@ class ClusterAdmin(pb_grpc.AdminServicer):
         # the channel's token interceptor signs unary calls only.
         method = "/sqsq.v1.Admin/ReadSnapshot"
         metadata = ((GRPC_METADATA_KEY, grpc_token(*self._creds, method)),) if self._creds \
-            else None
+            else ()
+        metadata += self._admin("ReadSnapshot")
         stream = self._stub(node).ReadSnapshot(request, metadata=metadata)
         try:
             async for chunk in stream:
@@ -151,6 +175,7 @@ class ClusterAdmin(pb_grpc.AdminServicer):
     async def ReadPartitionMap(  # noqa: N802 (gRPC method name)
         self, request: pb.ReadPartitionMapRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReadPartitionMapResponse:
+        await require_admin(context, self.admin_key, "ReadPartitionMap")
         snapshot = self.caller.map.snapshot
         records = [pb.MapRecord(key=keys.shard_key(s.shard_id), value=keys.encode(s))
                    for s in sorted(snapshot.shards.values(), key=lambda s: s.shard_id)]

@@ -13,14 +13,19 @@ gateway's Admin (``sqsq.gateway.admin``) finds the leader the way it routes any 
 
 For backups (``sqsq backup``), ``ReadSnapshot`` streams a snapshot's files to the caller (and,
 when asked, the receipt-handle secret: a restore must sign and check handles with the same
-key). The Admin service sits behind the same credentials as the queue API; without any, a
-caller who reaches the port can already read and delete every message. ``ReplicaStatus``
-reports each hosted replica's Raft progress (a rolling restart waits on it).
+key). ``ReplicaStatus`` reports each hosted replica's Raft progress (a rolling restart waits
+on it).
+
+Every Admin call must prove the admin credential (``sqsq.admincred``), also when the queue
+API is open: the secret keys receipt handles and the Raft transport, whose peers unpickle
+what they are sent, so handing it out is handing out the node. A call without the proof is
+refused with PERMISSION_DENIED and one log line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import shutil
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -28,6 +33,7 @@ from pathlib import Path
 
 import grpc
 
+from sqsq import admincred
 from sqsq.api import SHARD_METADATA_KEY
 from sqsq.core import peek, records, regions
 from sqsq.core.errors import ErrorCode, Rejection
@@ -36,7 +42,9 @@ from sqsq.shard.engine import ShardEngine
 from sqsq.shard.store import MemoryStore, RocksStore
 from sqsq.v1 import admin_pb2 as pb
 from sqsq.v1 import admin_pb2_grpc as pb_grpc
-from sqsq.wire import ERROR_CODE_KEY
+from sqsq.wire import ADMIN_METADATA_KEY, ERROR_CODE_KEY
+
+log = logging.getLogger("sqsq.admin")
 
 Engines = Mapping[int, ShardEngine] | Callable[[], Mapping[int, ShardEngine]]
 CHUNK_BYTES = 1 << 20  # one ReadSnapshot message's data (gRPC's default limit is 4 MiB)
@@ -71,8 +79,9 @@ class AdminService(pb_grpc.AdminServicer):
     process leads."""
 
     def __init__(self, engines: Engines, snapshot_root: Path | str, *,
-                 cluster_node: bool = False) -> None:
+                 admin_key: bytes | None, cluster_node: bool = False) -> None:
         self._engines = engines
+        self.admin_key = admin_key  # None: every call is refused
         self.snapshot_root = Path(snapshot_root).resolve()
         self.cluster_node = cluster_node  # a node of a cluster: its gateway backs it up
 
@@ -82,6 +91,7 @@ class AdminService(pb_grpc.AdminServicer):
     async def CreateSnapshot(  # noqa: N802 (gRPC method name)
         self, request: pb.CreateSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateSnapshotResponse:
+        await require_admin(context, self.admin_key, "CreateSnapshot")
         engines = self._current()
         wanted = list(request.shard_ids) or sorted(
             s for s, e in engines.items() if e.leading_term() is not None)
@@ -128,6 +138,7 @@ class AdminService(pb_grpc.AdminServicer):
     async def DeleteSnapshot(  # noqa: N802 (gRPC method name)
         self, request: pb.DeleteSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteSnapshotResponse:
+        await require_admin(context, self.admin_key, "DeleteSnapshot")
         path = await self._own_snapshot(request.path, context)
         if path.is_dir():
             await asyncio.to_thread(shutil.rmtree, path)
@@ -141,6 +152,7 @@ class AdminService(pb_grpc.AdminServicer):
     async def ReadSnapshot(  # noqa: N802 (gRPC method name)
         self, request: pb.ReadSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.SnapshotChunk]:
+        await require_admin(context, self.admin_key, "ReadSnapshot")
         path = await self._own_snapshot(request.path, context)
         if not path.exists():
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no such snapshot: {request.path}")
@@ -165,6 +177,7 @@ class AdminService(pb_grpc.AdminServicer):
     async def ReadPartitionMap(  # noqa: N802 (gRPC method name)
         self, request: pb.ReadPartitionMapRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReadPartitionMapResponse:
+        await require_admin(context, self.admin_key, "ReadPartitionMap")
         if self.cluster_node:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 "this is a node of a cluster: back the cluster up through "
@@ -174,6 +187,7 @@ class AdminService(pb_grpc.AdminServicer):
     async def ReplicaStatus(  # noqa: N802 (gRPC method name)
         self, request: pb.ReplicaStatusRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReplicaStatusResponse:
+        await require_admin(context, self.admin_key, "ReplicaStatus")
         out = []
         for shard_id, engine in sorted(self._current().items()):
             replica = engine.replica
@@ -189,6 +203,7 @@ class AdminService(pb_grpc.AdminServicer):
     ) -> pb.PeekMessagesResponse:
         """A queue's oldest messages, read as any client read is (the leader, after a
         barrier), changing nothing: for the gateway's web console."""
+        await require_admin(context, self.admin_key, "PeekMessages")
         engine = self._current().get(_shard_named(context))
         if engine is None:
             await _abort(context, Rejection(ErrorCode.NOT_LEADER, not_leader_message(None)))
@@ -201,6 +216,29 @@ class AdminService(pb_grpc.AdminServicer):
         if isinstance(result, Rejection):
             await _abort(context, result)
         return peek_to_pb(result)
+
+
+async def require_admin(context: grpc.aio.ServicerContext, key: bytes | None,
+                        name: str) -> None:
+    """Go on only if the call proves the admin credential; else PERMISSION_DENIED and one
+    log line (who, which call, why)."""
+    method = f"/sqsq.v1.Admin/{name}"
+    value = next((v for k, v in context.invocation_metadata() or ()
+                  if k == ADMIN_METADATA_KEY), None)
+    if admincred.verify(key, value if isinstance(value, str) or value is None
+                        else value.decode(), method):
+        return
+    if key is None:
+        why = (f"this process has no admin credential (set {admincred.ENV_TOKEN_FILE} to "
+               f"the cluster's {admincred.FILE_NAME})")
+    elif value is None:
+        why = (f"the call carries no admin credential (give the tool the server's or "
+               f"cluster's {admincred.FILE_NAME}, or set {admincred.ENV_TOKEN_FILE})")
+    else:
+        why = "the admin credential does not match (or its time is off by over 5 minutes)"
+    log.warning("Admin %s from %s refused: %s", name, context.peer(), why)
+    await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"Admin {name} refused: {why}",
+                        trailing_metadata=((ERROR_CODE_KEY, "AccessDenied"),))
 
 
 def _shard_named(context: grpc.aio.ServicerContext) -> int:

@@ -1,11 +1,26 @@
 """The time a shard's leader stamps into log entries.
 
-The log's time must never run backwards (every replica applies the same ``now``), and the
-timers it drives (visibility timeouts, delays, retention) must keep running at the real rate
-even if the leader's wall clock is stepped back (NTP, an operator, a VM restored). So the
-leader's time is its wall clock, but never below the log's last time, nor below the last
-time this leader stamped plus the time elapsed since by the monotonic clock. A wall clock
-stepped forward moves the log's time forward (as it would on any leader with that clock).
+Every timer of every queue (visibility timeouts, delays, retention, deduplication windows)
+runs on the log's time, so one node's wall clock must not be able to move it. The rule:
+
+    Log time advances at the leader's monotonic rate from the last log time it knows; its
+    wall clock may pull it forward or hold it back by at most ``MAX_RATE_SKEW`` (1%) of the
+    elapsed monotonic time. It never goes below the log's last time.
+
+Concretely, a clock holds an anchor (log time ``T`` at monotonic time ``M``): the last time
+this leader stamped, or the last log time this replica saw applied, whichever came later.
+At monotonic time ``m`` (``e = m - M`` elapsed), the time is the wall clock clamped to
+``[T + e*(1 - r), T + e*(1 + r)]``, and at least the log's last time. So a node whose clock is
+an hour fast that becomes leader runs the log at most 1% fast (a 60 s retention lasts at
+least 59.4 s of real time), never an hour ahead at once; a clock stepped back an hour slows
+it by at most 1%; a clock that drifts is followed only at its drift, up to 1%.
+
+Followers observe the log's time as they apply it (``observe``), so a new leader starts from
+the log, not from its own wall clock. A replica with nothing to go by (an empty log, or a
+one-member group starting: no one else keeps the time) starts from its wall clock. A side
+effect: after every replica of a shard was down, the log's time lags the wall clock by about
+the downtime (what was in flight stays so for the rest of its timeout, not for less) and
+closes the gap at 1% of real time; SentTimestamp and the other timestamps show the lag.
 """
 
 from __future__ import annotations
@@ -16,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 Ms = Callable[[], int]
+MAX_RATE_SKEW = 0.01  # how far the wall clock may steer the log's rate, either way
 
 
 def wall_clock_ms() -> int:
@@ -27,24 +43,47 @@ def monotonic_ms() -> int:
 
 
 class LeaderClock:
-    def __init__(self, wall_ms: Ms = wall_clock_ms, mono_ms: Ms = monotonic_ms) -> None:
+    def __init__(self, wall_ms: Ms = wall_clock_ms, mono_ms: Ms = monotonic_ms,
+                 max_rate_skew: float = MAX_RATE_SKEW) -> None:
         self.wall_ms = wall_ms
         self.mono_ms = mono_ms
-        self._stamped: tuple[int, int] | None = None  # (time stamped, monotonic then)
+        self.max_rate_skew = max_rate_skew
+        self._anchor: tuple[int, int] | None = None  # (log time, monotonic then)
+
+    def _at(self, mono: int) -> tuple[int, int] | None:
+        """The anchor's projection to ``mono``: (lowest, highest) time the rule allows."""
+        if self._anchor is None:
+            return None
+        stamped, then = self._anchor
+        elapsed = max(0, mono - then)
+        slack = int(elapsed * self.max_rate_skew)
+        return stamped + elapsed - slack, stamped + elapsed + slack
+
+    def observe(self, log_now_ms: int) -> None:
+        """The log's last time, as this replica (a follower, or one starting in a group of
+        several) has applied it: a newer one than the anchor's becomes the anchor, at the
+        moment it is seen. Seen a little after it was stamped, so a new leader starts a
+        little behind real time, never ahead of it."""
+        if log_now_ms <= 0:
+            return  # an empty log says nothing about the time
+        if self._anchor is None or log_now_ms > self._anchor[0]:
+            self._anchor = (log_now_ms, self.mono_ms())
+
+    def _now(self, log_now_ms: int, mono: int) -> int:
+        wall = self.wall_ms()
+        bounds = self._at(mono)
+        now = wall if bounds is None else min(max(wall, bounds[0]), bounds[1])
+        return max(now, log_now_ms)
 
     def peek(self, log_now_ms: int) -> int:
         """The time now, given the log's last applied time; nothing is recorded."""
-        now = max(self.wall_ms(), log_now_ms)
-        if self._stamped is not None:
-            stamped, mono = self._stamped
-            now = max(now, stamped + max(0, self.mono_ms() - mono))
-        return now
+        return self._now(log_now_ms, self.mono_ms())
 
     def stamp(self, log_now_ms: int) -> int:
         """The time for an entry about to be proposed; later times build on it."""
         mono = self.mono_ms()
-        now = self.peek(log_now_ms)
-        self._stamped = (now, mono)
+        now = self._now(log_now_ms, mono)
+        self._anchor = (now, mono)
         return now
 
 

@@ -32,11 +32,11 @@ from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.machine import effective_now, sweep_needed
 from sqsq.core.state import ShardConfig, ShardState
 from sqsq.core.txn import Txn
-from sqsq.errors import not_leader_message
+from sqsq.errors import from_rejection, not_leader_message
 from sqsq.shard.clock import LeaderClock, Ms, monotonic_ms, wall_clock_ms
 from sqsq.shard.raft import Proposal, ShardReplica
 from sqsq.shard.stamp import stamp
-from sqsq.shard.statemachine import ShardMachine
+from sqsq.shard.statemachine import Installing, ShardMachine, describe
 
 log = logging.getLogger("sqsq.shard")
 T = TypeVar("T")
@@ -158,6 +158,8 @@ class ShardEngine:
 
     # ---- lifecycle ----
     async def start(self) -> None:
+        if len(self.replica.members()) > 1:  # others keep the time: start from the log's
+            self.clock.observe(self.machine.last_now_ms)
         self._loop = asyncio.get_running_loop()
         self._tasks = [asyncio.create_task(self._ticker(), name="ticker")]
 
@@ -265,9 +267,15 @@ class ShardEngine:
     def query(self, fn: Callable[..., T], *args: object) -> T:
         """A read-only question ``fn(state, *args, now)`` over this replica's applied state,
         as is: for the leader's own bookkeeping (sweep checks, a queue's wait time)."""
-        txn = Txn(self.store)
-        now = effective_now(txn, self.now_ms())
-        return fn(ShardState(txn, self.config), *args, now)
+        try:
+            with self.machine.store.reading():  # never over a store an install closed
+                txn = Txn(self.store)
+                now = effective_now(txn, self.now_ms())
+                return fn(ShardState(txn, self.config), *args, now)
+        except Installing:
+            raise from_rejection(Rejection(
+                ErrorCode.SERVICE_UNAVAILABLE,
+                "The replica is installing a snapshot. Retry the request.")) from None
 
     async def read(self, fn: Callable[..., T], *args: object) -> T | Rejection:
         """``query`` for a client: after a barrier, so it sees every write acknowledged before
@@ -301,6 +309,9 @@ class ShardEngine:
         loop = self._loop
         assert loop is not None
         now = self.clock.stamp(self.machine.last_now_ms)
+        batch = self._proven(now, batch)
+        if not batch:
+            return  # every command refused: nothing to propose
         data, batch = _encode(now, batch)
         if self.on_group_commit is not None:
             self.on_group_commit(sum(1 for cmd, _ in batch if cmd is not _BARRIER))
@@ -315,6 +326,26 @@ class ShardEngine:
             loop.call_soon_threadsafe(self._answer, proposal, status, result)
 
         self.replica.propose(data, on_done)
+
+    def _proven(self, now: int, batch: list) -> list:
+        """``batch`` less the commands whose apply raises on a scratch transaction: each is
+        answered InternalError with one log line, and never enters the log, where it would
+        stop every replica (``ShardMachine.prove``)."""
+        commands = [cmd for cmd, _ in batch if cmd is not _BARRIER]
+        if not commands:
+            return batch
+        failures = iter(self.machine.prove(now, commands))
+        kept = []
+        for cmd, fut in batch:
+            failure = None if cmd is _BARRIER else next(failures)
+            if failure is None:
+                kept.append((cmd, fut))
+                continue
+            log.error("shard %d: refused %s: its apply raises %r; it was not proposed",
+                      self.config.shard_id, describe(cmd), failure)
+            _settle(fut, Rejection(ErrorCode.INTERNAL_ERROR,
+                                   "The server could not apply the request."))
+        return kept
 
     def _answer(self, proposal: _InFlight, status: Proposal, outcomes: Any) -> None:
         """An entry's fate (or its timeout, whichever comes first): answer its commands."""
@@ -352,6 +383,10 @@ class ShardEngine:
             await asyncio.sleep(SWEEP_INTERVAL_S)
             try:
                 leads = not self._closing and self.replica.is_leader()
+                if not leads and len(self.replica.members()) > 1:
+                    # a follower keeps up with the log's time (``shard.clock``); a group of
+                    # one keeps none but its own, and starts from its wall clock
+                    self.clock.observe(self.machine.last_now_ms)
                 if leads and self.machine.recorded_fingerprint() is None:
                     await self.execute(c.Configure(self.config.fingerprint()))
                 more = leads and self.query(sweep_needed)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqsq.admincred import check_length
 from sqsq.core.state import ShardConfig
 from sqsq.shard.clock import Ms, wall_clock_ms
 from sqsq.shard.engine import ShardEngine
@@ -57,7 +58,8 @@ def parse_peers(text: str) -> list[Peer]:
 
 
 def load_secret(path: Path) -> bytes:
-    """The receipt-handle key at ``path``, made (32 random bytes, fsynced) if missing."""
+    """The receipt-handle key at ``path``, made (32 random bytes, fsynced) if missing; one
+    shorter than 32 bytes is refused (an empty file would sign every handle with no key)."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -68,7 +70,7 @@ def load_secret(path: Path) -> bytes:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         fsync_path(path.parent, directory=True)  # the rename itself must survive a crash
-    return path.read_bytes()
+    return check_length(path.read_bytes(), path, "receipt-handle secret")
 
 
 @dataclass
@@ -80,6 +82,9 @@ class ReplicaOptions:
     election_timeout_s: tuple[float, float] = (0.4, 1.2)
     on_fatal: Callable[[BaseException], None] | None = None
     password: str | None = None
+    # the address the Raft port listens on (the process's --host); None: its own Raft
+    # address's host
+    bind_host: str | None = None
     # Raft address -> gRPC address of a member (default: from the peers given; a cluster
     # node looks members up in the partition map, which knows members added later)
     grpc_of: Callable[[str | None], str | None] | None = None
@@ -97,7 +102,9 @@ def open_replica(
         directory=directory, bootstrap=options.bootstrap, durable=options.durable,
         election_timeout_s=options.election_timeout_s,
         compaction_min_entries=options.compaction_min_entries, on_fatal=options.on_fatal,
-        password=options.password)
+        password=options.password,
+        bind_address=None if options.bind_host is None
+        else f"{options.bind_host}:{me.raft_port + shard_id}")
     replica = ShardReplica(settings, machine)
     by_raft = {p.raft(shard_id): p.grpc for p in peers}
     return ShardEngine(machine, replica, clock_ms=options.wall_clock_ms,

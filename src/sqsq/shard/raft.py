@@ -111,6 +111,7 @@ class RaftSettings:
     compaction_min_entries: int = 20_000
     compaction_min_time_s: float = 600.0
     password: str | None = None
+    bind_address: str | None = None  # host:port to listen on (default: self_address)
     on_fatal: Callable[[BaseException], None] | None = None
     auto_tick: bool = True
     extra: dict = field(default_factory=dict)  # further SyncObjConf settings (tests)
@@ -175,6 +176,8 @@ class ShardReplica(SyncObj):
             logCompactionMinTime=settings.compaction_min_time_s,
             commandsWaitLeader=False, dynamicMembershipChange=True,
             password=settings.password, autoTick=settings.auto_tick,
+            # pysyncobj would listen on 0.0.0.0 given only its own address: every interface
+            bindAddress=settings.bind_address or settings.self_address,
             **settings.extra,
         )
         others = [p for p in settings.peers if p != settings.self_address]

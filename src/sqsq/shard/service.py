@@ -191,9 +191,16 @@ class ShardService:
             if rej is not None:
                 _raise(rej)
         if wait_time_seconds is None:
-            # Not a read for the client: the receive's own reply waits for its fsync.
-            attrs = self.engine.query(queries.queue_attributes, queue,
-                                      ["ReceiveMessageWaitTimeSeconds"])
+            # The queue's own wait time. Read locally only while this replica leads (the
+            # receive's own reply then waits for its fsync); a follower's state may lag, and
+            # answers NotLeader, never a queue error. A queue this leader has not found (one
+            # it has not applied yet, say just after an election) is looked for again after
+            # a barrier: the answer is NonExistentQueue only if it still is not there.
+            names = ["ReceiveMessageWaitTimeSeconds"]
+            attrs = self.engine.query(queries.queue_attributes, queue, names) \
+                if self.engine.replica.is_leader() else None
+            if attrs is None or isinstance(attrs, Rejection):
+                attrs = await self.engine.read(queries.queue_attributes, queue, names)
             if isinstance(attrs, Rejection):
                 _raise(attrs)
             wait_time_seconds = int(attrs["ReceiveMessageWaitTimeSeconds"])

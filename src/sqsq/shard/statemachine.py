@@ -7,6 +7,12 @@ after a restart (the journal is replayed from its last snapshot) is skipped, nev
 twice. The writes are not fsynced: the Raft journal is what is durable, and a restart replays
 whatever the store lost.
 
+A command whose apply raises would stop every replica that applies it, and again after each
+restart: the leader proves each command on a scratch transaction before proposing it
+(``prove``) and refuses one that raises, so it never enters the log. One that raises all the
+same (its failure depends on what was in flight) stops the replica with a ``PoisonEntry``
+naming the shard, the index and the command; docs/operations.md says how to recover.
+
 A snapshot is a file: a header (the store's applied index, pysyncobj's own raft data) and a
 tar of a store checkpoint (for RocksDB hard-linked SSTs, so taking one is cheap; the copy into
 the tar is not). A replica adopts a snapshot only if it is ahead of its own store.
@@ -21,7 +27,9 @@ import struct
 import tarfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import msgpack
 
@@ -51,11 +59,62 @@ class ConfigurationMismatch(RuntimeError):
     pass
 
 
+class PoisonEntry(RuntimeError):
+    """A committed entry whose apply raised: every replica stops at it."""
+
+
+def describe(command: c.Command) -> str:
+    """A command as an operator looks for it: its kind and the queue it names."""
+    kind = type(command).__name__
+    queue = getattr(command, "queue", None) or getattr(command, "name", None) or \
+        getattr(command, "source_arn", None)
+    return f"{kind} on queue {queue!r}" if queue else kind
+
+
+class Installing(RuntimeError):
+    """The store is being replaced by a snapshot's: read again in a moment."""
+
+
 class CurrentStore:
-    """The store, through one indirection: installing a snapshot swaps what is behind it."""
+    """The store, through one indirection: installing a snapshot swaps what is behind it.
+
+    Reads from other threads than the tick thread (the leader's queries, proofs) run inside
+    ``reading()``; the swap (``swapping()``, closing the old store and opening the new)
+    waits for those under way and refuses new ones with ``Installing`` until it is done,
+    so no read ever touches a closed RocksDB handle, and none blocks the event loop for
+    the length of an install."""
 
     def __init__(self, store: Store) -> None:
         self.inner = store
+        self._guard = threading.Condition()
+        self._readers = 0
+        self._swapping = False
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._guard:
+            if self._swapping:
+                raise Installing("the replica is installing a snapshot")
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._guard:
+                self._readers -= 1
+                if not self._readers:
+                    self._guard.notify_all()
+
+    @contextmanager
+    def swapping(self) -> Iterator[None]:
+        with self._guard:
+            self._swapping = True
+            while self._readers:
+                self._guard.wait()
+        try:
+            yield
+        finally:
+            with self._guard:
+                self._swapping = False
 
     def get(self, key: bytes) -> bytes | None:
         return self.inner.get(key)
@@ -121,8 +180,15 @@ class ShardMachine:
         entry = decode_entry(data)
         txn = Txn(self.store)
         # An exception here is a broken invariant: it propagates and stops the replica.
-        outcomes = [apply(txn, self.config, command, entry.now_ms)
-                    for command in entry.commands]
+        outcomes = []
+        for command in entry.commands:
+            try:
+                outcomes.append(apply(txn, self.config, command, entry.now_ms))
+            except Exception as exc:
+                raise PoisonEntry(
+                    f"shard {self.config.shard_id}: log entry {index} ({describe(command)}) "
+                    f"failed to apply: {exc!r}. Every replica stops at this entry; restore "
+                    f"the shard from a backup taken before it (docs/operations.md)") from exc
         meta = records.Meta.decode(txn.get(records.META_KEY))
         meta.applied_index = index
         meta.last_now_ms = max(meta.last_now_ms, entry.now_ms)
@@ -132,6 +198,38 @@ class ShardMachine:
         if any(isinstance(command, c.Configure) for command in entry.commands):
             self.check_configuration()  # a mismatch stops this replica, never diverges it
         return outcomes
+
+    def prove(self, now_ms: int, commands: list[c.Command]) -> list[Exception | None]:
+        """Apply ``commands`` to a scratch transaction over the store (nothing is written):
+        for each, what its apply raised, or None. The commands go through one transaction in
+        order, as their entry would; only if that raises is each tried alone, to name the
+        one at fault. Runs beside the tick thread's applies: a failure seen while the store
+        changed underneath (its Meta moved) is not trusted, and the command goes to the log."""
+        try:
+            with self.store.reading():
+                txn = Txn(self.store)
+                for command in commands:
+                    apply(txn, self.config, command, now_ms)
+            return [None] * len(commands)
+        except Installing:  # no leader installs a snapshot: let the log decide
+            return [None] * len(commands)
+        except Exception:  # noqa: BLE001 - find which one
+            return [self._prove_one(now_ms, command) for command in commands]
+
+    def _prove_one(self, now_ms: int, command: c.Command) -> Exception | None:
+        for _ in range(3):
+            try:
+                with self.store.reading():
+                    before = self.store.get(records.META_KEY)
+                    try:
+                        apply(Txn(self.store), self.config, command, now_ms)
+                        return None
+                    except Exception as exc:  # noqa: BLE001 - the point is to catch it
+                        if self.store.get(records.META_KEY) == before:
+                            return exc
+            except Installing:
+                return None
+        return None
 
     # ---- snapshots ----
     def write_snapshot(self, path: str, raft_data: bytes) -> Callable[[], None]:
@@ -157,12 +255,17 @@ class ShardMachine:
 
     def read_snapshot(self, path: str) -> bytes:
         with open(path, "rb") as f:
-            if f.read(len(SNAPSHOT_MAGIC)) != SNAPSHOT_MAGIC:
-                raise ValueError(f"{path}: not a sqsq snapshot")
-            (n,) = _HEADER_LEN.unpack(f.read(_HEADER_LEN.size))
-            header = msgpack.unpackb(f.read(n), raw=False)
-            if header["applied_index"] > self.applied_index:
-                self._install(f, header["applied_index"])
+            return self.install_from(f)
+
+    def install_from(self, f: BinaryIO) -> bytes:
+        """Adopt the snapshot ``write_snapshot`` wrote, read from ``f``, if it is ahead of
+        this store; its ``raft_data`` either way."""
+        if f.read(len(SNAPSHOT_MAGIC)) != SNAPSHOT_MAGIC:
+            raise ValueError(f"{getattr(f, 'name', 'snapshot')}: not a sqsq snapshot")
+        (n,) = _HEADER_LEN.unpack(f.read(_HEADER_LEN.size))
+        header = msgpack.unpackb(f.read(n), raw=False)
+        if header["applied_index"] > self.applied_index:
+            self._install(f, header["applied_index"])
         return header["raft"]
 
     def _install(self, f: object, index: int) -> None:
@@ -174,13 +277,14 @@ class ShardMachine:
             with tarfile.open(fileobj=f, mode="r|") as tar:  # type: ignore[arg-type]
                 tar.extractall(fresh, filter="data")
             _fsync_tree(fresh)
-            self.store.inner.close()
-            _remove(self._db_path)
-            os.replace(fresh / "db", self._db_path)
-            fsync_path(self.directory, directory=True)
+            with self.store.swapping():  # reads wait for nothing closed, or are refused
+                self.store.inner.close()
+                _remove(self._db_path)
+                os.replace(fresh / "db", self._db_path)
+                fsync_path(self.directory, directory=True)
+                self.store.inner = open_store(self._db_path, self.memory)
+                self._read_progress()
             _remove(fresh)
-            self.store.inner = open_store(self._db_path, self.memory)
-            self._read_progress()
             log.info("installed a snapshot at index %d (%s)", index, self.directory)
 
     def checkpoint(self, path: str) -> None:

@@ -19,6 +19,7 @@ from typing import Protocol
 import grpc
 import grpc.aio
 
+from sqsq import admincred
 from sqsq.api import SHARD_METADATA_KEY, QueueService
 from sqsq.client import _auth, _call
 from sqsq.core import peek, queries, regions
@@ -120,6 +121,7 @@ class _AdminCaller:
 
     def __init__(self, credentials: tuple[str, str] | None = None) -> None:
         self._creds = _auth.resolve(credentials)
+        self._admin_key = admincred.load()  # env: SQSQ_ADMIN_TOKEN(_FILE)
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def _stub(self, target: str) -> pb_grpc.AdminStub:
@@ -143,6 +145,7 @@ class _AdminCaller:
         call = _call.Call("PeekMessages", request, parse=lambda r: r, retry=True)
         route = _call.Route(",".join(targets))
         metadata = ((SHARD_METADATA_KEY, str(shard_id)),) if shard_id is not None else ()
+        metadata += admincred.metadata(self._admin_key, "/sqsq.v1.Admin/PeekMessages")
         _, response = await follow_leader(route, call, lambda target: self._stub(
             target).PeekMessages(request, timeout=route.attempt_timeout(call, CALL_TIMEOUT_S),
                                  metadata=metadata))

@@ -1,0 +1,218 @@
+"""The leader's half of the consensus core: replication to each follower (probe, pipeline,
+snapshot), commitment by a majority of durable copies, heartbeats, check-quorum and
+ReadIndex. ``RaftNode`` mixes it in; it is split out only to keep each file readable.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqsq.raft.progress import Progress, ProgressState
+from sqsq.raft.types import QUIESCE, Entry, EntryKind, Message, MsgType, ReadState, Role
+
+if TYPE_CHECKING:
+    from sqsq.raft.log import RaftLog
+    from sqsq.raft.types import RaftConfig
+
+
+class Leading:
+    """What a leader does; the state it reads is ``RaftNode``'s."""
+
+    id: str
+    term: int
+    role: Role
+    cfg: RaftConfig
+    log: RaftLog
+    msgs: list[Message]
+    read_states: list[ReadState]
+    progress: dict[str, Progress]
+    election_elapsed: int
+    heartbeat_elapsed: int
+    transferee: str | None
+    pending_reads: list[tuple[bytes, int, set[str]]]
+    waiting_reads: list[bytes]
+    quiesced: bool
+    idle_ticks: int
+
+    def voters(self) -> frozenset[str]: ...
+    def _become_follower(self, term: int, lead: str | None) -> None: ...
+    def _send(self, to: str, kind: MsgType, **fields: object) -> None: ...
+
+    def _tick_leader(self) -> None:
+        self.heartbeat_elapsed += 1
+        if self.election_elapsed >= self.cfg.election_ticks:
+            self.election_elapsed = 0
+            if self.cfg.check_quorum and not self._quorum_active():
+                self._become_follower(self.term, None)  # cut off from a majority: stand down
+                return
+            self.transferee = None  # a transfer not done within a timeout is given up
+        for peer, pr in self.progress.items():
+            if pr.state is ProgressState.SNAPSHOT:
+                pr.snapshot_ticks += 1
+                if pr.snapshot_ticks > 2 * self.cfg.election_ticks and peer != self.id:
+                    pr.become_probe()  # the snapshot or its answer was lost: try again
+        if self.heartbeat_elapsed >= self.cfg.heartbeat_ticks:
+            self.heartbeat_elapsed = 0
+            quiet = self._idle()
+            self._broadcast_heartbeat(QUIESCE if quiet else b"")
+            self.quiesced = quiet
+
+    def _idle(self) -> bool:
+        """Long enough with nothing to do that the group may go quiet."""
+        if not self.cfg.quiesce_after_ticks:
+            return False
+        last = self.log.last_index()
+        if (self.transferee is not None or self.pending_reads or self.waiting_reads
+                or self.log.commit != last
+                or any(pr.match != last for pr in self.progress.values())):
+            self.idle_ticks = 0
+            return False
+        self.idle_ticks += self.cfg.heartbeat_ticks
+        return self.idle_ticks >= self.cfg.quiesce_after_ticks
+
+    def _quorum_active(self) -> bool:
+        voters = self.voters()
+        active = sum(1 for p in voters
+                     if p == self.id or (p in self.progress and self.progress[p].recent_active))
+        for p, pr in self.progress.items():
+            if p != self.id:
+                pr.recent_active = False
+        return active >= len(voters) // 2 + 1
+
+    def _append_own(self, data: bytes, kind: EntryKind) -> tuple[int, int]:
+        index = self.log.last_index() + 1
+        self.log.append([Entry(index, self.term, data, kind)])
+        if kind is EntryKind.CONF:
+            self._sync_progress()
+        self._broadcast_append()
+        return self.term, index
+
+    def _sync_progress(self) -> None:
+        """The membership changed: track who joined, forget who left."""
+        members = self.log.conf().members() | {self.id}
+        for peer in members - self.progress.keys():
+            self.progress[peer] = Progress(self.log.last_index() + 1, self.cfg.max_inflight)
+        for peer in set(self.progress) - members:
+            del self.progress[peer]
+
+    def _committed_in_term(self) -> bool:
+        return self.log.term(self.log.commit) == self.term
+
+    def _maybe_commit(self) -> bool:
+        voters = self.voters()
+        matches = sorted((self.progress[p].match for p in voters if p in self.progress),
+                         reverse=True)
+        quorum = len(voters) // 2 + 1
+        if len(matches) < quorum:
+            return False
+        index = matches[quorum - 1]
+        # Only an entry of this term commits by counting (Raft's figure 8).
+        if index > self.log.commit and self.log.term(index) == self.term:
+            self.log.commit_to(index)
+            self._on_commit()
+            return True
+        return False
+
+    def _on_commit(self) -> None:
+        if self.waiting_reads and self._committed_in_term():
+            waiting, self.waiting_reads = self.waiting_reads, []
+            for context in waiting:
+                self._start_read(context)
+        if self.id not in self.log.conf().members() and (
+                self.log.last_conf_index() <= self.log.commit):
+            self._become_follower(self.term, None)  # removed, and the removal is committed
+
+    def _broadcast_append(self) -> None:
+        for peer in self.progress:
+            if peer != self.id:
+                self._send_append(peer)
+
+    def _send_append(self, peer: str, send_empty: bool = True) -> bool:
+        pr = self.progress[peer]
+        if pr.is_paused():
+            return False
+        prev = pr.next - 1
+        prev_term = self.log.term(prev)
+        if prev_term is None:
+            # The follower needs entries this log has compacted: the snapshot instead.
+            pr.become_snapshot(self.log.snapshot.index)
+            self.msgs.append(Message(MsgType.SNAPSHOT, peer, self.id, self.term,
+                                     snapshot=self.log.snapshot))
+            return False
+        last = self.log.last_index()
+        entries = (self.log.slice(pr.next, last, self.cfg.max_append_bytes)
+                   if pr.next <= last else ())
+        if not entries and not send_empty:
+            return False
+        self.msgs.append(Message(MsgType.APPEND, peer, self.id, self.term, log_term=prev_term,
+                                 index=prev, entries=entries, commit=self.log.commit))
+        pr.sent(entries[-1].index if entries else prev)
+        return bool(entries)
+
+    def _broadcast_heartbeat(self, context: bytes) -> None:
+        for peer, pr in self.progress.items():
+            if peer != self.id:
+                self.msgs.append(Message(MsgType.HEARTBEAT, peer, self.id, self.term,
+                                         commit=min(pr.match, self.log.commit),
+                                         context=context))
+
+    def _start_read(self, context: bytes) -> None:
+        if len(self.voters()) == 1 and self.id in self.voters():
+            self.read_states.append(ReadState(self.log.commit, context))
+            return
+        self.pending_reads.append((context, self.log.commit, {self.id}))
+        self._broadcast_heartbeat(context)
+
+    def _step_leader(self, m: Message) -> None:
+        pr = self.progress.get(m.frm)
+        if pr is None:
+            return
+        pr.recent_active = True
+        if m.type is MsgType.APPEND_RESP:
+            self._handle_append_resp(m, pr)
+        elif m.type is MsgType.HEARTBEAT_RESP:
+            # The follower is there: a lost probe or a full window must not stall it.
+            pr.paused = False
+            if pr.state is ProgressState.REPLICATE and pr.is_paused():
+                pr.inflight.popleft()
+            if pr.match < self.log.last_index():
+                self._send_append(m.frm)
+            if m.context:
+                self._ack_read(m.context, m.frm)
+
+    def _handle_append_resp(self, m: Message, pr: Progress) -> None:
+        if m.reject:
+            if pr.maybe_decrease(m.index, m.hint):
+                if pr.state is ProgressState.REPLICATE:
+                    pr.become_probe()
+                self._send_append(m.frm)
+            return
+        was_paused = pr.is_paused()
+        if not pr.maybe_update(m.index):
+            return
+        if pr.state is ProgressState.PROBE:
+            pr.become_replicate()
+        elif pr.state is ProgressState.SNAPSHOT and pr.match >= pr.pending_snapshot:
+            pr.become_probe()
+            pr.become_replicate()
+        if self._maybe_commit():
+            self._broadcast_append()
+        elif was_paused:
+            self._send_append(m.frm)
+        while self._send_append(m.frm, send_empty=False):
+            pass
+        if m.frm == self.transferee and pr.match == self.log.last_index():
+            self._send(m.frm, MsgType.TIMEOUT_NOW)
+
+    def _ack_read(self, context: bytes, frm: str) -> None:
+        for i, (ctx, _, acks) in enumerate(self.pending_reads):
+            if ctx != context:
+                continue
+            acks.add(frm)
+            voters = self.voters()
+            if len(acks & voters) >= len(voters) // 2 + 1:
+                # This read and every one asked before it are confirmed.
+                for ctx_done, index, _ in self.pending_reads[: i + 1]:
+                    self.read_states.append(ReadState(index, ctx_done))
+                del self.pending_reads[: i + 1]
+            return

@@ -1,0 +1,416 @@
+"""The consensus core: one replica of one Raft group, as a state machine with no I/O.
+
+Inputs are method calls: ``step`` (a message from a peer), ``tick`` (the host's clock moved
+one tick), ``propose``, ``propose_conf_change``, ``read_index``, ``transfer_leadership`` and
+``compact``. The output is a ``Ready`` (``has_ready``/``ready``/``advance``): what to persist,
+what to send, what to apply. The core keeps no clock, threads, sockets or disk; its only
+randomness is the ``random.Random`` the host passes, for election timeouts.
+
+The shape is etcd's raft (RawNode and Ready); the elections are Raft's with pre-vote and
+check-quorum; replication pipelines appends per follower (``progress``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqsq.raft.leader import Leading
+from sqsq.raft.log import RaftLog
+from sqsq.raft.progress import Progress, ProgressState
+from sqsq.raft.types import (
+    QUIESCE,
+    TRANSFER,
+    ConfChange,
+    ConfOp,
+    Entry,
+    EntryKind,
+    HardState,
+    Message,
+    MsgType,
+    RaftConfig,
+    ReadState,
+    Ready,
+    Role,
+    Safeguards,
+    SnapshotMeta,
+)
+
+if TYPE_CHECKING:
+    import random  # the host's seeded generator; the core draws nothing of its own
+
+_FROM_LEADER = {MsgType.APPEND, MsgType.HEARTBEAT, MsgType.SNAPSHOT}
+DEFAULT_CONFIG = RaftConfig()
+ALL_SAFEGUARDS = Safeguards()
+
+
+class RaftNode(Leading):
+    def __init__(self, node_id: str, *, hard_state: HardState, snapshot: SnapshotMeta,
+                 entries: tuple[Entry, ...] = (), applied: int | None = None,
+                 rng: random.Random, config: RaftConfig = DEFAULT_CONFIG,
+                 safeguards: Safeguards = ALL_SAFEGUARDS) -> None:
+        """A replica as it restarts: its durable hard state, its last snapshot's metadata
+        (index 0 with the initial membership for a new group) and the entries after it.
+        ``applied``: how far the host's state machine is (default: the snapshot)."""
+        self.id = node_id
+        self.cfg = config
+        self.guard = safeguards
+        self.rng = rng
+        self.log = RaftLog(snapshot, entries, hard_state.commit)
+        self.term = hard_state.term
+        self.vote = hard_state.vote
+        self.applied = snapshot.index if applied is None else max(applied, snapshot.index)
+        self.role = Role.FOLLOWER
+        self.lead: str | None = None
+        self.msgs: list[Message] = []
+        self.read_states: list[ReadState] = []
+        self.progress: dict[str, Progress] = {}
+        self.votes: dict[str, bool] = {}
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.timeout = 0
+        self.transferee: str | None = None
+        self.pending_reads: list[tuple[bytes, int, set[str]]] = []  # (context, index, acks)
+        self.waiting_reads: list[bytes] = []  # asked before this term's first commit
+        self.quiesced = False
+        self.idle_ticks = 0
+        self._persisted = hard_state
+        self._reset_timeout()
+
+    # ---- the host's view -------------------------------------------------------------------
+
+    def hard_state(self) -> HardState:
+        return HardState(self.term, self.vote, self.log.commit)
+
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    def voters(self) -> frozenset[str]:
+        return self.log.conf().voters
+
+    def has_ready(self) -> bool:
+        return bool(self.msgs or self.read_states or self.log.unstable_from is not None
+                    or self.log.pending_snapshot is not None
+                    or self.hard_state() != self._persisted
+                    or self.applied < min(self.log.commit, self.log.last_index()))
+
+    def ready(self) -> Ready:
+        """What to do next. The core may be stepped and ticked while the host works on it
+        (persisting takes a while); call ``advance`` with it before asking again."""
+        hs = self.hard_state()
+        snapshot, self.log.pending_snapshot = self.log.pending_snapshot, None
+        rd = Ready(
+            hard_state=hs if hs != self._persisted else None,
+            entries=self.log.take_unstable(),
+            snapshot=snapshot,
+            messages=tuple(self.msgs),
+            committed=self._committed(),
+            read_states=tuple(self.read_states),
+            leader=self.lead,
+            role=self.role,
+        )
+        self.msgs = []
+        self.read_states = []
+        return rd
+
+    def _committed(self) -> tuple[Entry, ...]:
+        lo = max(self.applied, self.log.snap.index) + 1
+        hi = min(self.log.commit, self.log.last_index())
+        return self.log.slice(lo, hi, 1 << 62) if hi >= lo else ()
+
+    def advance(self, rd: Ready) -> None:
+        """The host did what ``rd`` asked: entries and hard state are durable, the snapshot
+        installed, the committed entries applied."""
+        if rd.hard_state is not None:
+            self._persisted = rd.hard_state
+        if rd.snapshot is not None:
+            self.applied = max(self.applied, rd.snapshot.index)
+        if rd.entries:
+            self.log.stable_to(rd.entries[-1].index, rd.entries[-1].term)
+        if rd.committed:
+            self.applied = max(self.applied, rd.committed[-1].index)
+        if self.role is Role.LEADER and self.id in self.progress:
+            # A leader counts its own entries only once they are durable on its own disk.
+            self.progress[self.id].maybe_update(self.log.stable)
+            if self._maybe_commit():
+                self._broadcast_append()
+
+    # ---- inputs ----------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        if self.quiesced:
+            return  # asleep: no heartbeats, no election countdown, until woken
+        self.election_elapsed += 1
+        if self.role is Role.LEADER:
+            self._tick_leader()
+        elif self._promotable() and self.election_elapsed >= self.timeout:
+            self.election_elapsed = 0
+            self._campaign(pre=self.cfg.pre_vote, transfer=False)
+
+    def wake(self) -> None:
+        """Leave quiescence: the host saw work, or stopped hearing from the leader's node.
+        A woken leader heartbeats at once; a woken follower counts towards an election."""
+        if self.quiesced:
+            self.quiesced = False
+            self.idle_ticks = 0
+            if self.role is Role.LEADER:
+                self._broadcast_heartbeat(b"")
+
+    def propose(self, data: bytes) -> tuple[int, int] | None:
+        """Append ``data`` if this node leads; its (term, index), or None (not leading, or
+        handing leadership over). The entry is the host's once it is applied at that index
+        with that term."""
+        self.wake()
+        if self.role is not Role.LEADER or self.transferee is not None:
+            return None
+        return self._append_own(data, EntryKind.NORMAL)
+
+    def propose_conf_change(self, change: ConfChange) -> tuple[int, int] | None:
+        """One membership change; None if this node does not lead, one is still uncommitted,
+        this term has committed nothing yet, or the change makes no sense here."""
+        self.wake()
+        if self.role is not Role.LEADER or self.transferee is not None:
+            return None
+        if self.guard.one_conf_change_at_a_time and (
+                self.log.last_conf_index() > self.log.commit or not self._committed_in_term()):
+            return None
+        conf = self.log.conf()
+        if change.op is ConfOp.ADD_LEARNER and change.node in conf.members():
+            return None
+        if change.op is ConfOp.PROMOTE:
+            pr = self.progress.get(change.node)
+            # A learner votes only once it holds everything committed.
+            if change.node not in conf.learners or pr is None or pr.match < self.log.commit:
+                return None
+        if change.op is ConfOp.REMOVE and (change.node not in conf.members()
+                                           or conf.voters == {change.node}):
+            return None
+        return self._append_own(change.encode(), EntryKind.CONF)
+
+    def read_index(self, context: bytes) -> bool:
+        """Ask for a linearizable read: a ReadState with ``context`` comes out once this
+        leader has confirmed it still leads; False if it does not lead."""
+        self.wake()
+        if self.role is not Role.LEADER:
+            return False
+        if not self._committed_in_term():
+            self.waiting_reads.append(context)  # the commit index is not known to be current
+            return True
+        self._start_read(context)
+        return True
+
+    def transfer_leadership(self, target: str) -> bool:
+        if (self.role is not Role.LEADER or target == self.id or target not in self.voters()
+                or target not in self.progress):
+            return False
+        self.transferee = target
+        self.election_elapsed = 0  # a transfer that takes an election timeout is given up
+        if self.progress[target].match == self.log.last_index():
+            self._send(target, MsgType.TIMEOUT_NOW)
+        else:
+            self._send_append(target)
+        return True
+
+    def snapshot_meta(self, index: int) -> SnapshotMeta:
+        """The metadata to store with a snapshot of the state at ``index`` (applied)."""
+        self.wake()
+        if index > self.applied:
+            raise ValueError(f"no snapshot at {index}: applied only {self.applied}")
+        return self.log.meta_at(index)
+
+    def compact(self, snapshot: SnapshotMeta, keep: int = 0) -> None:
+        """The host holds ``snapshot`` durably: drop the entries it covers but the last
+        ``keep``. Followers further behind are sent that snapshot."""
+        self.log.compact(snapshot, keep)
+
+    def snapshot_failed(self, peer: str) -> None:
+        """The host could not deliver the snapshot to ``peer``: probe again."""
+        pr = self.progress.get(peer)
+        if pr is not None and pr.state is ProgressState.SNAPSHOT:
+            pr.become_probe()
+
+    def step(self, m: Message) -> None:
+        if self.quiesced and m.context != QUIESCE:
+            self.wake()  # anything but the quiet round itself is a sign of life
+        if m.term > self.term:
+            if m.type in (MsgType.VOTE, MsgType.PRE_VOTE) and m.context != TRANSFER and (
+                    self.cfg.check_quorum and self.lead is not None
+                    and self.election_elapsed < self.cfg.election_ticks):
+                return  # a leader was heard within the timeout: no vote, no new term (lease)
+            if m.type is MsgType.PRE_VOTE or (m.type is MsgType.PRE_VOTE_RESP and not m.reject):
+                pass  # a pre-vote changes nobody's term
+            else:
+                self._become_follower(m.term, m.frm if m.type in _FROM_LEADER else None)
+        elif m.term < self.term:
+            if not self.guard.stale_responses_ignored and m.type is MsgType.APPEND_RESP:
+                pass  # mutant: a stale acknowledgement is counted as if it were current
+            else:
+                if (self.cfg.check_quorum or self.cfg.pre_vote) and m.type in _FROM_LEADER:
+                    # A deposed leader learns of the new term (it would not otherwise).
+                    self._send(m.frm, MsgType.APPEND_RESP)
+                elif m.type is MsgType.PRE_VOTE:
+                    self._send(m.frm, MsgType.PRE_VOTE_RESP, reject=True)
+                return
+        if m.type in (MsgType.VOTE, MsgType.PRE_VOTE):
+            self._handle_vote(m)
+        elif self.role is Role.LEADER:
+            self._step_leader(m)
+        elif self.role in (Role.CANDIDATE, Role.PRE_CANDIDATE):
+            self._step_candidate(m)
+        else:
+            self._step_follower(m)
+
+    # ---- roles -----------------------------------------------------------------------------
+
+    def _reset(self, term: int) -> None:
+        if term != self.term:
+            self.term = term
+            self.vote = None
+        self.lead = None
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self._reset_timeout()
+        self.votes = {}
+        self.transferee = None
+        self.pending_reads = []
+        self.waiting_reads = []
+        self.quiesced = False
+        self.idle_ticks = 0
+
+    def _reset_timeout(self) -> None:
+        self.timeout = self.cfg.election_ticks + self.rng.randrange(self.cfg.election_ticks)
+
+    def _become_follower(self, term: int, lead: str | None) -> None:
+        self._reset(term)
+        self.role = Role.FOLLOWER
+        self.lead = lead
+
+    def _become_leader(self) -> None:
+        self._reset(self.term)
+        self.role = Role.LEADER
+        self.lead = self.id
+        last = self.log.last_index()
+        self.progress = {}
+        for peer in self.log.conf().members() | {self.id}:
+            self.progress[peer] = Progress(last + 1, self.cfg.max_inflight)
+        self.progress[self.id].match = self.log.stable
+        self.progress[self.id].become_replicate()
+        # The no-op: entries of earlier terms commit only with one of this term.
+        self._append_own(b"", EntryKind.NORMAL)
+
+    def _promotable(self) -> bool:
+        return self.id in self.voters()
+
+    def _campaign(self, *, pre: bool, transfer: bool) -> None:
+        if pre:
+            self._reset(self.term)
+            self.role = Role.PRE_CANDIDATE
+            term, kind = self.term + 1, MsgType.PRE_VOTE
+        else:
+            self._reset(self.term + 1)
+            self.role = Role.CANDIDATE
+            self.vote = self.id
+            term, kind = self.term, MsgType.VOTE
+        self.votes = {self.id: True}
+        if self._tally() is True:
+            return
+        for peer in sorted(self.voters() - {self.id}):
+            self.msgs.append(Message(kind, peer, self.id, term, log_term=self.log.last_term(),
+                                     index=self.log.last_index(),
+                                     context=TRANSFER if transfer else b""))
+
+    def _tally(self) -> bool | None:
+        """Count the votes: True if won (and acted on), False if lost."""
+        voters = self.voters()
+        granted = sum(1 for v, ok in self.votes.items() if ok and v in voters)
+        refused = sum(1 for v, ok in self.votes.items() if not ok and v in voters)
+        quorum = len(voters) // 2 + 1
+        if granted >= quorum:
+            if self.role is Role.PRE_CANDIDATE:
+                self._campaign(pre=False, transfer=False)
+            else:
+                self._become_leader()
+            return True
+        if refused >= quorum:
+            self._become_follower(self.term, None)
+            return False
+        return None
+
+    def _handle_vote(self, m: Message) -> None:
+        pre = m.type is MsgType.PRE_VOTE
+        can_vote = (self.vote == m.frm or (self.vote is None and self.lead is None)
+                    or (pre and m.term > self.term))
+        resp = MsgType.PRE_VOTE_RESP if pre else MsgType.VOTE_RESP
+        if can_vote and self.log.is_up_to_date(m.index, m.log_term):
+            # A pre-vote is answered in the term it asks about, so the candidate counts it.
+            self.msgs.append(Message(resp, m.frm, self.id, m.term))
+            if not pre:
+                self.election_elapsed = 0
+                self.vote = m.frm
+        else:
+            self._send(m.frm, resp, reject=True)
+
+    def _step_candidate(self, m: Message) -> None:
+        if m.type in _FROM_LEADER:
+            self._become_follower(m.term, m.frm)  # a leader of this term exists
+            self._step_follower(m)
+        elif (m.type is MsgType.PRE_VOTE_RESP and self.role is Role.PRE_CANDIDATE) or (
+                m.type is MsgType.VOTE_RESP and self.role is Role.CANDIDATE):
+            self.votes.setdefault(m.frm, not m.reject)
+            self._tally()
+
+    def _step_follower(self, m: Message) -> None:
+        if m.type is MsgType.APPEND:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self._handle_append(m)
+        elif m.type is MsgType.HEARTBEAT:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self.log.commit_to(min(m.commit, self.log.last_index()))
+            self._send(m.frm, MsgType.HEARTBEAT_RESP, context=m.context)
+            if m.context == QUIESCE:
+                self.quiesced = True
+        elif m.type is MsgType.SNAPSHOT:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self._handle_snapshot(m)
+        elif m.type is MsgType.TIMEOUT_NOW and self._promotable():
+            self._campaign(pre=False, transfer=True)
+
+    def _handle_append(self, m: Message) -> None:
+        log = self.log
+        if m.index < log.commit:
+            self._send(m.frm, MsgType.APPEND_RESP, index=log.commit)
+            return
+        if not log.match_term(m.index, m.log_term):
+            self._send(m.frm, MsgType.APPEND_RESP, index=m.index, reject=True,
+                       hint=log.last_index())
+            return
+        last_new = m.index + len(m.entries)
+        if self.guard.truncate_only_at_conflict:
+            conflict = log.find_conflict(m.entries)
+            if conflict:
+                log.append(m.entries[conflict - m.entries[0].index :])
+        elif m.entries:
+            log.append(m.entries)  # mutant: whatever followed prev goes, held or not
+        log.commit_to(min(m.commit, last_new))
+        self._send(m.frm, MsgType.APPEND_RESP, index=last_new)
+
+    def _handle_snapshot(self, m: Message) -> None:
+        meta = m.snapshot
+        assert meta is not None
+        log = self.log
+        if meta.index <= log.commit and self.guard.refuse_snapshot_behind_commit:
+            # Older than what this replica has committed: installing it would drop
+            # acknowledged entries from the log.
+            self._send(m.frm, MsgType.APPEND_RESP, index=log.commit)
+            return
+        if log.match_term(meta.index, meta.term) and meta.index > log.commit:
+            log.commit_to(meta.index)  # the log already holds it: no need to install
+            self._send(m.frm, MsgType.APPEND_RESP, index=log.commit)
+            return
+        log.restore(meta)
+        self._send(m.frm, MsgType.APPEND_RESP, index=meta.index)
+
+    def _send(self, to: str, kind: MsgType, **fields: object) -> None:
+        self.msgs.append(Message(kind, to, self.id, self.term, **fields))  # type: ignore[arg-type]

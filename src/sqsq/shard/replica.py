@@ -1,0 +1,388 @@
+"""One shard replica on sqsq's own Raft (``sqsq.raft``), hosted on the node's event loop.
+
+The pure core decides; this host does what each ``Ready`` says, in order: install a
+snapshot (durably), persist entries and hard state (fsync), send messages, apply committed
+entries, answer the proposals they carry. Disk and RocksDB work runs in worker threads; the
+core is only ever touched on the event loop, and it goes on taking messages and ticks while a
+``Ready`` is being written (the next one waits for this one's ``advance``).
+
+One ``PeerTransport`` per node carries every shard's messages. A member of a group is named
+by its Raft address as the partition map knows it (``host:port``, the node's Raft port plus
+the shard id); the node behind it listens on ``port - shard``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import logging
+import random
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from sqsq.raft import (
+    ConfChange,
+    ConfOp,
+    ConfState,
+    EntryKind,
+    Message,
+    MsgType,
+    RaftConfig,
+    RaftNode,
+    Ready,
+    Role,
+    SnapshotMeta,
+    bootstrap,
+)
+from sqsq.shard.peers import PeerTransport
+from sqsq.shard.raftstorage import RaftStorage
+from sqsq.shard.statemachine import ShardMachine
+
+log = logging.getLogger("sqsq.raft")
+
+
+class Proposal(enum.Enum):
+    COMMITTED = "committed"
+    NOT_LEADER = "not leader"
+    UNKNOWN = "outcome unknown"  # may or may not be committed: the caller must retry
+
+
+Done = Callable[[Proposal, Any], None]
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    tick_s: float = 0.05
+    election_ticks: int = 10  # with the random part: 0.5-1.0 s without a leader's word
+    heartbeat_ticks: int = 2
+    compaction_entries: int = 5000  # a snapshot after this many applied entries
+    keep_entries: int = 500  # kept behind a snapshot for followers a little behind
+    durable: bool = True
+
+
+def node_of(member: str, shard_id: int) -> tuple[str, tuple[str, int]]:
+    """The node (its id and its transport's address) behind a group member's address."""
+    host, _, port = member.rpartition(":")
+    base = int(port) - shard_id
+    return f"{host}:{base}", (host, base)
+
+
+class RaftReplica:
+    def __init__(self, shard_id: int, member_id: str, directory: Path, machine: ShardMachine,
+                 transport: PeerTransport, *, voters: Sequence[str], bootstrap: bool,
+                 settings: HostSettings = HostSettings(),
+                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+        self.shard_id = shard_id
+        self.id = member_id
+        self.directory = directory
+        self.machine = machine
+        self.transport = transport
+        self.voters = tuple(voters)
+        self.bootstrap = bootstrap
+        self.settings = settings
+        self.on_fatal = on_fatal
+        self.fatal: BaseException | None = None
+        self.storage = RaftStorage(directory / "raft")
+        self.core: RaftNode | None = None
+        self._proposals: dict[int, tuple[int, Done]] = {}  # index -> (term, callback)
+        self._conf_waiters: dict[int, tuple[int, Callable[[bool], None]]] = {}
+        self._staged: dict[tuple[int, int], Path] = {}  # snapshots received, by index/term
+        self._kick = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._stopped = False
+        self.snapshots_written = 0
+        self.snapshot_bytes = 0
+
+    # ---- life ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        hs, meta, entries = await asyncio.to_thread(self.storage.load)
+        if meta is None and not entries and hs.term == 0 and self.bootstrap:
+            hs, _, entries = bootstrap(frozenset(self.voters))
+            await asyncio.to_thread(self.storage.persist, entries, hs)
+        elif meta is not None and meta.index > self.machine.applied_index:
+            await asyncio.to_thread(self._restore_state, meta)  # a crash cut an install
+        # A new replica joining a group starts empty: the leader's log or snapshot tells it
+        # who the members are.
+        snap = meta if meta is not None else SnapshotMeta(0, 0, ConfState(frozenset()))
+        self.core = RaftNode(
+            self.id, hard_state=hs, snapshot=snap, entries=entries,
+            applied=self.machine.applied_index, rng=random.Random(),
+            config=RaftConfig(election_ticks=self.settings.election_ticks,
+                              heartbeat_ticks=self.settings.heartbeat_ticks))
+        self._last_snapshot = snap.index
+        self._tasks = [asyncio.create_task(self._run(), name=f"raft-{self.shard_id}"),
+                       asyncio.create_task(self._ticker(), name=f"tick-{self.shard_id}")]
+        self._kick.set()
+
+    async def stop(self) -> None:
+        self._stopped = True
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for _, done in self._proposals.values():
+            done(Proposal.UNKNOWN, None)
+        self._proposals.clear()
+        await asyncio.to_thread(self.storage.close)
+
+    def _die(self, exc: BaseException) -> None:
+        self.fatal = exc
+        log.critical("shard %d replica %s stopped: %r", self.shard_id, self.id, exc)
+        if self.on_fatal is not None:
+            self.on_fatal(exc)
+
+    # ---- inputs --------------------------------------------------------------------------
+
+    def step(self, message: Message) -> None:
+        if self.core is not None and self.fatal is None:
+            self.core.step(message)
+            self._kick.set()
+
+    def on_snapshot(self, message: Message, path: Path) -> None:
+        """A snapshot arrived whole and durable: the core decides whether to install it."""
+        meta = message.snapshot
+        if meta is None or self.core is None:
+            return
+        self._staged[(meta.index, meta.term)] = path
+        self.step(message)
+
+    def propose(self, data: bytes, done: Done) -> None:
+        """Append ``data`` as one entry; ``done(status, outcomes)`` on the event loop."""
+        core = self.core
+        placed = None if core is None or self.fatal is not None else core.propose(data)
+        if placed is None:
+            done(Proposal.NOT_LEADER, None)
+            return
+        term, index = placed
+        self._proposals[index] = (term, done)
+        self._kick.set()
+
+    def change_member(self, add: str | None, remove: str | None,
+                      done: Callable[[bool], None]) -> None:
+        """One member added (as a learner, promoted once caught up) or removed; ``done(ok)``
+        once the change is applied here."""
+        core = self.core
+        if core is None or not core.is_leader():
+            done(False)
+            return
+        if add is not None:
+            placed = core.propose_conf_change(ConfChange(ConfOp.ADD_LEARNER, add))
+            if placed is not None:
+                self._conf_waiters[placed[1]] = (placed[0], lambda ok: self._promote(
+                    add, done) if ok else done(False))
+        else:
+            placed = core.propose_conf_change(ConfChange(ConfOp.REMOVE, remove or ""))
+            if placed is not None:
+                self._conf_waiters[placed[1]] = (placed[0], done)
+        if placed is None:
+            done(False)
+        self._kick.set()
+
+    def _promote(self, member: str, done: Callable[[bool], None], tries: int = 200) -> None:
+        core = self.core
+        if core is None or not core.is_leader() or tries <= 0:
+            done(False)
+            return
+        placed = core.propose_conf_change(ConfChange(ConfOp.PROMOTE, member))
+        if placed is None:  # not caught up yet: ask again on a later tick
+            asyncio.get_running_loop().call_later(
+                self.settings.tick_s, self._promote, member, done, tries - 1)
+            return
+        self._conf_waiters[placed[1]] = (placed[0], done)
+        self._kick.set()
+
+    def transfer_leadership(self, pick: int = 0) -> None:
+        """Hand leadership to a caught-up voter (the ``pick``-th of them, in address order,
+        so a node handing several shards over spreads them)."""
+        core = self.core
+        if core is None or not core.is_leader():
+            return
+        last = core.log.last_index()
+        ready = sorted(p for p, pr in core.progress.items()
+                       if p != self.id and p in core.voters() and pr.match == last)
+        if ready:
+            core.transfer_leadership(ready[pick % len(ready)])
+            self._kick.set()
+
+    # ---- status --------------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        return self.fatal is None and self.core is not None and self.core.is_leader()
+
+    def leader_address(self) -> str | None:
+        return None if self.core is None else self.core.lead
+
+    def leader_in_touch(self) -> str | None:
+        core = self.core
+        if core is None or core.lead is None:
+            return None
+        if core.is_leader() or core.election_elapsed < core.cfg.election_ticks:
+            return core.lead
+        return None
+
+    def members(self) -> frozenset[str]:
+        core = self.core
+        return frozenset() if core is None else core.log.conf().members() | {self.id}
+
+    @property
+    def raftCurrentTerm(self) -> int:  # noqa: N802 (the name the engine and metrics read)
+        return 0 if self.core is None else self.core.term
+
+    @property
+    def raftCommitIndex(self) -> int:  # noqa: N802
+        return 0 if self.core is None else self.core.log.commit
+
+    @property
+    def raftLastApplied(self) -> int:  # noqa: N802
+        return 0 if self.core is None else self.core.applied
+
+    def behind(self) -> int:
+        return 0 if self.core is None else self.core.log.commit - self.core.applied
+
+    # ---- the Ready loop ------------------------------------------------------------------
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.tick_s)
+            if self.core is not None and self.fatal is None:
+                self.core.tick()
+                self._kick.set()
+
+    async def _run(self) -> None:
+        core = self.core
+        assert core is not None
+        while not self._stopped:
+            await self._kick.wait()
+            self._kick.clear()
+            while core.has_ready() and self.fatal is None:
+                rd = core.ready()
+                was_leader = core.role is Role.LEADER
+                try:
+                    await self._handle(rd)
+                except Exception as exc:  # a replica that cannot persist or apply stops
+                    self._die(exc)
+                    return
+                core.advance(rd)
+                if was_leader and not core.is_leader():
+                    self._lost_leadership()
+                await self._maybe_snapshot()
+
+    async def _handle(self, rd: Ready) -> None:
+        if rd.snapshot is not None:
+            await asyncio.to_thread(self._install, rd.snapshot)
+        if rd.entries or rd.hard_state is not None:
+            await asyncio.to_thread(self.storage.persist, rd.entries, rd.hard_state)
+        for m in rd.messages:
+            self._send(m)
+        normal = [e for e in rd.committed if e.kind is EntryKind.NORMAL and e.data]
+        results = await asyncio.to_thread(
+            lambda: {e.index: self.machine.apply_entry(e.index, e.data) for e in normal})
+        for e in rd.committed:
+            pending = self._proposals.pop(e.index, None)
+            if pending is not None:
+                term, done = pending
+                ok = term == e.term and self.core is not None and self.core.is_leader() \
+                    and self.core.term == term
+                done(Proposal.COMMITTED if ok else Proposal.UNKNOWN, results.get(e.index))
+            waiter = self._conf_waiters.pop(e.index, None)
+            if waiter is not None:
+                waiter[1](waiter[0] == e.term)
+
+    def _lost_leadership(self) -> None:
+        for _, done in self._proposals.values():
+            done(Proposal.UNKNOWN, None)
+        self._proposals.clear()
+        for _, cb in self._conf_waiters.values():
+            cb(False)
+        self._conf_waiters.clear()
+
+    def _send(self, m: Message) -> None:
+        node, address = node_of(m.to, self.shard_id)
+        if m.type is not MsgType.SNAPSHOT:
+            self.transport.send(node, address, self.shard_id, m)
+            return
+        latest = self.storage.latest_snapshot()
+        if latest is None:
+            self.core.snapshot_failed(m.to)  # type: ignore[union-attr]
+            return
+        meta, path = latest
+        # The newest durable snapshot goes, which may be newer than the one the core named.
+        sent = self.transport.send_snapshot(node, address, self.shard_id,
+                                            dataclasses.replace(m, snapshot=meta), path)
+
+        def settled(fut: asyncio.Future[bool]) -> None:
+            if not fut.result() and self.core is not None:
+                self.core.snapshot_failed(m.to)
+                self._kick.set()
+
+        sent.add_done_callback(settled)
+
+    # ---- snapshots -----------------------------------------------------------------------
+
+    async def _maybe_snapshot(self) -> None:
+        core = self.core
+        assert core is not None
+        index = self.machine.applied_index
+        if index - self._last_snapshot < self.settings.compaction_entries:
+            return
+        if core.log.term(index) is None or index > core.log.stable or index > core.applied:
+            return
+        meta = core.snapshot_meta(index)
+        path = await asyncio.to_thread(self.storage.save_snapshot, meta, self._write_state)
+        self._last_snapshot = meta.index
+        self.snapshots_written += 1
+        self.snapshot_bytes = path.stat().st_size
+        keep = self.settings.keep_entries
+        core.compact(meta, keep)
+        await asyncio.to_thread(self.storage.compact, meta.index - keep)
+
+    def _write_state(self, f: BinaryIO) -> None:
+        """The state machine's checkpoint, packed into the snapshot file (worker thread)."""
+        with tempfile.TemporaryDirectory(dir=self.directory) as tmp:
+            packed = Path(tmp) / "state"
+            self.machine.write_snapshot(str(packed), b"")()
+            with open(packed, "rb") as src:
+                shutil.copyfileobj(src, f, 1 << 20)
+
+    def _install(self, meta: SnapshotMeta) -> None:
+        """A snapshot the core accepted: durable in the Raft storage first (the log reset
+        behind it), then the state machine swapped to it (worker thread)."""
+        path = self._staged.pop((meta.index, meta.term))
+        self._staged.clear()
+        with self.storage.snapshots.open_data(path) as src:
+            self.storage.install_snapshot(meta, lambda f: shutil.copyfileobj(src, f, 1 << 20))
+        path.unlink(missing_ok=True)
+        self._restore_state(meta)
+        self._last_snapshot = meta.index
+
+    def _restore_state(self, meta: SnapshotMeta) -> None:
+        latest = self.storage.latest_snapshot()
+        assert latest is not None and latest[0] == meta
+        with self.storage.snapshots.open_data(latest[1]) as f:
+            self.machine.install_from(f)
+
+
+
+class Replicas:
+    """A node's replicas by shard, behind its one transport: what arrives is routed here."""
+
+    def __init__(self) -> None:
+        self.by_shard: dict[int, RaftReplica] = {}
+
+    def on_messages(self, peer: str, batch: list[tuple[int, Message]]) -> None:
+        for shard_id, message in batch:
+            replica = self.by_shard.get(shard_id)
+            if replica is not None:
+                replica.step(message)
+
+    def on_snapshot(self, peer: str, shard_id: int, message: Message, path: Path) -> None:
+        replica = self.by_shard.get(shard_id)
+        if replica is None:
+            path.unlink(missing_ok=True)
+            return
+        replica.on_snapshot(message, path)

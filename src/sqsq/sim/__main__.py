@@ -1,0 +1,64 @@
+"""``python -m sqsq.sim``: run scenarios over many seeds; print any failure's replay command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from sqsq.sim.scenarios import SCENARIOS, mutant
+from sqsq.sim.world import RunResult, World
+
+
+def run_one(scenario: str, seed: int, steps: int, mutant_name: str | None = None) -> RunResult:
+    raft, disk = mutant(mutant_name) if mutant_name else (None, None)
+    kwargs = {} if mutant_name is None else {"safeguards": raft, "disk_safeguards": disk}
+    return World(seed, SCENARIOS[scenario], **kwargs).run(steps)
+
+
+def replay_command(r: RunResult, steps: int, mutant_name: str | None) -> str:
+    extra = f" --mutant {mutant_name}" if mutant_name else ""
+    return (f"python -m sqsq.sim --scenario {r.scenario} --seed {r.seed} --steps {steps}"
+            f"{extra}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m sqsq.sim", description=__doc__)
+    p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS),
+                   help="a scenario to run (repeatable; default: every one)")
+    p.add_argument("--seed", type=int, help="run this one seed")
+    p.add_argument("--seeds", type=int, default=20, help="seeds per scenario")
+    p.add_argument("--first-seed", type=int, default=1)
+    p.add_argument("--steps", type=int, default=20_000, help="steps per run")
+    p.add_argument("--mutant", help="switch this safeguard off")
+    p.add_argument("--jobs", type=int, default=2)
+    args = p.parse_args(argv)
+    scenarios = args.scenario or sorted(SCENARIOS)
+    seeds = [args.seed] if args.seed is not None else list(
+        range(args.first_seed, args.first_seed + args.seeds))
+    jobs = [(s, seed) for s in scenarios for seed in seeds]
+    started = time.monotonic()
+    failed = 0
+    steps = 0
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [pool.submit(run_one, s, seed, args.steps, args.mutant) for s, seed in jobs]
+        for f in futures:
+            r = f.result()
+            steps += r.steps
+            if not r.ok:
+                failed += 1
+                print(f"FAIL {r.scenario} seed {r.seed}: {len(r.violations)} violation(s)")
+                for v in r.violations[:5]:
+                    print(f"  {v.kind}: {v.detail}")
+                print(f"  replay: {replay_command(r, args.steps, args.mutant)}")
+            elif args.seed is not None:
+                print(f"ok {r.scenario} seed {r.seed}: {r.steps} steps, {r.sim_ms} ms "
+                      f"simulated, {r.stats}")
+    took = time.monotonic() - started
+    print(f"{len(jobs)} runs, {steps} steps in {took:.1f} s: {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

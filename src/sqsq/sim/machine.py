@@ -1,0 +1,100 @@
+"""A replica's state machine in the simulator: the real ``sqsq.core`` over an in-memory store.
+
+Each applied entry extends a hash chain (index, term, data), as hashicorp/raft's fuzzer does:
+two replicas that applied the same sequence have the same chain at every index, and a
+replica that skipped, repeated or altered an entry has a different one from there on. The
+chain and the applied index live in the state, so a snapshot carries them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sortedcontainers import SortedDict
+
+from sqsq.core import commands as c
+from sqsq.core.entry import decode_entry
+from sqsq.core.machine import apply, effective_now
+from sqsq.core.state import ShardConfig
+from sqsq.core.txn import Txn
+from sqsq.raft import Entry, EntryKind
+
+CONFIG = ShardConfig(shard_id=1, secret=b"sim-secret-" + b"x" * 32)
+
+
+class DictStore:
+    """The store's in-memory twin, reduced to what ``core`` reads: get and ordered scans."""
+
+    def __init__(self, items: dict[bytes, bytes] | None = None) -> None:
+        self.d: SortedDict = SortedDict(items or {})
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.d.get(key)
+
+    def scan(self, start: bytes, end: bytes, *, reverse: bool = False
+             ) -> Iterator[tuple[bytes, bytes]]:
+        keys = list(self.d.irange(start, end, (True, False), reverse))
+        for k in keys:
+            v = self.d.get(k)
+            if v is not None:
+                yield k, v
+
+
+@dataclass(frozen=True)
+class MachineSnapshot:
+    """The state as of ``applied``: what a Raft snapshot carries."""
+
+    applied: int
+    chain: bytes
+    items: tuple[tuple[bytes, bytes], ...]
+
+
+@dataclass(frozen=True)
+class Applied:
+    index: int
+    term: int
+    chain: bytes
+    outcomes: tuple[c.Outcome, ...] | None  # None: a no-op or membership entry
+    commands: tuple = ()
+
+
+class SimMachine:
+    def __init__(self, snapshot: MachineSnapshot | None = None) -> None:
+        if snapshot is None:
+            snapshot = MachineSnapshot(0, b"", ())
+        self.store = DictStore(dict(snapshot.items))
+        self.applied = snapshot.applied
+        self.chain = snapshot.chain
+
+    def apply(self, entry: Entry) -> Applied:
+        if entry.index != self.applied + 1:
+            raise AssertionError(f"applying {entry.index} after {self.applied}")
+        self.chain = hashlib.blake2b(
+            self.chain + entry.index.to_bytes(8, "big") + entry.term.to_bytes(8, "big")
+            + bytes([entry.kind]) + entry.data, digest_size=16).digest()
+        self.applied = entry.index
+        outcomes, commands = None, ()
+        if entry.kind is EntryKind.NORMAL and entry.data:
+            decoded = decode_entry(entry.data)
+            commands = decoded.commands
+            txn = Txn(self.store)
+            outcomes = tuple(apply(txn, CONFIG, command, decoded.now_ms)
+                             for command in commands)
+            for k, v in txn.writes().items():
+                if v is None:
+                    self.store.d.pop(k, None)
+                else:
+                    self.store.d[k] = v
+        return Applied(entry.index, entry.term, self.chain, outcomes, commands)
+
+    def snapshot(self) -> MachineSnapshot:
+        return MachineSnapshot(self.applied, self.chain, tuple(self.store.d.items()))
+
+    def last_now_ms(self) -> int:
+        return effective_now(Txn(self.store), 0)
+
+    def query(self, fn, *args):  # type: ignore[no-untyped-def]
+        """A read-only query of ``core`` against the state as it stands."""
+        return fn(Txn(self.store), *args)

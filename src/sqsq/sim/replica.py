@@ -1,0 +1,357 @@
+"""One replica in the simulator: the real consensus core and the real delivery core, hosted
+the way a node hosts them: for every ``Ready``, persist, then send, then apply.
+
+The host also plays the shard's leader: it stamps client commands (time, message ids,
+receipt nonces) into log entries, answers a client once its entry is applied at the index
+and term it was proposed at, serves reads after a ReadIndex round, and proposes sweeps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sqsq.core import commands as c
+from sqsq.core.entry import Entry as LogEntry
+from sqsq.core.entry import encode_entry
+from sqsq.core.machine import effective_now, sweep_needed
+from sqsq.core.state import ShardState
+from sqsq.raft import Message, MsgType, RaftConfig, RaftNode, Ready, Role, Safeguards
+from sqsq.sim.disk import ReplicaUnrecoverable, SimDisk
+from sqsq.sim.machine import CONFIG, MachineSnapshot, SimMachine
+
+if TYPE_CHECKING:
+    from sqsq.sim.world import World
+
+TICK_MS = 10
+SWEEP_EVERY_MS = 1000
+PING_EVERY_MS = 100  # the node's own heartbeat, one per peer node for all its groups
+LIVENESS_MS = 400  # a quiet follower wakes when the leader's node is silent this long
+SNAPSHOT_CHUNK = 4  # items per chunk: a snapshot crosses the network in pieces
+
+
+@dataclass(frozen=True)
+class Request:
+    client: str
+    req_id: int
+    command: object  # a core command, or None for a read
+    issued_ms: int
+
+
+@dataclass(frozen=True)
+class Reply:
+    req_id: int
+    status: str  # "ok", "read", "not-leader", "unknown"
+    index: int = 0
+    term: int = 0
+    outcome: c.Outcome | None = None
+    hint: str | None = None
+    issued_ms: int = 0  # a read's: when the attempt answered was asked
+
+
+@dataclass(frozen=True)
+class NodePing:
+    frm: str
+
+
+@dataclass(frozen=True)
+class SnapshotChunk:
+    message: Message
+    part: int
+    parts: int
+    data: MachineSnapshot
+
+
+def _sweep_needed(txn: object, now_ms: int) -> bool:
+    return sweep_needed(ShardState(txn, CONFIG), effective_now(txn, now_ms))  # type: ignore[arg-type]
+
+
+class SimReplica:
+    def __init__(self, world: World, node_id: str, disk: SimDisk, config: RaftConfig,
+                 safeguards: Safeguards) -> None:
+        self.world = world
+        self.id = node_id
+        self.disk = disk
+        self.config = config
+        self.safeguards = safeguards
+        self.core: RaftNode | None = None
+        self.machine = SimMachine()
+        self.clock_offset_ms = 0
+        self.drift = 0.0  # how much faster than real time this node's clock runs
+        self.incarnation = 0
+        self.unrecoverable = False
+        self.retired = False
+        self.read_seq = 0
+
+    @property
+    def up(self) -> bool:
+        return self.core is not None
+
+    # ---- life --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        try:
+            hs, meta, entries, data = self.disk.load()
+        except ReplicaUnrecoverable as e:
+            self.unrecoverable = True
+            self.world.checker.violation("replica-unrecoverable", f"{self.id}: {e}")
+            return
+        self.machine = SimMachine(data)
+        self.core = RaftNode(self.id, hard_state=hs, snapshot=meta, entries=entries,
+                             applied=self.machine.applied,
+                             rng=random.Random(self.world.rng.getrandbits(64)),
+                             config=self.config, safeguards=self.safeguards)
+        self.incarnation += 1
+        self.busy = False  # a Ready is with the disk
+        self.role = Role.FOLLOWER
+        self.term = hs.term
+        self.proposals: dict[int, tuple[int, Request]] = {}  # index -> (term, request)
+        self.reads: dict[bytes, Request] = {}
+        self.ready_reads: list[tuple[int, Request]] = []
+        self.chunks: dict[tuple[str, int, int], dict[int, SnapshotChunk]] = {}
+        self.staged: dict[tuple[int, int], MachineSnapshot] = {}  # whole, not yet installed
+        self.last_sweep_ms = self.wall_ms()
+        self.heard: dict[str, int] = {}  # node -> when anything last came from it (ms)
+        self.last_ping_ms = -PING_EVERY_MS
+        self._schedule_tick(self.incarnation)
+
+    def crash(self, torn: bool = False) -> None:
+        if self.core is None:
+            return
+        self.disk.crash(torn)
+        self.core = None
+        self.world.checker.on_down(self.id)
+
+    def wall_ms(self) -> int:
+        return int(self.world.now_ms * (1 + self.drift)) + self.clock_offset_ms
+
+    def _schedule_tick(self, incarnation: int) -> None:
+        period = max(1, round(TICK_MS / (1 + self.drift)))
+        self.world.after(period, self._tick, incarnation)
+
+    def _tick(self, incarnation: int) -> None:
+        if self.core is None or incarnation != self.incarnation:
+            return
+        now = self.world.now_ms
+        if now - self.last_ping_ms >= PING_EVERY_MS:
+            self.last_ping_ms = now
+            for peer in self.world.node_ids:
+                if peer != self.id:
+                    self.world.send(self.id, peer, NodePing(self.id))
+        core = self.core
+        if core.quiesced and not core.is_leader() and (
+                core.lead is None or now - self.heard.get(core.lead, -LIVENESS_MS) > LIVENESS_MS):
+            core.wake()  # the leader's node went silent: count towards an election again
+        core.tick()
+        if core.is_leader() and self.wall_ms() - self.last_sweep_ms >= SWEEP_EVERY_MS:
+            self.last_sweep_ms = self.wall_ms()
+            if self.machine.query(_sweep_needed, self.wall_ms()):
+                self._propose(None, c.Sweep())
+        self.process()
+        self._schedule_tick(incarnation)
+
+    # ---- inputs ------------------------------------------------------------------------
+
+    def receive(self, packet: object) -> None:
+        if self.core is None:
+            return
+        if isinstance(packet, NodePing):
+            self.heard[packet.frm] = self.world.now_ms
+            return
+        if isinstance(packet, SnapshotChunk):
+            self.heard[packet.message.frm] = self.world.now_ms
+            self._on_chunk(packet)
+        elif isinstance(packet, Message):
+            self.heard[packet.frm] = self.world.now_ms
+            self.core.step(packet)
+        elif isinstance(packet, Request):
+            self._on_request(packet)
+        self.process()
+
+    def _on_chunk(self, chunk: SnapshotChunk) -> None:
+        m = chunk.message
+        key = (m.frm, m.snapshot.index, m.snapshot.term)  # type: ignore[union-attr]
+        parts = self.chunks.setdefault(key, {})
+        parts[chunk.part] = chunk
+        if len(parts) == chunk.parts:  # whole: only now does the core hear of it
+            del self.chunks[key]
+            self.staged[key[1:]] = chunk.data  # by (index, term): installed if the core asks
+            assert self.core is not None
+            self.core.step(m)
+
+    def _on_request(self, req: Request) -> None:
+        assert self.core is not None
+        if not self.core.is_leader():
+            self._reply(req, Reply(req.req_id, "not-leader", hint=self.core.lead))
+        elif req.command is None:
+            # Unique per attempt: an answer to an earlier round must not confirm this one.
+            self.read_seq += 1
+            ctx = b"%s:%d:%d" % (self.id.encode(), self.incarnation, self.read_seq)
+            self.reads[ctx] = req
+            self.core.read_index(ctx)
+        else:
+            self._propose(req, req.command)
+
+    def _propose(self, req: Request | None, command: object) -> None:
+        assert self.core is not None
+        now = max(self.wall_ms(), self.machine.last_now_ms())
+        data = encode_entry(LogEntry(now, (self._stamp(command),)))
+        placed = self.core.propose(data)
+        if placed is None:
+            if req is not None:
+                self._reply(req, Reply(req.req_id, "not-leader", hint=self.core.lead))
+            return
+        term, index = placed
+        if req is not None:
+            self.proposals[index] = (term, req)
+
+    def _stamp(self, command: object) -> object:
+        rng = self.world.rng
+        if isinstance(command, c.SendMessages):
+            ids = tuple(f"{rng.getrandbits(128):032x}" for _ in command.entries)
+            return dataclasses.replace(command, message_ids=ids)
+        if isinstance(command, c.ReceiveMessages):
+            return dataclasses.replace(command, nonce=rng.getrandbits(63))
+        return command
+
+    def _reply(self, req: Request, reply: Reply) -> None:
+        self.world.send_to_client(self.id, req.client, reply)
+
+    # ---- the Ready loop ----------------------------------------------------------------
+
+    def process(self) -> None:
+        """Hand the next Ready to the disk. Writing it takes simulated time, during which
+        the core goes on taking messages and ticks (as it does on a node, where the fsync
+        runs in a worker thread); the next Ready waits for this one's ``advance``."""
+        if self.core is None or self.busy or not self.core.has_ready():
+            return
+        rd = self.core.ready()
+        self.busy = True
+        self.world.after(self.world.rng.randint(*self.world.scenario.disk_ms), self._done,
+                         (self.incarnation, rd))
+
+    def _done(self, arg: tuple[int, Ready]) -> None:
+        incarnation, rd = arg
+        if self.core is None or incarnation != self.incarnation:
+            return  # crashed meanwhile: whatever was not synced is gone
+        self.busy = False
+        if not self._handle(rd):
+            return
+        self.core.advance(rd)
+        self._after(rd)
+        self.process()
+
+    def _handle(self, rd: Ready) -> bool:
+        world, disk = self.world, self.disk
+        # The snapshot first: a hard state whose commit it covers must not be durable
+        # without it.
+        if rd.snapshot is not None and not self._install(rd):
+            return False
+        if rd.entries:
+            disk.write_entries(rd.entries)
+        if rd.hard_state is not None:
+            disk.write_hard_state(rd.hard_state)
+        if world.crash_point(self, "before-sync"):
+            return False
+        disk.sync()
+        for m in rd.messages:
+            self._send(m)
+        for e in rd.committed:
+            if not self._apply(e):
+                return False
+        for rs in rd.read_states:
+            req = self.reads.pop(rs.context, None)
+            if req is not None:
+                self.ready_reads.append((rs.index, req))
+        return True
+
+    def _install(self, rd: Ready) -> bool:
+        meta = rd.snapshot
+        assert meta is not None
+        data = self.staged.pop((meta.index, meta.term))
+        self.staged.clear()  # older ones will never be asked for
+        if self.world.chance("install-fails"):
+            if self.disk.guard.failed_install_stops:
+                self.crash()
+                return False
+            return True  # mutant: the failure is swallowed and the install answered
+        if not self.disk.install(meta, data, cut=self.world.chance("mid-install")):
+            self.crash()
+            return False
+        self.machine = SimMachine(data)
+        self.world.checker.on_install(self.id, data)
+        return True
+
+    def _apply(self, e: object) -> bool:
+        try:
+            applied = self.machine.apply(e)  # type: ignore[arg-type]
+        except Exception as exc:  # a replica that cannot apply stops; the checker counts it
+            self.world.checker.violation("replica-stopped", f"{self.id}: {exc!r:.200}")
+            self.crash()
+            self.unrecoverable = True
+            return False
+        self.world.checker.on_apply(self.id, applied)
+        pending = self.proposals.pop(applied.index, None)
+        if pending is not None:
+            term, req = pending
+            if term == applied.term and applied.outcomes:
+                self._reply(req, Reply(req.req_id, "ok", applied.index, applied.term,
+                                       applied.outcomes[0]))
+            else:
+                self._reply(req, Reply(req.req_id, "unknown"))
+        return True
+
+    def _after(self, rd: Ready) -> None:
+        core = self.core
+        assert core is not None
+        if core.role is Role.LEADER and (self.role is not Role.LEADER or self.term != core.term):
+            self.world.checker.on_leader(self.id, core)
+        if core.role is not Role.LEADER and self.role is Role.LEADER:
+            for _, req in self.proposals.values():
+                self._reply(req, Reply(req.req_id, "unknown"))
+            self.proposals.clear()
+            for req in self.reads.values():
+                self._reply(req, Reply(req.req_id, "unknown"))
+            self.reads.clear()
+        self.role, self.term = core.role, core.term
+        still = []
+        for index, req in self.ready_reads:
+            if self.machine.applied >= index:
+                self._reply(req, Reply(req.req_id, "read", index=index,
+                                       issued_ms=req.issued_ms))
+            else:
+                still.append((index, req))
+        self.ready_reads = still
+        self._maybe_compact()
+
+    def _maybe_compact(self) -> None:
+        core = self.core
+        assert core is not None
+        scenario = self.world.scenario
+        if self.machine.applied - core.log.snapshot.index < scenario.compact_every:
+            return
+        data = self.machine.snapshot()
+        if core.log.term(data.applied) is None or data.applied > core.log.stable:
+            return  # the log moved on meanwhile (a snapshot from the leader replaced it)
+        meta = core.snapshot_meta(data.applied)
+        cut = self.world.cut_compaction(self)
+        if not self.disk.save_snapshot(meta, data, scenario.compact_keep, cut_after=cut):
+            self.crash()
+            return
+        core.compact(meta, scenario.compact_keep)
+
+    def _send(self, m: Message) -> None:
+        if m.type is MsgType.SNAPSHOT:
+            # The newest durable snapshot goes, which may be newer than the one the core
+            # named when it wrote the message (the host took another meanwhile).
+            data, meta = self.disk.snap_data, self.disk.snap_meta
+            assert data is not None and meta is not None and data.applied == meta.index
+            m = dataclasses.replace(m, snapshot=meta)
+            items = data.items
+            parts = max(1, (len(items) + SNAPSHOT_CHUNK - 1) // SNAPSHOT_CHUNK)
+            for part in range(min(parts, 8)):
+                self.world.send(self.id, m.to, SnapshotChunk(m, part, min(parts, 8), data))
+            return
+        self.world.send(self.id, m.to, m)

@@ -1,0 +1,221 @@
+"""Named scenarios: a fault mix (the nemesis), a network, a workload. ``random`` mixes every
+fault; each of the nine findings that made sqsq write its own Raft has a scenario aimed at
+its path, and a mutant (the safeguard switched off) that the checker must catch there.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from sqsq.raft import ConfChange, ConfOp, Safeguards
+from sqsq.sim.disk import DiskSafeguards
+from sqsq.sim.network import NetworkFaults
+
+if TYPE_CHECKING:
+    from sqsq.sim.world import World
+
+FAULTS = ("crash", "crash-leader", "partition", "isolate-leader", "one-way", "bridge",
+          "clock-step", "drift", "transfer", "reconfigure")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    nodes: int = 3
+    clients: int = 3
+    duration_ms: int = 60_000
+    faults: tuple[str, ...] = FAULTS
+    fault_every_ms: tuple[int, int] = (300, 2500)
+    heal_after_ms: tuple[int, int] = (200, 3000)
+    drop: float = 0.02
+    duplicate: float = 0.02
+    slow: float = 0.02
+    slow_ms: tuple[int, int] = (50, 1500)
+    chances: dict[str, float] = field(default_factory=lambda: {
+        "before-sync": 0.002, "mid-compaction": 0.02, "install-fails": 0.05,
+        "mid-install": 0.05})
+    torn: float = 0.5
+    compact_every: int = 30
+    compact_keep: int = 10  # entries kept behind a snapshot, for followers a little behind
+    max_inflight: int = 8
+    max_append_bytes: int = 64 << 10
+    pre_vote: bool = True
+    big_bodies: float = 0.0  # chance a send carries a 100 KB - 1 MiB body
+    think_ms: tuple[int, int] = (1, 30)  # a client's pause between two calls
+    disk_ms: tuple[int, int] = (0, 3)  # how long persisting a Ready takes
+    quiesce_after_ticks: int = 20
+    description: str = ""
+
+    def network(self) -> NetworkFaults:
+        return NetworkFaults(drop=self.drop, duplicate=self.duplicate, slow=self.slow,
+                             slow_ms=self.slow_ms)
+
+    def calm_network(self) -> NetworkFaults:
+        return NetworkFaults()
+
+    def body_bytes(self, rng: random.Random) -> int:
+        if self.big_bodies and rng.random() < self.big_bodies:
+            return rng.randint(100_000, 1_000_000)
+        return rng.randint(1, 64)
+
+    def begin(self, world: World) -> None:
+        Nemesis(world, self).schedule()
+
+
+class Nemesis:
+    """Injects the scenario's faults at random times, and heals each one later."""
+
+    def __init__(self, world: World, scenario: Scenario) -> None:
+        self.world = world
+        self.s = scenario
+        self.rng = world.rng
+
+    def schedule(self) -> None:
+        if self.s.faults:
+            self.world.after(self.rng.randint(*self.s.fault_every_ms), self._strike)
+
+    def _leader(self) -> str:
+        for n, r in self.world.replicas.items():
+            if r.core is not None and r.core.is_leader():
+                return n
+        return self.rng.choice(self.world.node_ids)
+
+    def _strike(self, _: object) -> None:
+        w = self.world
+        if w.calm:
+            return
+        kind = self.rng.choice(self.s.faults)
+        nodes = w.node_ids
+        heal_in = self.rng.randint(*self.s.heal_after_ms)
+        if kind in ("crash", "crash-leader"):
+            target = self._leader() if kind == "crash-leader" else self.rng.choice(nodes)
+            replica = w.replicas[target]
+            if replica.up:
+                replica.crash(torn=self.rng.random() < self.s.torn)
+                w.after(heal_in, lambda _: w._restart(replica))
+        elif kind in ("partition", "isolate-leader"):
+            alone = self._leader() if kind == "isolate-leader" else self.rng.choice(nodes)
+            others = set(nodes) - {alone}
+            w.network.isolate([{alone}, others])
+            w.after(heal_in, lambda _: w.network.heal())
+        elif kind == "one-way":
+            a = self.rng.choice(nodes)
+            w.network.one_way({a}, set(nodes) - {a})
+            w.after(heal_in, lambda _: w.network.heal())
+        elif kind == "bridge" and len(nodes) >= 3:
+            shuffled = self.rng.sample(nodes, len(nodes))
+            middle, rest = shuffled[0], shuffled[1:]
+            half = len(rest) // 2
+            w.network.bridge(set(rest[:half]), middle, set(rest[half:]))
+            w.after(heal_in, lambda _: w.network.heal())
+        elif kind == "transfer":
+            leader = w.replicas[self._leader()]
+            if leader.core is not None and leader.core.is_leader():
+                others = sorted(leader.core.voters() - {leader.id})
+                if others:
+                    leader.core.transfer_leadership(self.rng.choice(others))
+                    leader.process()
+        elif kind == "reconfigure":
+            self._reconfigure()
+        elif kind == "clock-step":
+            r = w.replicas[self.rng.choice(nodes)]
+            r.clock_offset_ms += self.rng.choice([-3_600_000, -5_000, 5_000, 60_000])
+        elif kind == "drift":
+            r = w.replicas[self.rng.choice(nodes)]
+            r.drift = self.rng.choice([0.0, -0.3, 0.3, 1.0])
+        self.schedule()
+
+    def _reconfigure(self) -> None:
+        """One membership step: promote a caught-up learner, retire a removed replica, or
+        change the group by one server (remove a voter down to three, else add a learner)."""
+        w = self.world
+        leader = w.replicas[self._leader()]
+        core = leader.core
+        if core is None or not core.is_leader():
+            return
+        conf = core.log.conf()
+        committed = core.log.last_conf_index() <= core.log.commit
+        for node_id in list(w.node_ids):
+            if committed and node_id not in conf.members() and node_id != leader.id:
+                w.retire(node_id)
+        changes = []
+        if conf.learners:
+            changes.append(ConfChange(ConfOp.PROMOTE, self.rng.choice(sorted(conf.learners))))
+        if len(conf.voters) > 3:
+            victim = self.rng.choice(sorted(conf.voters - {leader.id}))
+            changes.append(ConfChange(ConfOp.REMOVE, victim))
+        if not changes:
+            changes.append(ConfChange(ConfOp.ADD_LEARNER, w.join().id))
+        # Back to back: the second is refused while the first is uncommitted (finding 3).
+        for change in self.rng.sample(changes, len(changes)):
+            core.propose_conf_change(change)
+        leader.process()
+
+
+RANDOM = Scenario("random", description="every fault, mixed")
+# Clients that pause for seconds: the group goes quiet between calls and must wake for each
+# call, and elect a new leader when the quiet one is gone.
+IDLE = Scenario("idle", clients=2, think_ms=(300, 4000),
+                description="an idle group going quiet and waking, under every fault")
+
+# One scenario per finding; the mutant names the safeguard the scenario exists to prove.
+FINDINGS: dict[str, tuple[Scenario, str]] = {
+    "compaction-crash": (Scenario(
+        "compaction-crash", faults=("crash", "crash-leader", "partition"), compact_every=8,
+        compact_keep=20, chances={"mid-compaction": 0.3},
+        description="finding 1: a crash in the middle of compaction"), "segment_compaction"),
+    "big-entry-repeat": (Scenario(
+        "big-entry-repeat", faults=("crash-leader", "isolate-leader", "partition"),
+        duplicate=0.5, slow=0.5, slow_ms=(20, 400), big_bodies=0.1, drop=0.05,
+        max_append_bytes=1 << 20, fault_every_ms=(200, 1200),
+        description="finding 2: old appends of large entries repeated to a follower"),
+        "truncate_only_at_conflict"),
+    "stale-ack": (Scenario(
+        "stale-ack", faults=("crash-leader", "isolate-leader", "partition"), duplicate=0.3,
+        slow=0.3, slow_ms=(500, 5000), fault_every_ms=(100, 800),
+        description="finding 4: acknowledgements from an old term arrive late"),
+        "stale_responses_ignored"),
+    "membership": (Scenario(
+        "membership", faults=("reconfigure", "reconfigure", "reconfigure", "transfer",
+                              "crash", "crash-leader", "partition", "isolate-leader"),
+        fault_every_ms=(100, 800),
+        description="finding 3: servers added, promoted and removed under faults"),
+        "one_conf_change_at_a_time"),
+    "failed-install": (Scenario(
+        "failed-install", faults=("crash", "partition"), compact_every=5,
+        chances={"install-fails": 0.5},
+        description="finding 5: a snapshot install that fails"), "failed_install_stops"),
+    "vote-amnesia": (Scenario(
+        "vote-amnesia", faults=("crash", "crash-leader"), fault_every_ms=(50, 400),
+        heal_after_ms=(10, 200), chances={"before-sync": 0.01}, pre_vote=False,
+        description="finding 6: term and vote lost by a crash"), "durable_hard_state"),
+    "torn-tail": (Scenario(
+        "torn-tail", faults=("crash", "crash-leader"), torn=1.0,
+        chances={"before-sync": 0.02},
+        description="finding 6: a torn last record read back"), "checksums"),
+    "install-crash": (Scenario(
+        "install-crash", faults=("crash", "partition"), compact_every=5,
+        chances={"mid-install": 0.5},
+        description="finding 7: a crash in the middle of a snapshot install"),
+        "staged_snapshot_install"),
+    "old-snapshot": (Scenario(
+        "old-snapshot", faults=("partition", "crash"), compact_every=3, compact_keep=0,
+        duplicate=0.5, slow=0.5, slow_ms=(200, 3000),
+        description="finding 9: an old snapshot arrives after newer entries"),
+        "refuse_snapshot_behind_commit"),
+}
+
+SCENARIOS: dict[str, Scenario] = {"random": RANDOM, "idle": IDLE} | {
+    k: v[0] for k, v in FINDINGS.items()}
+
+
+def mutant(name: str) -> tuple[Safeguards, DiskSafeguards]:
+    """The safeguards with the one called ``name`` switched off."""
+    raft, disk = Safeguards(), DiskSafeguards()
+    if hasattr(raft, name):
+        return replace(raft, **{name: False}), disk
+    if hasattr(disk, name):
+        return raft, replace(disk, **{name: False})
+    raise KeyError(f"no safeguard called {name}")

@@ -1,0 +1,299 @@
+"""The consensus core, scripted step by step: elections, replication, reads, transfers,
+membership, and the safeguards that keep acknowledged entries, each shown failing when it is
+switched off."""
+
+from __future__ import annotations
+
+from raftgroup import Group
+from sqsq.raft import (
+    ConfChange,
+    ConfOp,
+    Entry,
+    Message,
+    MsgType,
+    RaftConfig,
+    Role,
+    Safeguards,
+    SnapshotMeta,
+)
+
+
+def test_a_leader_is_elected_and_its_entries_reach_every_replica() -> None:
+    g = Group()
+    leader = g.elect("a")
+    assert [n.lead for n in g.nodes.values()] == ["a", "a", "a"]
+    for i in range(5):
+        assert leader.propose(b"e%d" % i) is not None
+    g.flush()
+    assert g.payloads("a") == g.payloads("b") == g.payloads("c") == [
+        b"e0", b"e1", b"e2", b"e3", b"e4"]
+
+
+def test_a_follower_refuses_to_propose_and_names_the_leader() -> None:
+    g = Group()
+    g.elect("a")
+    assert g.nodes["b"].propose(b"x") is None
+    assert g.nodes["b"].lead == "a"
+
+
+def test_a_leader_counts_its_own_entry_only_once_it_is_durable() -> None:
+    g = Group(("a",))
+    leader = g.elect("a")
+    term, index = leader.propose(b"x")  # type: ignore[misc]
+    assert leader.log.commit < index  # nothing persisted yet: not committed
+    rd = leader.ready()
+    assert rd.entries[-1].index == index and not any(e.index == index for e in rd.committed)
+    leader.advance(rd)
+    assert leader.log.commit == index
+
+
+def test_a_cut_off_node_neither_raises_its_term_nor_deposes_the_leader_when_back() -> None:
+    """Finding 8: pre-vote and check-quorum."""
+    g = Group()
+    leader = g.elect("a")
+    term = leader.term
+    g.isolate("c")
+    g.tick(60)
+    assert g.nodes["c"].term == term  # pre-votes went unanswered: no new term
+    g.heal()
+    g.tick(5)
+    assert g.leader() is leader and leader.term == term
+
+
+def test_without_pre_vote_a_cut_off_node_deposes_the_leader_when_back() -> None:
+    """The mutant of the test above: the healthy leader loses its term to a node that was
+    cut off."""
+    g = Group(config=RaftConfig(election_ticks=10, heartbeat_ticks=1, pre_vote=False,
+                                check_quorum=False))
+    leader = g.elect("a")
+    term = leader.term
+    g.isolate("c")
+    g.tick(60, only=["c"])
+    assert g.nodes["c"].term > term
+    g.heal()
+    g.tick(20, only=["c"])
+    assert leader.term > term  # a's term was taken from it: it led no longer
+
+
+def test_a_leader_cut_off_from_the_majority_stands_down() -> None:
+    g = Group()
+    leader = g.elect("a")
+    g.isolate("a")
+    g.tick(25, only=["a"])
+    assert leader.role is Role.FOLLOWER
+
+
+def _stale_success(g: Group, leader_id: str, frm: str, index: int, term: int) -> None:
+    g.nodes[leader_id].step(Message(MsgType.APPEND_RESP, leader_id, frm, term, index=index))
+
+
+def _leader_ahead_of_followers(safeguards: Safeguards) -> Group:
+    """a leads term 2 after c led term 1; b and c are cut off, so a's new entry is held by
+    a alone. c's acknowledgement from term 1 then arrives late."""
+    g = Group(safeguards=safeguards)
+    g.elect("c")
+    g.elect("a")
+    g.isolate("a")
+    g.nodes["a"].propose(b"only-on-a")
+    g.flush()
+    return g
+
+
+def test_an_acknowledgement_from_an_older_term_is_ignored() -> None:
+    """Finding 4: a stale success must not make the leader commit an entry nobody holds."""
+    g = _leader_ahead_of_followers(Safeguards())
+    a = g.nodes["a"]
+    commit = a.log.commit
+    _stale_success(g, "a", "c", a.log.last_index(), a.term - 1)
+    g.flush()
+    assert a.log.commit == commit
+
+
+def test_without_terms_on_acknowledgements_a_stale_one_commits_what_no_follower_holds() -> None:
+    g = _leader_ahead_of_followers(Safeguards(stale_responses_ignored=False))
+    a = g.nodes["a"]
+    _stale_success(g, "a", "c", a.log.last_index(), a.term - 1)
+    g.flush()
+    assert a.log.commit == a.log.last_index()
+    assert g.nodes["c"].log.last_index() < a.log.commit  # committed, held by a alone
+
+
+def _repeat_old_append(safeguards: Safeguards) -> Group:
+    """b holds entries 1..12; the leader's old append of entry 7 (70 KB, as a group commit of
+    many commands is) arrives again."""
+    g = Group(("a", "b"), safeguards=safeguards)
+    leader = g.elect("a")
+    g.cut.add(("b", "a"))  # b's acknowledgements are late: its commit stays behind
+    big = b"x" * 70_000
+    for i in range(10):
+        leader.propose(big if i == 4 else b"e%d" % i)
+    g.flush()
+    b = g.nodes["b"]
+    assert b.log.last_index() == 12 and b.log.commit < 7  # membership, no-op, 10 entries
+    old = Message(MsgType.APPEND, "b", "a", leader.term, log_term=leader.term, index=6,
+                  entries=(b.log.entries[6],), commit=6)
+    b.step(old)
+    g.flush()
+    return g
+
+
+def test_a_repeated_append_of_a_large_entry_truncates_nothing() -> None:
+    """Finding 2: truncation only at a conflict, whatever the entry's size."""
+    g = _repeat_old_append(Safeguards())
+    assert g.nodes["b"].log.last_index() == 12
+
+
+def test_without_the_conflict_rule_a_repeated_append_drops_acknowledged_entries() -> None:
+    g = _repeat_old_append(Safeguards(truncate_only_at_conflict=False))
+    assert g.nodes["b"].log.last_index() == 7  # 8..12 gone, though acknowledged
+
+
+def _two_changes_then_split(safeguards: Safeguards) -> tuple[Group, object]:
+    """Finding 3's schedule: a, b, c vote and n learns; a appends 'remove c' and 'promote n'
+    back to back, then {a, n} and {b, c} are cut apart."""
+    g = Group(("a", "b", "c"), learners=("n",), safeguards=safeguards)
+    leader = g.elect("a")
+    leader.propose(b"warm")
+    g.flush()
+    first = leader.propose_conf_change(ConfChange(ConfOp.REMOVE, "c"))
+    assert first is not None
+    second = leader.propose_conf_change(ConfChange(ConfOp.PROMOTE, "n"))
+    # Only a and n hear of the changes.
+    for other in ("b", "c"):
+        g.cut.update({("a", other), (other, "a"), ("n", other), (other, "n")})
+    g.flush()
+    return g, second
+
+
+def test_a_second_membership_change_waits_for_the_first_to_commit() -> None:
+    g, second = _two_changes_then_split(Safeguards())
+    assert second is None
+
+
+def test_two_uncommitted_membership_changes_let_two_majorities_commit_apart() -> None:
+    g, second = _two_changes_then_split(Safeguards(one_conf_change_at_a_time=False))
+    assert second is not None
+    a = g.nodes["a"]
+    a.propose(b"X")
+    g.flush()
+    g.tick(40, only=["b", "c"])  # b and c still use {a, b, c}: a majority of two
+    other = g.nodes["b"] if g.nodes["b"].is_leader() else g.nodes["c"]
+    assert other.is_leader()
+    other.propose(b"Y")
+    g.flush()
+    committed_a = {e.index: e.data for e in g.applied["a"]}
+    committed_b = {e.index: e.data for e in g.applied[other.id]}
+    clash = [i for i in committed_a.keys() & committed_b.keys()
+             if committed_a[i] != committed_b[i]]
+    assert clash, "both sides committed, at the same index, different entries"
+
+
+def _old_snapshot_after_commit(safeguards: Safeguards) -> Group:
+    g = Group(("a", "b"), safeguards=safeguards)
+    leader = g.elect("a")
+    for i in range(10):
+        leader.propose(b"e%d" % i)
+    g.flush()
+    b = g.nodes["b"]
+    assert b.log.commit == 12
+    old = SnapshotMeta(5, leader.term, g.conf)
+    b.step(Message(MsgType.SNAPSHOT, "b", "a", leader.term, snapshot=old))
+    return g
+
+
+def test_a_snapshot_older_than_the_commit_is_refused() -> None:
+    """Finding 9."""
+    g = _old_snapshot_after_commit(Safeguards())
+    b = g.nodes["b"]
+    assert b.log.last_index() == 12 and b.log.commit == 12
+    assert b.ready().snapshot is None
+
+
+def test_without_the_refusal_an_old_snapshot_drops_committed_entries() -> None:
+    g = _old_snapshot_after_commit(Safeguards(refuse_snapshot_behind_commit=False))
+    b = g.nodes["b"]
+    assert b.log.last_index() == 5
+
+
+def test_a_read_is_confirmed_by_a_majority_and_refused_by_a_cut_off_leader() -> None:
+    g = Group()
+    leader = g.elect("a")
+    assert leader.read_index(b"r1")
+    rd = leader.ready()
+    assert not rd.read_states  # a heartbeat round first
+    g.inbox.extend(rd.messages)
+    leader.advance(rd)
+    g.flush()
+    g.isolate("a")
+    assert leader.read_index(b"r2")
+    g.flush()
+    states = [rs for rs in leader.ready().read_states]
+    assert [rs.context for rs in states] == []  # r1 was handed out in flush; r2 waits
+    assert leader.pending_reads and leader.pending_reads[0][0] == b"r2"
+
+
+def test_a_leadership_transfer_hands_over_within_one_round() -> None:
+    g = Group()
+    leader = g.elect("a")
+    leader.propose(b"x")
+    g.flush()
+    assert leader.transfer_leadership("c")
+    g.flush()
+    assert g.nodes["c"].is_leader() and not leader.is_leader()
+    assert g.payloads("c")[-1:] == [b"x"]
+
+
+def test_a_learner_never_campaigns_and_is_promoted_only_once_caught_up() -> None:
+    g = Group(("a", "b", "c"), learners=("n",))
+    term = g.nodes["n"].term
+    g.tick(100, only=["n"])
+    assert g.nodes["n"].role is Role.FOLLOWER and g.nodes["n"].term == term
+    leader = g.elect("a")
+    g.isolate("n")
+    leader.propose(b"x")
+    g.flush()
+    assert leader.propose_conf_change(ConfChange(ConfOp.PROMOTE, "n")) is None
+    g.heal()
+    g.tick(2)
+    assert leader.propose_conf_change(ConfChange(ConfOp.PROMOTE, "n")) is not None
+    g.flush()
+    assert "n" in g.nodes["b"].voters()
+
+
+def test_a_log_entry_of_an_earlier_term_commits_only_with_one_of_the_current_term() -> None:
+    g = Group()
+    leader = g.elect("a")
+    # A new leader's first entry is its no-op; nothing is read before it commits.
+    assert leader.log.entries[-1] == Entry(leader.log.last_index(), leader.term, b"")
+
+
+def _quiet_group() -> Group:
+    g = Group(config=RaftConfig(election_ticks=10, heartbeat_ticks=1, quiesce_after_ticks=5))
+    leader = g.elect("a")
+    leader.propose(b"x")
+    g.tick(10)
+    return g
+
+
+def test_an_idle_group_goes_quiet_and_a_proposal_wakes_it() -> None:
+    g = _quiet_group()
+    assert all(n.quiesced for n in g.nodes.values())
+    for node in g.nodes.values():
+        for _ in range(50):
+            node.tick()
+        assert not node.has_ready()  # no heartbeats, no elections: nothing to send
+    g.nodes["a"].propose(b"y")
+    g.flush()
+    assert g.payloads("c")[-1] == b"y"
+    assert not any(n.quiesced for n in g.nodes.values())
+
+
+def test_a_quiet_follower_woken_by_its_host_replaces_a_dead_leader() -> None:
+    g = _quiet_group()
+    g.isolate("a")  # the leader's node is gone; only the host's liveness can tell
+    g.tick(100, only=["b", "c"])
+    assert not g.nodes["b"].is_leader() and not g.nodes["c"].is_leader()
+    for n in ("b", "c"):
+        g.nodes[n].wake()
+    g.tick(60, only=["b", "c"])
+    assert g.nodes["b"].is_leader() or g.nodes["c"].is_leader()
