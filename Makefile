@@ -56,8 +56,11 @@ $(GEN): $(PROTOS) $(BASE)
 run: server-setup
 	$(VENV)/bin/sqsq server --data-dir ./data
 
-# A local cluster (etcd, three nodes, a gateway on 7400/9324) in the foreground; Ctrl-C stops it.
+# A local cluster in the foreground: etcd, three nodes holding four shards of three replicas,
+# and a gateway on 7400 (gRPC) and 9324 (SQS HTTP); Ctrl-C stops it. ./cluster keeps it: the
+# next `make cluster` starts the same cluster again, with its queues and messages.
 cluster: server-setup system-deps
+	@echo "make cluster: etcd, 3 nodes, 4 shards of 3 replicas, a gateway on 7400/9324, in ./cluster"
 	$(VENV)/bin/sqsq cluster up --dir ./cluster
 
 test: setup

@@ -12,7 +12,6 @@ import io
 import json
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import tomllib
@@ -28,6 +27,7 @@ from sqsq.cli.main import build_parser, cmd_gateway, cmd_node
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 NODES = ("n1", "n2", "n3")
+ETCDS = ("etcd1", "etcd2", "etcd3")
 
 
 def _compose() -> dict[str, Any]:
@@ -114,7 +114,7 @@ def _etcd_flags(command: list[str]) -> dict[str, str]:
 
 def test_services() -> None:
     compose = _compose()
-    assert {"etcd", "gateway", *NODES} <= set(compose["services"])
+    assert {*ETCDS, "gateway", *NODES} <= set(compose["services"])
     for name in (*NODES, "gateway"):
         service = compose["services"][name]
         assert service["build"]["dockerfile"] == "deploy/Dockerfile"
@@ -200,21 +200,35 @@ def test_host_ports_do_not_clash() -> None:
     assert len(taken) == len(set(taken))
 
 
-def test_etcd() -> None:
-    service = _service("etcd")
-    flags = _etcd_flags(service["command"])
-    assert flags["--advertise-client-urls"] == "http://etcd:2379"
-    assert "0.0.0.0:2379" in flags["--listen-client-urls"]
-    data = [str(v).split(":") for v in service["volumes"]]
-    assert [flags["--data-dir"]] == [target for source, target in data
-                                     if source in _compose()["volumes"]]
-    assert any(container == 2379 for _, _, container in _published(service))
+def test_etcd_members() -> None:
+    """Three members that name each other, each with its data in a volume of its own and
+    answering to the alias "etcd" too, which is what the nodes and the gateway are given
+    (sqsq's etcd client spreads over every address a name resolves to)."""
+    compose, volumes = _compose(), set()
+    peers = {name: f"http://{name}:2380" for name in ETCDS}
+    for name in ETCDS:
+        service = _service(name)
+        flags = _etcd_flags(service["command"])
+        assert flags["--name"] == name
+        assert flags["--advertise-client-urls"] == f"http://{name}:2379"
+        assert flags["--initial-advertise-peer-urls"] == peers[name]
+        assert "0.0.0.0:2379" in flags["--listen-client-urls"]
+        assert dict(p.split("=", 1) for p in flags["--initial-cluster"].split(",")) == peers
+        assert "etcd" in service["networks"]["default"]["aliases"]
+        data = [str(v).split(":") for v in service["volumes"]]
+        (volume,) = [source for source, target in data if target == flags["--data-dir"]]
+        assert volume in compose["volumes"]
+        volumes.add(volume)
+        for dependent in (*NODES, "gateway"):
+            assert _service(dependent)["depends_on"][name] == {"condition": "service_healthy"}
+    assert len(volumes) == len(ETCDS)
+    assert any(container == 2379 for _, _, container in _published(_service("etcd1")))
 
 
 def test_etcd_flags_exist_in_the_same_etcd_line() -> None:
     """The flags are checked against the etcd the tests run (Debian's etcd-server), which
     must be of the image's minor version."""
-    service = _service("etcd")
+    service = _service("etcd1")
     tag = re.fullmatch(r"v(\d+\.\d+)\.\d+", service["image"].rpartition(":")[2])
     assert tag, service["image"]
     etcd = etcd_binary()
@@ -228,20 +242,55 @@ def test_etcd_flags_exist_in_the_same_etcd_line() -> None:
     assert not unknown, f"not etcd {tag.group(1)} flags: {sorted(unknown)}"
 
 
-def test_healthchecks_work() -> None:
-    """A python one-liner (python is in the image) that connects to the service's gRPC
-    port: it passes against a listening socket and fails against a closed port."""
+def test_healthchecks_ask_readyz() -> None:
+    """A python one-liner (python is in the image) that asks the service's /readyz on its
+    metrics port: it passes on 200 and fails on 503 (up, not ready) and on a closed port."""
+    import http.server
+    import threading
+
+    class Ready(http.server.BaseHTTPRequestHandler):
+        ready = True
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            ok = self.path == "/readyz" and Ready.ready
+            self.send_response(200 if ok else 503)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
     for name, args in [(n, _node(n)) for n in NODES] + [("gateway", _gateway())]:
         test = _service(name)["healthcheck"]["test"]
-        assert test[:3] == ["CMD", "python", "-c"] and test[4] == str(args.grpc_port), name
-        with socket.socket() as listener:
-            listener.bind(("127.0.0.1", 0))
-            listener.listen()
-            port = listener.getsockname()[1]
-            up = subprocess.run([sys.executable, "-c", test[3], str(port)], timeout=30)
-        down = subprocess.run([sys.executable, "-c", test[3], str(port)],
-                              capture_output=True, timeout=30)
-        assert up.returncode == 0 and down.returncode != 0, name
+        assert test[:3] == ["CMD", "python", "-c"] and test[4] == str(args.metrics_port), name
+        with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ready) as server:
+            port = str(server.server_address[1])
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            Ready.ready = True
+            ready = subprocess.run([sys.executable, "-c", test[3], port],
+                                   capture_output=True, timeout=30)
+            Ready.ready = False
+            not_ready = subprocess.run([sys.executable, "-c", test[3], port],
+                                       capture_output=True, timeout=30)
+            server.shutdown()
+        down = subprocess.run([sys.executable, "-c", test[3], port], capture_output=True,
+                              timeout=30)
+        assert ready.returncode == 0, (name, ready.stderr)
+        assert not_ready.returncode != 0 and down.returncode != 0, name
+
+
+def test_the_build_context_is_what_the_image_copies() -> None:
+    """The root's .dockerignore lets in what the Dockerfile copies and nothing else."""
+    rules = [r for r in (REPO / ".dockerignore").read_text().splitlines()
+             if r and not r.startswith("#")]
+    assert rules[0] == "*"
+    copied = {rest.split()[0] for instruction, rest in _dockerfile() if instruction == "COPY"}
+    assert {r[1:] for r in rules if r.startswith("!")} == copied
+
+
+def test_the_readme_names_the_dockerfile_where_it_is() -> None:
+    text = (DEPLOY / "README.md").read_text()
+    assert "deploy/Dockerfile" in text and "at the repository root" not in text
+    assert not re.search(r"\bissue \d+", text, re.IGNORECASE)
 
 
 # -- the image -------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def _url_parts(queue: str, base_path: str) -> tuple[str | None, str]:
 def wants_attribute(selected: Iterable[str], name: str) -> bool:
     """Message attribute selection as SQS does it: a name, "All", "*", ".*", or "prefix.*"."""
     for s in selected:
-        if s in ("All", "*", ".*") or s == name or (s.endswith(".*") and name.startswith(s[:-1])):
+        if s in ("All", "*", ".*") or s == name or (s.endswith(".*") and name.startswith(s[:-2])):
             return True
     return False
 

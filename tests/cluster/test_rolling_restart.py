@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from serverproc import REPO, free_port, wait_for_port
-from sqsq.cli.localprocs import terminate
+from clusterup import ClusterUp
+from serverproc import REPO, free_port
 from sqsq.client import Client
 
 QUEUE = "rolling"
@@ -33,21 +33,13 @@ def _until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
 @pytest.fixture
 def cluster_up(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """A running ``sqsq cluster up`` (its directory, its gateway's gRPC address)."""
-    root, port = tmp_path / "cluster", free_port()
-    log = open(tmp_path / "up.log", "wb")  # noqa: SIM115 - the child's
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sqsq.cli.main", "cluster", "up", "--dir", str(root),
-         "--shards", "2", "--partitions", "2", "--grpc-port", str(port),
-         "--http-port", str(free_port())], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    log.close()
+    up = ClusterUp(tmp_path / "cluster", "--shards", "2", "--partitions", "2",
+                   "--grpc-port", str(free_port()), "--http-port", str(free_port()))
     try:
-        _until(lambda: (root / "cluster.json").exists() or proc.poll() is not None, 120,
-               "cluster.json")
-        assert proc.poll() is None, (tmp_path / "up.log").read_text()
-        wait_for_port(port, proc)
-        yield root, f"127.0.0.1:{port}"
+        up.start()
+        yield up.root, up.endpoint
     finally:
-        terminate(proc, 60.0)
+        up.stop()
 
 
 def test_a_rolling_restart_under_load_loses_nothing_and_shows_no_error(

@@ -1,13 +1,16 @@
-"""``sqsq cluster up``, ``status`` and ``restart``: a whole cluster on this machine.
+"""A whole cluster on this machine: ``LocalCluster``, what ``sqsq cluster up`` runs (the
+commands are in ``sqsq.cli.clustercmd``).
 
     sqsq cluster up --nodes 3 --shards 4 --dir ./cluster      # etcd, 3 nodes, a gateway
     sqsq cluster status --dir ./cluster [--json]
+    sqsq cluster start-node --dir ./cluster n2                # while `up` runs
     sqsq cluster restart --rolling --dir ./cluster            # while `up` runs
 
-``up`` starts etcd, the nodes and a gateway as child processes listening on 127.0.0.1, waits
-until every shard has a leader and the gateway answers, writes ``DIR/cluster.json`` (pids
-and ports), and stays in the foreground: Ctrl-C (or SIGTERM) stops them all, by pid. Each
-process logs to ``DIR/logs/``. The tests start clusters through ``LocalCluster`` too.
+``up`` records the ports in ``DIR/cluster.json``, starts etcd, the nodes and a gateway as
+child processes listening on 127.0.0.1, waits until every shard has a leader and the gateway
+answers, adds the pids to ``cluster.json``, and stays in the foreground, supervising them
+(``sqsq.cli.supervisor``): Ctrl-C (or SIGTERM) stops them all, by pid. Each process logs to
+``DIR/logs/``. The tests start clusters through ``LocalCluster`` too.
 
 A ``Placement`` puts each process somewhere else instead (the chaos tests: one network
 namespace per process, so links between them can be cut); ``status`` is then read by
@@ -18,7 +21,6 @@ namespace per process, so links between them can be cut); ``status`` is then rea
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -38,6 +40,7 @@ from sqsq.cli.localprocs import (
     Wrap,
     free_port,
     free_port_range,
+    reserve_ports,
     terminate,
     wait_for_port,
 )
@@ -69,6 +72,7 @@ class NodeProcess:
     proc: subprocess.Popen | None = None
     host: str = LOOPBACK
     metrics_port: int = field(default_factory=free_port)  # /metrics, /healthz, /readyz
+    host_label: str = ""  # the machine it stands for (--host-label): replicas go to others
 
     @property
     def endpoint(self) -> str:
@@ -104,18 +108,80 @@ class GatewayProcess:
         return f"http://{self.host}:{self.http_port}"
 
 
+class ClusterDirError(OSError):
+    """A ``--dir`` that cannot be started: half-written, another version's, or in use."""
+
+
+#: What ``cluster.json`` looks like; a directory written in another format is refused, not
+#: guessed at (its ports and node ids are what the partition map and Raft groups remember).
+LAYOUT_FORMAT = 1
+
+
+def read_layout(root: Path) -> dict[str, Any] | None:
+    """The cluster a directory holds (its ``cluster.json``), or None for a new one;
+    ``ClusterDirError`` for a directory that cannot be started again as it is."""
+    path = root / "cluster.json"
+    if not path.exists():
+        if (root / "etcd").exists() or (root / "etcd1").exists():
+            raise ClusterDirError(
+                f"{root} has etcd data but no cluster.json: a half-written cluster whose "
+                "node ids and ports are lost; remove it or use another --dir")
+        return None
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ClusterDirError(f"{path} is half-written or damaged ({exc}); remove {root} "
+                              "or use another --dir") from None
+    if not isinstance(info, dict) or info.get("format") != LAYOUT_FORMAT:
+        found = info.get("format") if isinstance(info, dict) else None
+        raise ClusterDirError(
+            f"{path} was written by another version of sqsq (cluster directory format "
+            f"{found!r}, this one starts format {LAYOUT_FORMAT}): start it with that version, "
+            "or use another --dir")
+    try:
+        for n in info["nodes"]:
+            n["id"], n["grpc_port"], n["raft_port"], n["metrics_port"]  # noqa: B018
+        for e in info.get("etcd_members") or [info["etcd"]]:
+            e["client_port"], e["peer_port"]  # noqa: B018
+        info["gateway"]["grpc_port"], info["gateway"]["http_port"]  # noqa: B018
+        info["gateway"]["metrics_port"], info["shards"], info["partitions"]  # noqa: B018
+    except (KeyError, TypeError) as exc:
+        raise ClusterDirError(f"{path} is half-written or damaged (no {exc}); remove "
+                              f"{root} or use another --dir") from None
+    return info
+
+
 class LocalCluster:
     """etcd, ``nodes`` nodes and a gateway under ``root``, all on 127.0.0.1 unless a
-    ``placement`` says where each runs."""
+    ``placement`` says where each runs.
 
-    def __init__(self, root: Path, *, nodes: int = 3, shards: int = 1, partitions: int = 1,
+    A ``root`` that already holds a cluster (its ``cluster.json``) is that cluster again:
+    the same node ids, ports and data, so the partition map and the Raft groups, which
+    remember addresses, find every member where it was. ``nodes``, ``shards`` and
+    ``partitions`` then default to the recorded ones and must match them if given; gateway
+    ports given override the recorded ones (the gateway keeps no state)."""
+
+    def __init__(self, root: Path, *, nodes: int | None = None, shards: int | None = None,
+                 partitions: int | None = None, etcd_members: int | None = None,
+                 nodes_per_host: int = 1,
                  gateway_grpc_port: int | None = None, gateway_http_port: int | None = None,
                  node_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
                  placement: Placement | None = None) -> None:
         self.root = root.resolve()
         self.placement = placement
-        self.shards = shards
-        self.partitions = partitions
+        self.layout = read_layout(self.root)
+        recorded = self.layout or {}
+        had_etcd = len(recorded.get("etcd_members") or [recorded.get("etcd")])
+        for what, given, had in (("nodes", nodes, len(recorded.get("nodes", ()))),
+                                 ("etcd-members", etcd_members, had_etcd),
+                                 ("shards", shards, recorded.get("shards")),
+                                 ("partitions", partitions, recorded.get("partitions"))):
+            if self.layout is not None and given is not None and given != had:
+                raise ClusterDirError(
+                    f"{self.root} holds a cluster with {what} {had}, not {given}: leave "
+                    f"--{what} out to start it again, or use another --dir")
+        self.shards = shards or recorded.get("shards") or 1
+        self.partitions = partitions or recorded.get("partitions") or 1
         self.node_args = node_args
         self.env = dict(os.environ if env is None else env)
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
@@ -127,15 +193,61 @@ class LocalCluster:
         # one admin credential for the nodes, the gateway and this process's status calls
         admincred.for_children(self.env, self.root)
         admincred.use_directory(self.root)
-        self.etcd = EtcdProcess(self.root / "etcd", host=self._address("etcd"),
-                                wrap=self._wrap("etcd"))
-        self.nodes = [NodeProcess(f"n{i + 1}", self.root / f"n{i + 1}", free_port(),
-                                  free_port_range(shards), host=self._address(f"n{i + 1}"))
-                      for i in range(nodes)]
+        if self.layout is None:
+            self.etcds = self._etcd_members([{} for _ in range(etcd_members or 1)])
+            # Nodes on one machine stand for ``nodes_per_host`` per host: each gets the
+            # label of its pretend host, and no shard has two replicas on one.
+            self.nodes = [NodeProcess(f"n{i + 1}", self.root / f"n{i + 1}", free_port(),
+                                      free_port_range(self.shards),
+                                      host=self._address(f"n{i + 1}"),
+                                      host_label=f"host{i // nodes_per_host + 1}")
+                          for i in range(nodes or 3)]
+            gateway = {"grpc_port": gateway_grpc_port, "http_port": gateway_http_port}
+        else:
+            g = recorded["gateway"]
+            self.etcds = self._etcd_members(recorded.get("etcd_members") or
+                                            [recorded["etcd"]])
+            self.nodes = [NodeProcess(n["id"], self.root / n["id"], n["grpc_port"],
+                                      n["raft_port"], host=self._address(n["id"]),
+                                      metrics_port=n["metrics_port"],
+                                      host_label=n.get("host_label") or f"host{i + 1}")
+                          for i, n in enumerate(recorded["nodes"])]
+            gateway = {"grpc_port": gateway_grpc_port or g["grpc_port"],
+                       "http_port": gateway_http_port or g["http_port"],
+                       "metrics_port": g["metrics_port"]}
+            reserve_ports([*(p for e in self.etcds for p in (e.client_port, e.peer_port)),
+                           *gateway.values(),
+                           *(p for n in self.nodes for p in (
+                               n.grpc_port, n.metrics_port,
+                               *range(n.raft_port, n.raft_port + self.shards)))])
         self.supervisor_pid: int | None = None  # `cluster up`'s, which `restart` signals
         self.gateway = GatewayProcess(host=self._address("gateway"), **{
-            k: v for k, v in (("grpc_port", gateway_grpc_port),
-                              ("http_port", gateway_http_port)) if v is not None})
+            k: v for k, v in gateway.items() if v is not None})
+
+    def _etcd_members(self, recorded: list[dict[str, Any]]) -> list[EtcdProcess]:
+        """One etcd, or the members of an etcd cluster (etcd1, etcd2, ...: a majority of
+        them keeps the partition map available), on the recorded ports if any."""
+        names = ["etcd"] if len(recorded) == 1 else [f"etcd{i + 1}" for i in
+                                                      range(len(recorded))]
+        members = [EtcdProcess(self.root / name, host=self._address(name), wrap=self._wrap(name),
+                               **({"client_port": r["client_port"], "peer_port": r["peer_port"]}
+                                  if r else {}),
+                               **({} if len(recorded) == 1 else {"name": name}))
+                   for name, r in zip(names, recorded, strict=True)]
+        if len(members) > 1:
+            everyone = ",".join(f"{m.name}={m.peer_url}" for m in members)
+            for m in members:
+                m.initial_cluster = everyone
+        self.etcd = members[0]
+        return members
+
+    @property
+    def etcd_endpoint(self) -> str:
+        """What the nodes and the gateway are given: every etcd member's client address."""
+        return ",".join(e.endpoint for e in self.etcds)
+
+    def etcd_name(self, member: EtcdProcess) -> str:
+        return member.data_dir.name
 
     # -- processes -------------------------------------------------------------------------
 
@@ -163,26 +275,32 @@ class LocalCluster:
 
     def start_node(self, node: NodeProcess) -> None:
         node.proc = self._spawn(node.node_id, [
-            "node", "--etcd", self.etcd.endpoint, "--node-id", node.node_id,
+            "node", "--etcd", self.etcd_endpoint, "--node-id", node.node_id,
             "--data-dir", str(node.root), "--host", node.host,
             "--grpc-port", str(node.grpc_port), "--raft-port", str(node.raft_port),
             "--shards", str(self.shards), "--initial-nodes", str(len(self.nodes)),
             "--secret-file", str(self.secret), "--metrics-port", str(node.metrics_port),
-            *self.node_args])
+            "--host-label", node.host_label, *self.node_args])
         wait_for_port(node.grpc_port, node.proc, host=node.host, wrap=self._wrap(node.node_id))
 
     def start_gateway(self) -> None:
         g = self.gateway
         g.proc = self._spawn("gateway", [
-            "gateway", "--etcd", self.etcd.endpoint, "--host", g.host,
+            "gateway", "--etcd", self.etcd_endpoint, "--host", g.host,
             "--grpc-port", str(g.grpc_port), "--http-port", str(g.http_port),
             "--partitions", str(self.partitions), "--metrics-port", str(g.metrics_port)])
         wait_for_port(g.grpc_port, g.proc, host=g.host, wrap=self._wrap("gateway"))
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> LocalCluster:
-        """Everything, then wait until every shard has a leader; writes cluster.json."""
+        """Everything, then wait until every shard has a leader. ``cluster.json`` is written
+        before the first process starts (so a cluster whose first start failed halfway can
+        be started again as itself) and again with the pids once it is ready."""
+        self.write_json()
         try:
-            self.etcd.start()
+            for member in self.etcds:  # all running before any can serve
+                member.launch()
+            for member in self.etcds:
+                member.wait_serving()
             self.load_seed()
             for node in self.nodes:
                 self.start_node(node)
@@ -208,7 +326,7 @@ class LocalCluster:
         from sqsq.control.etcd import CasConflict, Etcd
 
         async def put() -> None:
-            async with Etcd(self.etcd.endpoint, retry_for_s=10.0) as etcd:
+            async with Etcd(self.etcd_endpoint, retry_for_s=10.0) as etcd:
                 for record in seed["records"]:
                     value = json.dumps(record["value"], separators=(",", ":"),
                                        sort_keys=True).encode()
@@ -236,15 +354,56 @@ class LocalCluster:
     def status(self, *, replicas: bool = False) -> dict[str, Any]:
         """The partition map's view; with ``replicas``, each live node's replica states."""
         if self.placement is None:
-            return read_status(self.etcd.endpoint, replicas=replicas)
+            return read_status(self.etcd_endpoint, replicas=replicas)
         # This process may have no route to etcd: ask from the placement's client host.
         argv = self.placement.command("client", [
             sys.executable, "-m", "sqsq.cli.main", "cluster", "status", "--etcd",
-            self.etcd.endpoint, "--json", *(["--replicas"] if replicas else [])])
+            self.etcd_endpoint, "--json", *(["--replicas"] if replicas else [])])
         out = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=60)
         if out.returncode != 0:
             raise OSError(f"sqsq cluster status failed ({out.returncode}): {out.stderr}")
         return json.loads(out.stdout)
+
+    def port_uses(self) -> list[tuple[int, str]]:
+        """Every port the cluster's processes listen on, with what for."""
+        g = self.gateway
+        return [*((p, f"{self.etcd_name(e)} {use}") for e in self.etcds for p, use in (
+                    (e.client_port, "client"), (e.peer_port, "peer"))),
+                (g.grpc_port, "gateway gRPC"), (g.http_port, "gateway SQS HTTP"),
+                (g.metrics_port, "gateway metrics"),
+                *((p, f"{n.node_id} {use}") for n in self.nodes for p, use in (
+                    (n.grpc_port, "gRPC"), (n.metrics_port, "metrics"),
+                    *((n.raft_port + s, f"Raft, shard {s}") for s in range(self.shards))))]
+
+    def names(self) -> list[str]:
+        """Every process of the cluster by name: "etcd" (or "etcd1", "etcd2", ... for the
+        members of an etcd cluster), the node ids, "gateway"."""
+        return [*map(self.etcd_name, self.etcds), *(n.node_id for n in self.nodes), "gateway"]
+
+    def process(self, name: str) -> subprocess.Popen | None:
+        member = next((e for e in self.etcds if self.etcd_name(e) == name), None)
+        if member is not None:
+            return member.proc
+        if name == "gateway":
+            return self.gateway.proc
+        return self.node(name).proc
+
+    def node(self, node_id: str) -> NodeProcess:
+        found = next((n for n in self.nodes if n.node_id == node_id), None)
+        if found is None:
+            raise KeyError(f"no process {node_id!r} in this cluster "
+                           f"(it has {', '.join(self.names())})")
+        return found
+
+    def start_process(self, name: str) -> None:
+        """Start ``name`` (see ``names``) again, with the same identity, ports and data."""
+        member = next((e for e in self.etcds if self.etcd_name(e) == name), None)
+        if member is not None:
+            member.start()
+        elif name == "gateway":
+            self.start_gateway()
+        else:
+            self.start_node(self.node(name))
 
     def kill9(self, proc: subprocess.Popen | None) -> None:
         if proc is not None and proc.poll() is None:
@@ -260,8 +419,9 @@ class LocalCluster:
         self.terminate(self.gateway.proc)
         for node in self.nodes:
             self.terminate(node.proc)
-        if self.etcd.proc is not None:
-            self.etcd.stop()
+        for member in self.etcds:
+            if member.proc is not None:
+                member.stop()
 
     def rolling_restart(self, *, timeout_s: float = READY_TIMEOUT_S,
                         report: Callable[[dict[str, Any]], None] = lambda step: None
@@ -274,18 +434,23 @@ class LocalCluster:
 
     def write_json(self) -> Path:
         path = self.root / "cluster.json"
+        etcds = [{"name": self.etcd_name(e), "pid": e.proc.pid if e.proc else None,
+                  "client_port": e.client_port, "peer_port": e.peer_port} for e in self.etcds]
         body = {
+            "format": LAYOUT_FORMAT,
             "gateway": {"pid": self.gateway.proc.pid if self.gateway.proc else None,
                         "grpc_port": self.gateway.grpc_port,
                         "http_port": self.gateway.http_port,
                         "metrics_port": self.gateway.metrics_port},
-            "etcd": {"pid": self.etcd.proc.pid if self.etcd.proc else None,
-                     "client_port": self.etcd.client_port},
+            "etcd": etcds[0],
+            "etcd_members": etcds,
             "nodes": [{"id": n.node_id, "pid": n.proc.pid if n.proc else None,
                        "grpc_port": n.grpc_port, "raft_port": n.raft_port,
-                       "metrics_port": n.metrics_port, "data_dir": str(n.root)}
+                       "metrics_port": n.metrics_port, "data_dir": str(n.root),
+                       "host_label": n.host_label}
                       for n in self.nodes],
             "shards": self.shards,
+            "partitions": self.partitions,
             "supervisor_pid": self.supervisor_pid,
         }
         tmp = path.with_suffix(".tmp")
@@ -315,7 +480,11 @@ def read_status(etcd_endpoint: str, *, replicas: bool = False) -> dict[str, Any]
         return {"leader": leader.node_id if leader else None,
                 "applied_epoch": snapshot.leaders[shard_id].epoch if leader else None}
 
-    nodes = [{"id": n, "alive": n in snapshot.nodes, "grpc": snapshot.members[n].grpc_address}
+    from sqsq.control.balance import leaders_per_node
+
+    led = leaders_per_node(snapshot)
+    nodes = [{"id": n, "alive": n in snapshot.nodes, "grpc": snapshot.members[n].grpc_address,
+              "leads": led.get(n, []), "host": snapshot.members[n].host_label}
              for n in sorted(snapshot.members)]
     return {
         "nodes": nodes,
@@ -326,119 +495,3 @@ def read_status(etcd_endpoint: str, *, replicas: bool = False) -> dict[str, Any]
                    for q in sorted(snapshot.queues.values(), key=lambda q: q.name)],
         **({"replicas": rolling.read_replicas(nodes)} if replicas else {}),
     }
-
-
-# -- the commands ----------------------------------------------------------------------------
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("cluster", help="run a local cluster, or show its state")
-    sub = p.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
-    up = sub.add_parser("up", help="start etcd, the nodes and a gateway in the foreground")
-    up.add_argument("--nodes", type=int, default=3, help="how many nodes (at least 3)")
-    up.add_argument("--shards", type=int, default=1, help="how many shards")
-    up.add_argument("--partitions", type=int, default=1,
-                    help="partitions of a new queue (each on its own shard)")
-    up.add_argument("--dir", type=Path, default=Path("./cluster"),
-                    help="where data, logs and cluster.json go")
-    up.add_argument("--grpc-port", type=int, default=7400, help="the gateway's gRPC port")
-    up.add_argument("--http-port", type=int, default=9324, help="the gateway's SQS HTTP port")
-    up.set_defaults(handler=cmd_up, needs_client=False)
-    st = sub.add_parser("status", help="nodes, shards with their leaders, queues")
-    st.add_argument("--dir", type=Path, default=Path("./cluster"),
-                    help="the directory `cluster up` wrote cluster.json to")
-    st.add_argument("--etcd", metavar="ENDPOINT", default=None,
-                    help="read the cluster's etcd at host:port instead of --dir's cluster.json")
-    st.add_argument("--json", dest="as_json", action="store_true", help="print JSON")
-    st.add_argument("--replicas", action="store_true",
-                    help="also ask each live node for its replicas' Raft progress")
-    st.set_defaults(handler=cmd_status, needs_client=False)
-    rs = sub.add_parser("restart", help="restart the nodes of a running `cluster up`")
-    rs.add_argument("--rolling", action="store_true", required=True,
-                    help="one node at a time, leaders last, each ready before the next")
-    rs.add_argument("--dir", type=Path, default=Path("./cluster"),
-                    help="the directory of the running `cluster up`")
-    rs.set_defaults(handler=rolling.cmd_restart, needs_client=False)
-    return p
-
-
-def cmd_up(args: argparse.Namespace) -> int:
-    if args.nodes < 3:
-        print("sqsq cluster up: error: a shard has three replicas: --nodes must be at least 3",
-              file=sys.stderr)
-        return 2
-    if not 1 <= args.shards <= 64 or args.partitions < 1:
-        print("sqsq cluster up: error: --shards is 1..64 and --partitions at least 1",
-              file=sys.stderr)
-        return 2
-    cluster = LocalCluster(args.dir, nodes=args.nodes, shards=args.shards,
-                           partitions=args.partitions, gateway_grpc_port=args.grpc_port,
-                           gateway_http_port=args.http_port)
-    stop = _stop_on_signals()
-    restart = rolling.restart_on_signal()
-    cluster.supervisor_pid = os.getpid()
-    try:
-        cluster.start()
-    except OSError as exc:
-        print(f"sqsq cluster up: error: {exc} (logs in {cluster.root / 'logs'})",
-              file=sys.stderr)
-        return 1
-    g = cluster.gateway
-    print(f"sqsq cluster: {len(cluster.nodes)} nodes, {cluster.shards} shards; gateway gRPC "
-          f"on {g.endpoint}, SQS HTTP API on {g.http_url}; etcd on {cluster.etcd.endpoint}; "
-          f"{cluster.root / 'cluster.json'} written, logs in {cluster.root / 'logs'}. "
-          "Ctrl-C stops everything.", flush=True)
-    try:
-        while not stop.wait(0.5):
-            if restart.is_set():
-                restart.clear()
-                rolling.serve_restart(cluster)
-            dead = [n.node_id for n in cluster.nodes if not n.alive]
-            if g.proc is not None and g.proc.poll() is not None:
-                dead.append("gateway")
-            if dead:
-                print(f"sqsq cluster: not running any more: {', '.join(dead)}", flush=True)
-                break
-    finally:
-        print("sqsq cluster: stopping", flush=True)
-        cluster.stop()
-        print("sqsq cluster: stopped", flush=True)
-    return 0
-
-
-def _stop_on_signals() -> Any:
-    import threading
-
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    return stop
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    path = args.dir / "cluster.json"
-    admincred.use_directory(args.dir)  # --replicas asks the nodes' Admin API
-    try:
-        if args.etcd:
-            status = read_status(args.etcd, replicas=args.replicas)
-        else:
-            info = json.loads(path.read_text())
-            status = read_status(f"127.0.0.1:{info['etcd']['client_port']}",
-                                 replicas=args.replicas)
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"sqsq cluster status: error: {args.etcd or path}: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # noqa: BLE001 - etcd unreachable: say so in one line
-        print(f"sqsq cluster status: error: etcd does not answer: {exc}", file=sys.stderr)
-        return 1
-    if args.as_json:
-        print(json.dumps(status, indent=2))
-        return 0
-    for n in status["nodes"]:
-        print(f"node {n['id']}: {'alive' if n['alive'] else 'DOWN'} ({n['grpc']})")
-    for s in status["shards"]:
-        print(f"shard {s['id']}: leader {s['leader'] or '-'}, replicas "
-              f"{', '.join(s['replicas'])} (epoch {s['epoch']})")
-    for q in status["queues"]:
-        print(f"queue {q['name']}: partitions on shards "
-              f"{', '.join(str(p) for p in q['partitions'])}")
-    return 0

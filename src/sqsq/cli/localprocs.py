@@ -59,6 +59,11 @@ def free_port(attempts: int = 100) -> int:
 _HANDED_OUT: deque[int] = deque(maxlen=4096)
 
 
+def reserve_ports(ports: list[int]) -> None:
+    """Ports a restarted cluster takes again (its recorded ones): never handed out here."""
+    _HANDED_OUT.extend(ports)
+
+
 def free_port_range(count: int, attempts: int = 100) -> int:
     """The first of ``count`` consecutive free ports (a node's Raft ports: base + shard),
     none of them handed out by this process lately."""
@@ -80,6 +85,36 @@ def free_port_range(count: int, attempts: int = 100) -> int:
             for s in socks:
                 s.close()
     raise OSError(f"no {count} consecutive free ports found")
+
+
+def port_taken(host: str, ports: list[tuple[int, str]]) -> str | None:
+    """The first of ``ports`` ((port, what it is for)) that another process listens on, as
+    one line naming the port and its use; None if each can be bound now (0: any port).
+
+    A server finds out for itself only when it binds, and not every one says so: pysyncobj
+    retries a Raft port in use forever, silently (shards were once left without a leader for
+    minutes with no error anywhere), and a node binds its Raft ports only once the
+    controller gives it shards. So a process checks all its ports before it starts."""
+    import errno
+
+    seen: dict[int, str] = {}
+    for port, use in ports:
+        if not port:
+            continue
+        if port in seen:
+            return f"port {port} is given twice: for {seen[port]} and for {use}"
+        seen[port] = use
+        try:
+            with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+                # as the servers bind: a port left in TIME_WAIT by the process's previous
+                # life is free; one that something listens on is not
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind((host.strip("[]"), port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"port {port} on {host} ({use}) is in use by another process"
+            # no such address here, and the like: the server itself says what is wrong
+    return None
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float = 30.0, *,
@@ -195,6 +230,8 @@ class EtcdProcess:
     proc: subprocess.Popen | None = None
     host: str = "127.0.0.1"
     wrap: Wrap | None = None
+    name: str = "sqsq-test"
+    initial_cluster: str | None = None  # name=peer_url,... of every member (None: just this)
 
     @property
     def endpoint(self) -> str:
@@ -202,25 +239,34 @@ class EtcdProcess:
 
     def command(self) -> list[str]:
         client = f"http://{self.host}:{self.client_port}"
-        peer = f"http://{self.host}:{self.peer_port}"
         argv = [
-            etcd_binary(), "--name", "sqsq-test", "--data-dir", str(self.data_dir),
+            etcd_binary(), "--name", self.name, "--data-dir", str(self.data_dir),
             "--listen-client-urls", client, "--advertise-client-urls", client,
-            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"sqsq-test={peer}", "--initial-cluster-state", "new",
+            "--listen-peer-urls", self.peer_url, "--initial-advertise-peer-urls", self.peer_url,
+            "--initial-cluster", self.initial_cluster or f"{self.name}={self.peer_url}",
+            "--initial-cluster-state", "new",
             "--logger", "zap", "--log-level", "warn",
         ]
         return argv if self.wrap is None else self.wrap(argv)
 
+    @property
+    def peer_url(self) -> str:
+        return f"http://{self.host}:{self.peer_port}"
+
     def start(self, timeout_s: float = 30.0) -> EtcdProcess:
+        self.launch()
+        self.wait_serving(timeout_s)
+        return self
+
+    def launch(self) -> None:
+        """Start the process without waiting: the members of a new etcd cluster must all
+        be running before any of them serves."""
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        self._wait_serving(timeout_s)
-        return self
 
-    def _wait_serving(self, timeout_s: float) -> None:
+    def wait_serving(self, timeout_s: float = 30.0) -> None:
         assert self.proc is not None
         url = f"http://{self.host}:{self.client_port}"
         failure = f"etcd did not serve on {self.endpoint} in {timeout_s}s"

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from typing import Any
 
 from sqsq.cli import backup as backup_cli
-from sqsq.cli import cluster as cluster_cli
+from sqsq.cli import clustercmd as cluster_cli
 from sqsq.cli import export as export_cli
 from sqsq.client import Client, Message
 from sqsq.errors import QueueError, ServiceUnavailable
@@ -98,9 +98,27 @@ def _json_default(value: Any) -> Any:
 # -- handlers ------------------------------------------------------------------------------
 
 
+def _ports_taken(name: str, host: str, ports: list[tuple[int, str]],
+                 args: argparse.Namespace) -> bool:
+    """Whether one of a server process's ports (with its metrics and frame ports) is in
+    use; if so, says which in one line (``localprocs.port_taken``)."""
+    from sqsq.cli.localprocs import port_taken
+
+    frame = os.environ.get("SQSQ_FRAME_PORT", "")
+    ports = [*ports, (args.metrics_port or 0, "metrics and health"),
+             (int(frame) if frame.isdigit() else 0, "frame connections")]
+    taken = port_taken(host, ports)
+    if taken is not None:
+        print(f"{name}: error: {taken}", file=sys.stderr)
+    return taken is not None
+
+
 def cmd_server(args: argparse.Namespace) -> int:
     from sqsq.cli.server import serve  # lazy: the CLI's client commands need no server code
 
+    if _ports_taken("sqsq server", args.host, [(args.grpc_port, "gRPC"),
+                                               (args.http_port, "SQS HTTP")], args):
+        return 1
     try:
         result = serve(
             data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port,
@@ -128,10 +146,16 @@ def cmd_node(args: argparse.Namespace) -> int:
     if args.etcd is not None and not args.node_id:
         print("sqsq node: error: --etcd needs --node-id", file=sys.stderr)
         return 2
+    shards = args.shards if args.etcd is not None else 1
+    raft = [(args.raft_port + s, f"Raft, shard {s}" if args.etcd else "Raft")
+            for s in range(shards)]
+    if _ports_taken("sqsq node", args.host, [(args.grpc_port, "gRPC"), *raft], args):
+        return 1
     return serve_node(
         data_dir=args.data_dir, host=args.host, grpc_port=args.grpc_port,
         raft_port=args.raft_port, peers=args.peers, bootstrap=args.bootstrap,
         etcd=args.etcd, node_id=args.node_id, shards=args.shards, advertise=args.advertise,
+        host_label=args.host_label,
         replace_after_s=args.replace_after, initial_nodes=args.initial_nodes,
         sync=not args.no_fsync, secret_file=args.secret_file,
         credentials_file=args.credentials, region=args.region, account=args.account,
@@ -146,6 +170,9 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         print("sqsq gateway: error: give either --etcd (route over a cluster) or --backend "
               "(one node)", file=sys.stderr)
         return 2
+    if _ports_taken("sqsq gateway", args.host, [(args.grpc_port, "gRPC"),
+                                                 (args.http_port, "SQS HTTP")], args):
+        return 1
     return serve_gateway(
         backend=args.backend, etcd=args.etcd, partitions=args.partitions, host=args.host,
         grpc_port=args.grpc_port,
@@ -316,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raft-port", type=int, required=True,
                    help="Raft port of shard 0 (shard s: this + s)")
     p.add_argument("--etcd", default=None,
-                   help="etcd host:port: join the cluster it coordinates (with --node-id)")
+                   help="etcd host:port (an etcd cluster: every member, comma-separated): join "
+                        "the cluster it coordinates (with --node-id)")
     p.add_argument("--node-id", default=None, help="this node's id in the cluster (with --etcd)")
     p.add_argument("--shards", type=int, default=1,
                    help="how many shards the cluster has (with --etcd; the controller creates "
@@ -327,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replace-after", type=float, default=10.0, metavar="SECONDS",
                    help="the controller moves a dead node's replicas to other nodes after "
                         "it has been gone this long (with --etcd; default 10)")
+    p.add_argument("--host-label", default="",
+                   help="the machine this node runs on (with --etcd): no two replicas of a "
+                        "shard are placed on one (default: the address it advertises)")
     p.add_argument("--advertise", default=None,
                    help="the host other nodes and gateways reach this node by (default --host)")
     p.add_argument("--peers", default=None,
@@ -355,7 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("gateway",
                        help="run the public HTTP and gRPC API in front of a cluster or a node")
     p.add_argument("--etcd", default=None,
-                   help="etcd host:port of the cluster to route over (its partition map)")
+                   help="etcd host:port of the cluster to route over (its partition map; an etcd "
+                        "cluster: every member, comma-separated)")
     p.add_argument("--partitions", type=int, default=1,
                    help="partitions of a new queue, each on its own shard (with --etcd)")
     p.add_argument("--backend", default=None,

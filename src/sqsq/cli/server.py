@@ -236,7 +236,7 @@ async def run_cluster_node(
     secret_file: str | None = None, credentials_file: str | None = None,
     region: str | None = None, account: str | None = None,
     compaction_min_entries: int = 5000, replace_after_s: float = 10.0,
-    initial_nodes: int = 3, metrics_port: int | None = None,
+    initial_nodes: int = 3, metrics_port: int | None = None, host_label: str = "",
 ) -> None:
     """A node of an etcd-coordinated cluster: it hosts a replica of each shard the partition
     map gives it (shard s's Raft group on ``raft_port + s``), serving them all on one gRPC
@@ -246,7 +246,7 @@ async def run_cluster_node(
     secret = _cluster_secret(secret_file)
     auth = Authenticator(load_credentials(credentials_file))
     address = advertise or host
-    me = NodeRecord(node_id, f"{address}:{grpc_port}", f"{address}:{raft_port}")
+    me = NodeRecord(node_id, f"{address}:{grpc_port}", f"{address}:{raft_port}", host_label)
     config = _config(secret, region, account)
     endpoint = endpoint_for(address, grpc_port, None, config.account, config.region)
     directory = ShardDirectory()
@@ -352,7 +352,8 @@ def serve_node(log_format: str = "text", **kwargs: object) -> int:
         kwargs.pop("bootstrap", None)
         return run_process("sqsq node", run_cluster_node(**kwargs),  # type: ignore[arg-type]
                            log_format)
-    for name in ("etcd", "node_id", "shards", "advertise", "replace_after_s", "initial_nodes"):
+    for name in ("etcd", "node_id", "shards", "advertise", "replace_after_s", "initial_nodes",
+                 "host_label"):
         kwargs.pop(name, None)
     return run_process("sqsq node", run_node(**kwargs), log_format)  # type: ignore[arg-type]
 

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from sqsq.control import keys
+from sqsq.control.balance import next_move
 from sqsq.control.controller import Controller, ControllerSettings
 from sqsq.control.etcd import Etcd, EtcdError, create_revision_is, put_op
 from sqsq.control.keys import LeaderHint, NodeRecord, ShardRecord
@@ -34,6 +35,9 @@ log = logging.getLogger("sqsq.agent")
 LEASE_TTL_S = 3  # a dead node's key is gone within this; its shards' hints with it
 HINT_INTERVAL_S = 0.2  # how often leadership is looked at (a new leader is published within)
 RETRY_S = 0.5
+BALANCE_INTERVAL_S = 1.0  # how often the spread of leaders is looked at (``balance``)
+BALANCE_SETTLE_S = 3.0  # after a hand-over: the new leader's hint is in the map by then
+HAND_OVER_S = 2.0
 
 
 class HostedShard(Protocol):
@@ -45,6 +49,10 @@ class HostedShard(Protocol):
 
     async def change_member(self, add: str | None = None,
                             remove: str | None = None) -> bool: ...
+
+    # leadership to a caught-up follower (the ``pick``-th in address order); the new
+    # leader's Raft address, or None if this replica still leads
+    async def hand_over(self, pick: int = 0, timeout_s: float = ...) -> str | None: ...
 
 
 OpenShard = Callable[[int, list[NodeRecord], bool], Awaitable[HostedShard]]
@@ -75,6 +83,7 @@ class NodeAgent:
         self._tasks = [loop.create_task(self._stay_registered()),
                        loop.create_task(self._host_shards()),
                        loop.create_task(self._publish_hints()),
+                       loop.create_task(self._balance_leaders()),
                        loop.create_task(Controller(self.etcd, self.me, self.map,
                                                    self.controller,
                                                    lambda: self.lease).run())]
@@ -193,6 +202,28 @@ class NodeAgent:
             self._published[shard_id] = (term, shard.epoch, lease.id)
             log.info("shard %d: published as leader in term %d (epoch %d)", shard_id, term,
                      shard.epoch)
+
+    async def _balance_leaders(self) -> None:
+        """Hand a shard's leadership to a node leading two or more fewer (``balance``)."""
+        while True:
+            await asyncio.sleep(BALANCE_INTERVAL_S)
+            if self.map is None or not self._registered.is_set():
+                continue
+            snapshot = self.map.snapshot
+            move = next_move(snapshot, self.me.node_id)
+            hosted = self.hosted.get(move.shard_id) if move else None
+            target = snapshot.members.get(move.to_node) if move else None
+            if move is None or hosted is None or target is None or \
+                    hosted.leading_term() is None:
+                continue
+            followers = sorted(hosted.members() - {self.me.raft_for(move.shard_id)})
+            wanted = target.raft_for(move.shard_id)
+            if wanted not in followers:
+                continue  # its membership change is still under way
+            new = await hosted.hand_over(pick=followers.index(wanted), timeout_s=HAND_OVER_S)
+            log.info("shard %d: leadership handed to %s to spread the leaders (asked for %s)",
+                     move.shard_id, new, move.to_node)
+            await asyncio.sleep(BALANCE_SETTLE_S)
 
     def _hint_standing(self, shard_id: int, term: int, epoch: int) -> bool:
         """Our hint is what the map holds (it was not replaced or deleted meanwhile)."""

@@ -110,7 +110,7 @@ class Controller:
         placed: list[ShardRecord] = list(snapshot.shards.values())
         for shard_id in missing:
             try:
-                replicas = place_replicas(snapshot.nodes, placed)
+                replicas = place_replicas(snapshot.nodes, placed, hosts=_hosts(snapshot))
             except PlacementError as exc:
                 log.info("controller: shard %d waits: %s", shard_id, exc)
                 return
@@ -143,7 +143,8 @@ class Controller:
         shard_id, dead = due[0]
         shard = snapshot.shards[shard_id]
         try:
-            new_node = choose_replacement(shard, dead, snapshot.nodes, shards)
+            new_node = choose_replacement(shard, dead, snapshot.nodes, shards,
+                                          hosts=_hosts(snapshot))
         except PlacementError as exc:
             log.info("controller: shard %d keeps %s for now: %s", shard_id, dead, exc)
             return
@@ -160,3 +161,8 @@ class Controller:
         log.info("controller: shard %d: %s replaces %s (epoch %d)", shard_id, new_node, dead,
                  moved.epoch)
         self._pending = (shard_id, moved.epoch, now)
+
+
+def _hosts(snapshot: MapSnapshot) -> dict[str, str]:
+    """Each node's host label: replicas of a shard go to different hosts."""
+    return {n: record.host_label for n, record in snapshot.members.items()}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -136,15 +137,42 @@ def get_op(key: str) -> Any:
     return rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(key=key.encode()))
 
 
+ROUND_ROBIN = (("grpc.lb_policy_name", "round_robin"),)
+
+
+def channel_target(endpoint: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """The gRPC target and extra options for etcd at ``host:port``, or for the members of an
+    etcd cluster, ``host:port,host:port,...`` (names resolved now): one channel that spreads
+    calls round robin over the addresses it is connected to. A member that dies drops out of
+    the rotation, a call that failed on it is retried on another (reads and plain writes;
+    see ``Etcd.call``), and a watch on it is opened again elsewhere. A single name that
+    resolves to several addresses (the members behind one DNS name, as in deploy/) is
+    spread over in the same way."""
+    hosts = [e.strip() for e in endpoint.split(",") if e.strip()]
+    if len(hosts) <= 1:
+        return endpoint, ROUND_ROBIN
+    addresses = []
+    for host_port in hosts:
+        host, _, port = host_port.rpartition(":")
+        info = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+        family, *_, address = info[0]
+        addresses.append((family, f"[{address[0]}]:{port}" if family == socket.AF_INET6
+                          else f"{address[0]}:{port}"))
+    scheme = "ipv6" if all(f == socket.AF_INET6 for f, _ in addresses) else "ipv4"
+    return f"{scheme}:{','.join(a for _, a in addresses)}", ROUND_ROBIN
+
+
 class Etcd:
-    """One connection to one etcd endpoint (``host:port``)."""
+    """One connection to etcd: one endpoint (``host:port``), or a cluster's members
+    (``host:port,host:port,...``, see ``channel_target``)."""
 
     def __init__(self, endpoint: str, *, rpc_timeout_s: float = 5.0,
                  retry_for_s: float = 15.0) -> None:
         self.endpoint = endpoint
         self.rpc_timeout_s = rpc_timeout_s
         self.retry_for_s = retry_for_s
-        self.channel = grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+        target, options = channel_target(endpoint)
+        self.channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS + options)
         self.kv = rpc.KVStub(self.channel)
         self.leases = rpc.LeaseStub(self.channel)
         self.watches = rpc.WatchStub(self.channel)

@@ -83,6 +83,14 @@ class NodeRecord:
     node_id: str
     grpc_address: str  # host:port the gateway and the other nodes call
     raft_address: str  # host:base_port; shard s's Raft group listens on base_port + s
+    host: str = ""  # the machine it runs on (``--host-label``); "": its advertised address
+
+    @property
+    def host_label(self) -> str:
+        """The host this node shares with the other nodes of one machine: no two replicas
+        of a shard are placed on one (``placement``). By default the address it is reached
+        at, which the nodes of one machine share."""
+        return self.host or self.grpc_address.rpartition(":")[0]
 
     def raft_for(self, shard_id: int) -> str:
         host, _, port = self.raft_address.rpartition(":")
@@ -130,7 +138,8 @@ Record = NodeRecord | ShardRecord | QueueRecord | LeaderHint
 def encode(record: Record) -> bytes:
     if isinstance(record, NodeRecord):
         body: dict[str, Any] = {"node_id": record.node_id, "grpc": record.grpc_address,
-                                "raft": record.raft_address}
+                                "raft": record.raft_address,
+                                **({"host": record.host} if record.host else {})}
     elif isinstance(record, ShardRecord):
         body = {"shard_id": record.shard_id, "replicas": list(record.replicas),
                 "epoch": record.epoch}
@@ -148,7 +157,7 @@ def encode(record: Record) -> bytes:
 def decode_node(value: bytes) -> NodeRecord:
     body = _load(value)
     return NodeRecord(_get(body, "node_id", str), _get(body, "grpc", str),
-                      _get(body, "raft", str))
+                      _get(body, "raft", str), _get(body, "host", str) if "host" in body else "")
 
 
 def decode_shard(value: bytes) -> ShardRecord:

@@ -8,7 +8,7 @@ same, and a test can state the expected answer exactly.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from sqsq.control.keys import REPLICATION_FACTOR, QueueRecord, ShardRecord
 
@@ -23,13 +23,28 @@ def replica_load(shards: Iterable[ShardRecord]) -> Counter[str]:
 
 
 def place_replicas(live_nodes: Iterable[str], shards: Iterable[ShardRecord],
-                   count: int = REPLICATION_FACTOR) -> tuple[str, ...]:
-    """``count`` distinct live nodes for a new shard, the least loaded first."""
+                   count: int = REPLICATION_FACTOR,
+                   hosts: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """``count`` live nodes for a new shard, each on another host (``hosts``: node id ->
+    host label; a node missing there is a host of its own), the least loaded first."""
     load = replica_load(shards)
     nodes = sorted(set(live_nodes), key=lambda n: (load[n], n))
     if len(nodes) < count:
         raise PlacementError(f"{count} replicas need {count} live nodes, have {len(nodes)}")
-    return tuple(nodes[:count])
+    chosen: list[str] = []
+    for node in nodes:
+        if _host(hosts, node) not in {_host(hosts, n) for n in chosen}:
+            chosen.append(node)
+    if len(chosen) < count:
+        raise PlacementError(
+            f"{count} replicas need live nodes on {count} hosts, have "
+            f"{len({_host(hosts, n) for n in nodes})} (nodes on one machine need a "
+            "--host-label each to count as separate hosts)")
+    return tuple(chosen[:count])
+
+
+def _host(hosts: Mapping[str, str] | None, node: str) -> str:
+    return (hosts or {}).get(node) or node
 
 
 def assign_partitions(shard_ids: Iterable[int], queues: Iterable[QueueRecord],
@@ -65,13 +80,17 @@ def dead_replicas(shards: Iterable[ShardRecord],
 
 
 def choose_replacement(shard: ShardRecord, dead_node: str, live_nodes: Iterable[str],
-                       shards: Iterable[ShardRecord]) -> str:
+                       shards: Iterable[ShardRecord],
+                       hosts: Mapping[str, str] | None = None) -> str:
     """The live node to take over ``dead_node``'s replica of ``shard``: one that holds no
-    replica of this shard yet, the least loaded first."""
+    replica of this shard yet, on a host where none of the others is (``hosts`` as for
+    ``place_replicas``), the least loaded first."""
     if dead_node not in shard.replicas:
         raise PlacementError(f"{dead_node} is not a replica of shard {shard.shard_id}")
     load = replica_load(shards)
-    candidates = sorted((n for n in set(live_nodes) if n not in shard.replicas),
+    taken = {_host(hosts, n) for n in shard.replicas if n != dead_node}
+    candidates = sorted((n for n in set(live_nodes)
+                         if n not in shard.replicas and _host(hosts, n) not in taken),
                         key=lambda n: (load[n], n))
     if not candidates:
         raise PlacementError(f"no live node outside shard {shard.shard_id}'s replicas "

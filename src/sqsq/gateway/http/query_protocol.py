@@ -47,6 +47,8 @@ _ITEMS = {
     "Results": "ListMessageMoveTasksResultEntry",
 }
 _XML_MAPS = {v[0]: (k, v[1], v[2]) for k, v in _MAPS.items()}
+# JSON list member -> its name in a query response asked for as JSON
+_JSON_LISTS = {"Messages": "messages", "QueueUrls": "queueUrls"}
 
 
 def _tree(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
@@ -130,6 +132,9 @@ def _xml(name: str, value: Any, action: str, out: list[str]) -> None:
 def respond(action: str, result: dict[str, Any], request_id: str,
             as_json: bool = False) -> web.Response:
     if as_json:  # ``Accept: application/json``: the same document, as JSON
+        # ...whose lists SQS names in lower camel case: ReceiveMessageResult.messages,
+        # ListQueuesResult.queueUrls
+        result = {_JSON_LISTS.get(k, k): v for k, v in (result or {}).items()}
         body = {f"{action}Response": {f"{action}Result": result or None,
                                       "ResponseMetadata": {"RequestId": request_id}}}
         return web.json_response(body, headers={"x-amzn-RequestId": request_id})
