@@ -1,7 +1,5 @@
 """A port that cannot be bound stops the process at once, with one line naming the port and
-what it is for. A node binds its Raft ports only when the controller gives it shards, and
-pysyncobj retries a port in use forever without a word, so without the check a node whose
-Raft port is taken waits (here: for an etcd that is not there) and says nothing."""
+what it is for, before anything is half started (checked before any server binds)."""
 
 from __future__ import annotations
 
@@ -36,13 +34,13 @@ def _one_error_line(out) -> str:  # noqa: ANN001
 def test_a_node_whose_raft_port_is_taken_stops_at_once_naming_it(tmp_path: Path) -> None:
     (tmp_path / "secret").write_bytes(b"s" * 32)
     raft = free_port_range(4)
-    with listening(raft + 2):
+    with listening(raft):
         out = sqsq("node", "--etcd", f"127.0.0.1:{free_port()}", "--node-id", "n1",
                    "--data-dir", str(tmp_path / "n1"), "--grpc-port", str(free_port()),
                    "--raft-port", str(raft), "--shards", "4",
                    "--secret-file", str(tmp_path / "secret"), timeout_s=30)
-    assert _one_error_line(out) == (f"sqsq node: error: port {raft + 2} on 127.0.0.1 (Raft, "
-                                    "shard 2) is in use by another process")
+    assert _one_error_line(out) == (f"sqsq node: error: port {raft} on 127.0.0.1 (Raft) is "
+                                    "in use by another process")
 
 
 def test_a_gateway_whose_http_or_metrics_port_is_taken_stops_naming_it() -> None:
@@ -71,12 +69,12 @@ def test_cluster_up_names_a_port_given_twice_or_in_use(tmp_path: Path) -> None:
         "etcd": {"client_port": free_port(), "peer_port": free_port()},
         "gateway": {"grpc_port": free_port(), "http_port": free_port(),
                     "metrics_port": free_port()}}
-    # n1's Raft port of shard 1 is n2's gRPC port
-    layout["nodes"][1]["grpc_port"] = layout["nodes"][0]["raft_port"] + 1
+    # n1's Raft port is n2's gRPC port
+    layout["nodes"][1]["grpc_port"] = layout["nodes"][0]["raft_port"]
     (root / "cluster.json").write_text(json.dumps(layout))
     assert _one_error_line(sqsq("cluster", "up", "--dir", str(root), timeout_s=30)) == (
-        f"sqsq cluster up: error: port {layout['nodes'][0]['raft_port'] + 1} is given twice: "
-        "for n1 Raft, shard 1 and for n2 gRPC")
+        f"sqsq cluster up: error: port {layout['nodes'][0]['raft_port']} is given twice: "
+        "for n1 Raft and for n2 gRPC")
     layout["nodes"][1]["grpc_port"] = free_port()
     (root / "cluster.json").write_text(json.dumps(layout))
     with listening(layout["etcd"]["client_port"]):

@@ -218,8 +218,7 @@ class LocalCluster:
             reserve_ports([*(p for e in self.etcds for p in (e.client_port, e.peer_port)),
                            *gateway.values(),
                            *(p for n in self.nodes for p in (
-                               n.grpc_port, n.metrics_port,
-                               *range(n.raft_port, n.raft_port + self.shards)))])
+                               n.grpc_port, n.metrics_port, n.raft_port))])
         self.supervisor_pid: int | None = None  # `cluster up`'s, which `restart` signals
         self.gateway = GatewayProcess(host=self._address("gateway"), **{
             k: v for k, v in gateway.items() if v is not None})
@@ -373,7 +372,7 @@ class LocalCluster:
                 (g.metrics_port, "gateway metrics"),
                 *((p, f"{n.node_id} {use}") for n in self.nodes for p, use in (
                     (n.grpc_port, "gRPC"), (n.metrics_port, "metrics"),
-                    *((n.raft_port + s, f"Raft, shard {s}") for s in range(self.shards))))]
+                    (n.raft_port, "Raft")))]
 
     def names(self) -> list[str]:
         """Every process of the cluster by name: "etcd" (or "etcd1", "etcd2", ... for the

@@ -91,10 +91,10 @@ def port_taken(host: str, ports: list[tuple[int, str]]) -> str | None:
     """The first of ``ports`` ((port, what it is for)) that another process listens on, as
     one line naming the port and its use; None if each can be bound now (0: any port).
 
-    A server finds out for itself only when it binds, and not every one says so: pysyncobj
-    retries a Raft port in use forever, silently (shards were once left without a leader for
-    minutes with no error anywhere), and a node binds its Raft ports only once the
-    controller gives it shards. So a process checks all its ports before it starts."""
+    A server finds out for itself only when it binds, and a process has several: it checks
+    them all before it starts, so a clash is one line naming the port and its use, before
+    anything is half started (once, a Raft port in use left shards without a leader for
+    minutes with no error anywhere)."""
     import errno
 
     seen: dict[int, str] = {}

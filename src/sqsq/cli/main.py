@@ -146,9 +146,8 @@ def cmd_node(args: argparse.Namespace) -> int:
     if args.etcd is not None and not args.node_id:
         print("sqsq node: error: --etcd needs --node-id", file=sys.stderr)
         return 2
-    shards = args.shards if args.etcd is not None else 1
-    raft = [(args.raft_port + s, f"Raft, shard {s}" if args.etcd else "Raft")
-            for s in range(shards)]
+    # One Raft port carries every shard's traffic (the peer transport).
+    raft = [(args.raft_port, "Raft")]
     if _ports_taken("sqsq node", args.host, [(args.grpc_port, "gRPC"), *raft], args):
         return 1
     return serve_node(
@@ -341,7 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--grpc-port", type=int, required=True, help="shard service gRPC port")
     p.add_argument("--raft-port", type=int, required=True,
-                   help="Raft port of shard 0 (shard s: this + s)")
+                   help="Raft port: one for every shard (a shard's member is named by "
+                        "this + the shard's id)")
     p.add_argument("--etcd", default=None,
                    help="etcd host:port (an etcd cluster: every member, comma-separated): join "
                         "the cluster it coordinates (with --node-id)")
