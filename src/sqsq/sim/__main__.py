@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -41,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     failed = 0
     steps = 0
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    spawn = multiprocessing.get_context("spawn")  # a fork can inherit another thread's lock
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=spawn) as pool:
         futures = [pool.submit(run_one, s, seed, args.steps, args.mutant) for s, seed in jobs]
         for f in futures:
             r = f.result()
