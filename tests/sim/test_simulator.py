@@ -77,8 +77,8 @@ def test_a_seed_replays_the_same_run() -> None:
 
 def test_a_failing_run_prints_the_command_that_replays_it() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "sqsq.sim", "--scenario", "install-crash", "--seeds", "3",
-         "--steps", "10000", "--mutant", "staged_snapshot_install", "--jobs", "1"],
+        [sys.executable, "-m", "sqsq.sim", "--scenario", "install-crash", "--seeds", "10",
+         "--steps", str(STEPS), "--mutant", "staged_snapshot_install", "--jobs", "2"],
         capture_output=True, text=True, timeout=120)
     assert out.returncode == 1
     assert "replica-unrecoverable" in out.stdout
