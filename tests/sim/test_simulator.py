@@ -12,7 +12,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from sqsq.sim.__main__ import run_one
+from sqsq.sim.runs import run_one
 from sqsq.sim.scenarios import FINDINGS, SCENARIOS
 
 STEPS = 20_000

@@ -8,20 +8,8 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from sqsq.sim.scenarios import SCENARIOS, mutant
-from sqsq.sim.world import RunResult, World
-
-
-def run_one(scenario: str, seed: int, steps: int, mutant_name: str | None = None) -> RunResult:
-    raft, disk = mutant(mutant_name) if mutant_name else (None, None)
-    kwargs = {} if mutant_name is None else {"safeguards": raft, "disk_safeguards": disk}
-    return World(seed, SCENARIOS[scenario], **kwargs).run(steps)
-
-
-def replay_command(r: RunResult, steps: int, mutant_name: str | None) -> str:
-    extra = f" --mutant {mutant_name}" if mutant_name else ""
-    return (f"python -m sqsq.sim --scenario {r.scenario} --seed {r.seed} --steps {steps}"
-            f"{extra}")
+from sqsq.sim.runs import replay_command, run_one
+from sqsq.sim.scenarios import SCENARIOS
 
 
 def main(argv: list[str] | None = None) -> int:
