@@ -24,6 +24,7 @@ import grpc
 
 from bench.runner import run_workload
 from bench.workloads import Workload
+from sqsq import admincred
 from sqsq.cli.cluster import LocalCluster
 from sqsq.v1 import admin_pb2, admin_pb2_grpc
 
@@ -40,7 +41,7 @@ def _cpu_s(pid: int) -> float:
 def _applied_indexes(endpoint: str) -> dict[int, int]:
     """Each shard's applied Raft index, from the Admin snapshot the export uses (the
     checkpoints are released at once)."""
-    with grpc.insecure_channel(endpoint) as channel:
+    with admincred.signing(grpc.insecure_channel(endpoint)) as channel:
         admin = admin_pb2_grpc.AdminStub(channel)
         resp = admin.CreateSnapshot(admin_pb2.CreateSnapshotRequest(), timeout=60)
         for s in resp.snapshots:
@@ -85,6 +86,7 @@ def measure(shards: int, duration_s: float) -> dict[str, Any]:
         env = dict(os.environ, SQSQ_LOG_LEVEL="WARNING")
         cluster = LocalCluster(Path(tmp), nodes=3, shards=shards, partitions=shards,
                                env=env).start()
+        admincred.use_directory(Path(tmp))  # the Admin calls prove the cluster's credential
         try:
             roles = _roles(cluster)
             idle, idle_wall, _ = _window(roles, lambda: time.sleep(duration_s))
