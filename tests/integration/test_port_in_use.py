@@ -38,6 +38,6 @@ def test_second_server_on_a_taken_grpc_port_exits_with_one_line(tmp_path) -> Non
     finally:
         first.stop()
     assert second.returncode == 1, (out, err)
-    assert err.splitlines() == [f"sqsq server: error: cannot listen for gRPC on "
-                                f"127.0.0.1:{first.grpc_port}: address already in use"]
+    assert err.splitlines() == [f"sqsq server: error: port {first.grpc_port} on 127.0.0.1 "
+                                "(gRPC) is in use by another process"]
     assert "gRPC on" not in out  # it never announced itself as serving

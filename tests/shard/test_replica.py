@@ -15,6 +15,7 @@ from serverproc import free_port
 from sqsq.core import commands as c
 from sqsq.core.entry import Entry, encode_entry
 from sqsq.core.state import ShardConfig
+from sqsq.shard.host import TICK_S, Peer, PeerNetwork
 from sqsq.shard.peers import PeerTransport
 from sqsq.shard.replica import HostSettings, Proposal, RaftReplica, Replicas
 from sqsq.shard.statemachine import ShardMachine
@@ -153,6 +154,59 @@ def test_a_follower_behind_the_compaction_catches_up_from_a_snapshot(tmp_path: P
             await until(lambda: len({state(n) for n in nodes}) == 1)
             installed = lagging.replica.storage.latest_snapshot()
             assert installed is not None and installed[0].index > 2  # from the leader
+        finally:
+            for n in nodes:
+                if not n.replica._stopped:
+                    await n.stop()
+
+    asyncio.run(scenario())
+
+
+class QuietNode(Node):
+    """A node as a process composes it: one PeerNetwork drives every replica's ticks and the
+    node's heartbeat to its peers, and its groups go quiet when idle."""
+
+    async def start(self) -> None:
+        self.network = PeerNetwork(Peer("127.0.0.1", 0, self.port), "127.0.0.1", SECRET,
+                                   self.root)
+        self.transport = self.network.transport
+        await self.network.start()
+        self.machine = ShardMachine(self.root / "shard", CONFIG)
+        self.replica = RaftReplica(SHARD, self.member, self.root / "shard", self.machine,
+                                   self.transport, voters=self.members, bootstrap=True,
+                                   settings=self.settings, heard=self.network.heard,
+                                   ticked_by_host=True)
+        self.network.replicas.by_shard[SHARD] = self.replica
+        await self.replica.start()
+
+    async def stop(self) -> None:
+        await self.replica.stop()
+        await self.network.stop()
+        self.machine.close()
+
+
+def test_an_idle_group_goes_quiet_and_still_replaces_a_dead_leader(tmp_path: Path) -> None:
+    settings = HostSettings(tick_s=TICK_S, quiesce_after_ticks=10, liveness_s=0.5)
+
+    async def scenario() -> None:
+        ports = [free_port() for _ in range(3)]
+        members = [f"127.0.0.1:{p + SHARD}" for p in ports]
+        nodes = [QuietNode(tmp_path / f"n{i}", p, members, settings)
+                 for i, p in enumerate(ports)]
+        for n in nodes:
+            await n.start()
+        try:
+            await commit(nodes, c.CreateQueue("q"))
+            await until(lambda: all(n.replica.core.quiesced for n in nodes))  # type: ignore[union-attr]
+            sent = sum(n.transport.messages_sent for n in nodes)
+            await asyncio.sleep(20 * TICK_S)  # twenty ticks: heartbeats would have gone
+            assert sum(n.transport.messages_sent for n in nodes) == sent
+            assert all(n.transport.frames_sent > 0 for n in nodes)  # the nodes' own pings
+            old = leader(nodes)
+            assert old is not None
+            await old.stop()
+            rest = [n for n in nodes if n is not old]
+            assert isinstance(await commit(rest, send(1)), c.BatchResult)
         finally:
             for n in nodes:
                 if not n.replica._stopped:

@@ -6,6 +6,7 @@ off, must be caught in its scenario; a seed replays the same run."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -33,7 +34,7 @@ def test_a_million_steps_over_every_scenario_end_without_a_violation() -> None:
     assert not failures, "\n".join(failures)
     assert steps >= 1_000_000
     # The runs did work: clients were answered and leaders changed under the faults.
-    assert all(r.stats["acks"] > 10 for r in results)
+    assert all(r.stats["acks"] > (5 if r.scenario == "idle" else 100) for r in results)
     assert sum(r.stats["terms"] for r in results) > len(results)
 
 
@@ -67,12 +68,19 @@ def test_the_checker_catches_each_safeguard_switched_off(scenario: str) -> None:
     pytest.fail(f"no seed showed {scenario} with {safeguard} switched off")
 
 
-def test_a_seed_replays_the_same_run() -> None:
-    a = run_one("random", 7, 5_000)
-    b = run_one("random", 7, 5_000)
-    assert (a.steps, a.sim_ms, a.stats) == (b.steps, b.sim_ms, b.stats)
-    c = run_one("random", 8, 5_000)
-    assert (c.steps, c.sim_ms, c.stats) != (a.steps, a.sim_ms, a.stats)
+def _run_elsewhere(seed: int, hash_seed: str) -> str:
+    """One run in a process of its own, with its own string hashing (set order)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "sqsq.sim", "--scenario", "random", "--seed", str(seed),
+         "--steps", "5000", "--jobs", "1"], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONHASHSEED": hash_seed})
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout.splitlines()[0]  # "ok random seed N: steps, ms simulated, stats"
+
+
+def test_a_seed_replays_the_same_run_in_any_process() -> None:
+    assert _run_elsewhere(7, "1") == _run_elsewhere(7, "2")
+    assert _run_elsewhere(8, "1") != _run_elsewhere(7, "1")
 
 
 def test_a_failing_run_prints_the_command_that_replays_it() -> None:

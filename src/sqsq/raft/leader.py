@@ -90,7 +90,7 @@ class Leading:
     def _sync_progress(self) -> None:
         """The membership changed: track who joined, forget who left."""
         members = self.log.conf().members() | {self.id}
-        for peer in members - self.progress.keys():
+        for peer in sorted(members - self.progress.keys()):
             self.progress[peer] = Progress(self.log.last_index() + 1, self.cfg.max_inflight)
         for peer in set(self.progress) - members:
             del self.progress[peer]

@@ -151,14 +151,17 @@ class RaftNode(Leading):
             self.election_elapsed = 0
             self._campaign(pre=self.cfg.pre_vote, transfer=False)
 
-    def wake(self) -> None:
-        """Leave quiescence: the host saw work, or stopped hearing from the leader's node.
-        A woken leader heartbeats at once; a woken follower counts towards an election."""
+    def wake(self, leader_silent: bool = False) -> None:
+        """Leave quiescence: the host saw work, or (``leader_silent``) stopped hearing from
+        the leader's node, whose lease then counts as run out. A woken leader heartbeats at
+        once; a woken follower counts towards an election."""
         if self.quiesced:
             self.quiesced = False
             self.idle_ticks = 0
             if self.role is Role.LEADER:
                 self._broadcast_heartbeat(b"")
+            elif leader_silent:
+                self.election_elapsed = max(self.election_elapsed, self.cfg.election_ticks)
 
     def propose(self, data: bytes) -> tuple[int, int] | None:
         """Append ``data`` if this node leads; its (term, index), or None (not leading, or
@@ -297,7 +300,7 @@ class RaftNode(Leading):
         self.lead = self.id
         last = self.log.last_index()
         self.progress = {}
-        for peer in self.log.conf().members() | {self.id}:
+        for peer in sorted(self.log.conf().members() | {self.id}):  # a seed replays
             self.progress[peer] = Progress(last + 1, self.cfg.max_inflight)
         self.progress[self.id].match = self.log.stable
         self.progress[self.id].become_replicate()

@@ -10,6 +10,7 @@ on its Raft port alone, one connection per pair of nodes carrying every shard's 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from sqsq.shard.replica import HostSettings, RaftReplica, Replicas
 from sqsq.shard.statemachine import ShardMachine
 
 TICK_S = 0.05  # the Raft clock: elections and heartbeats count in these
+PING_EVERY_TICKS = 4  # the node's heartbeat to its peers: 0.2 s
+QUIESCE_AFTER_TICKS = 40  # a group with nothing to do for 2 s goes quiet
 
 
 @dataclass(frozen=True)
@@ -90,12 +93,35 @@ class PeerNetwork:
             f"{me.host}:{me.raft_port}", bind_host, me.raft_port, key,
             self.replicas.on_messages, self.replicas.on_snapshot,
             snapshot_dir=directory / "incoming-snapshots")
+        self._clock: asyncio.Task | None = None
 
     async def start(self) -> int:
-        return await self.transport.start()
+        port = await self.transport.start()
+        self._clock = asyncio.create_task(self._ticks(), name="raft-clock")
+        return port
 
     async def stop(self) -> None:
+        if self._clock is not None:
+            self._clock.cancel()
+            await asyncio.gather(self._clock, return_exceptions=True)
         await self.transport.stop()
+
+    def heard(self, node: str) -> float | None:
+        return self.transport.heard.get(node)
+
+    async def _ticks(self) -> None:
+        """One timer for the process: every replica's Raft tick, and the node's heartbeat to
+        every node it shares a group with (a quiet group's liveness)."""
+        n = 0
+        while True:
+            await asyncio.sleep(TICK_S)
+            for replica in list(self.replicas.by_shard.values()):
+                replica.tick()
+            n += 1
+            if n % PING_EVERY_TICKS == 0:
+                nodes = {p for r in self.replicas.by_shard.values() for p in r.nodes()}
+                for node, address in nodes:
+                    self.transport.ping(node, address)
 
 
 @dataclass
@@ -123,12 +149,15 @@ def open_replica(
     settings = HostSettings(
         tick_s=TICK_S, election_ticks=max(4, round(lo / TICK_S)), durable=options.durable,
         compaction_entries=options.compaction_min_entries,
-        keep_entries=max(1, options.compaction_min_entries // 10))
+        keep_entries=max(1, options.compaction_min_entries // 10),
+        quiesce_after_ticks=QUIESCE_AFTER_TICKS)
     replica = RaftReplica(
         shard_id, me.raft(shard_id), directory, machine,
         network.transport if network is not None else None,
         voters=[p.raft(shard_id) for p in peers], bootstrap=options.bootstrap,
-        settings=settings, on_fatal=options.on_fatal)
+        settings=settings, on_fatal=options.on_fatal,
+        heard=network.heard if network is not None else None,
+        ticked_by_host=network is not None)
     if network is not None:
         network.replicas.by_shard[shard_id] = replica
     by_raft = {p.raft(shard_id): p.grpc for p in peers}

@@ -27,6 +27,7 @@ import itertools
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,7 @@ log = logging.getLogger("sqsq.peers")
 OnMessages = Callable[[str, list[tuple[int, Message]]], None]
 OnSnapshot = Callable[[str, int, Message, Path], None]
 
+_EMPTY_BATCH = encode_messages([])
 MAX_FRAME_BYTES = 64 << 20
 SNAPSHOT_CHUNK_BYTES = 1 << 20
 MAX_QUEUE_MESSAGES = 8192
@@ -104,6 +106,7 @@ class PeerTransport(SnapshotTransfers):
         self.backoff_s = backoff_s
         self.incarnation = os.urandom(INCARNATION_BYTES)
         self._peers: dict[str, PeerState] = {}
+        self.heard: dict[str, float] = {}  # peer id -> when its last frame came (monotonic)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task] = set()
         self._handshakes = 0
@@ -211,6 +214,19 @@ class PeerTransport(SnapshotTransfers):
         peer.clear_queue()
         self._write(link, KIND_MESSAGES, encode_messages(batch))
         self.messages_sent += len(batch)
+
+    def ping(self, peer_id: str, address: tuple[str, int]) -> None:
+        """Send ``peer_id`` an empty batch (dialing if need be): the node's own heartbeat,
+        one per pair of nodes whatever their shards do, so that the quiet groups' followers
+        can tell an idle leader's node from a dead one (``heard``)."""
+        if self._stopped:
+            return
+        peer = self._peer(peer_id, address)
+        link = peer.active()
+        if link is None:
+            self._dial_soon(peer)
+        elif not peer.queue and link.buffered() <= self.max_write_buffer_bytes:
+            self._write(link, KIND_MESSAGES, _EMPTY_BATCH)
 
     def _write(self, link: Link, kind: int, payload: bytes) -> None:
         self.bytes_sent += link.write(kind, payload)
@@ -363,6 +379,7 @@ class PeerTransport(SnapshotTransfers):
         try:
             while True:
                 kind, payload = await link.read(self.max_frame_bytes)
+                self.heard[peer.id] = time.monotonic()
                 self.frames_received += 1
                 self.bytes_received += 5 + len(payload)
                 self._dispatch(peer, link, kind, payload)

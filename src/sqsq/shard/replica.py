@@ -68,6 +68,10 @@ class HostSettings:
     compaction_entries: int = 5000  # a snapshot after this many applied entries
     keep_entries: int = 500  # kept behind a snapshot for followers a little behind
     durable: bool = True
+    # An idle group goes quiet after this many ticks (0: never); its followers then wake
+    # only when the leader's node falls silent for ``liveness_s`` (``Liveness``).
+    quiesce_after_ticks: int = 0
+    liveness_s: float = 1.0
 
 
 def node_of(member: str, shard_id: int) -> tuple[str, tuple[str, int]]:
@@ -81,7 +85,12 @@ class RaftReplica:
     def __init__(self, shard_id: int, member_id: str, directory: Path, machine: ShardMachine,
                  transport: PeerTransport | None, *, voters: Sequence[str], bootstrap: bool,
                  settings: HostSettings = HostSettings(),
-                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+                 on_fatal: Callable[[BaseException], None] | None = None,
+                 heard: Callable[[str], float | None] | None = None,
+                 ticked_by_host: bool = False) -> None:
+        """``heard(node)``: when anything last came from that node (monotonic seconds), for
+        a quiet follower to tell a dead leader's node from an idle one. ``ticked_by_host``:
+        the process calls ``tick`` for all its replicas (one timer, not one per shard)."""
         self.shard_id = shard_id
         self.id = member_id
         self.directory = directory
@@ -91,6 +100,8 @@ class RaftReplica:
         self.bootstrap = bootstrap
         self.settings = settings
         self.on_fatal = on_fatal
+        self.heard = heard
+        self.ticked_by_host = ticked_by_host
         self.fatal: BaseException | None = None
         self.storage = RaftStorage(directory / "raft", durable=settings.durable)
         self.on_sync: Callable[[float], None] | None = None  # seconds per persisted Ready
@@ -123,14 +134,18 @@ class RaftReplica:
             self.id, hard_state=hs, snapshot=snap, entries=entries,
             applied=self.machine.applied_index, rng=random.Random(),
             config=RaftConfig(election_ticks=self.settings.election_ticks,
-                              heartbeat_ticks=self.settings.heartbeat_ticks),
+                              heartbeat_ticks=self.settings.heartbeat_ticks,
+                              quiesce_after_ticks=self.settings.quiesce_after_ticks
+                              if self.heard is not None or self.transport is None else 0),
             wiped=new and not forms_group)
         self._last_snapshot = snap.index
         # A wiped replica says when it holds what the group had committed when it came back.
         self._catching_up = new and not forms_group
         self._catch_up_to: int | None = None
-        self._tasks = [asyncio.create_task(self._run(), name=f"raft-{self.shard_id}"),
-                       asyncio.create_task(self._ticker(), name=f"tick-{self.shard_id}")]
+        self._tasks = [asyncio.create_task(self._run(), name=f"raft-{self.shard_id}")]
+        if not self.ticked_by_host:
+            self._tasks.append(asyncio.create_task(self._ticker(),
+                                                   name=f"tick-{self.shard_id}"))
         self._kick.set()
 
     async def stop(self) -> None:
@@ -158,6 +173,10 @@ class RaftReplica:
         if self.core is not None and self.fatal is None:
             self.core.step(message)
             self._kick.set()
+
+    def nodes(self) -> set[tuple[str, tuple[str, int]]]:
+        """The other members' nodes (id, address): whom the node's heartbeat goes to."""
+        return {node_of(m, self.shard_id) for m in self.members() - {self.id}}
 
     def on_snapshot(self, message: Message, path: Path) -> None:
         """A snapshot arrived whole and durable: the core decides whether to install it."""
@@ -271,9 +290,39 @@ class RaftReplica:
     async def _ticker(self) -> None:
         while True:
             await asyncio.sleep(self.settings.tick_s)
-            if self.core is not None and self.fatal is None:
-                self.core.tick()
-                self._kick.set()
+            self.tick()
+
+    def tick(self) -> None:
+        """One tick of the Raft clock. A quiet group does nothing, unless this replica
+        follows a leader whose node has gone silent: then it wakes and counts again."""
+        core = self.core
+        if core is None or self.fatal is not None or self._stopped:
+            return
+        if core.quiesced:
+            if core.is_leader():
+                if not self._follower_silent(core):
+                    return
+                core.wake()  # a member's node fell silent: check the quorum again
+            elif not self._leader_silent(core):
+                return
+            else:
+                core.wake(leader_silent=True)
+        core.tick()
+        self._kick.set()
+
+    def _follower_silent(self, core: RaftNode) -> bool:
+        now = time.monotonic()
+        for member in core.voters() - {self.id}:
+            heard = self.heard(node_of(member, self.shard_id)[0]) if self.heard else None
+            if heard is None or now - heard > self.settings.liveness_s:
+                return True
+        return False
+
+    def _leader_silent(self, core: RaftNode) -> bool:
+        if core.lead is None or self.heard is None:
+            return True
+        heard = self.heard(node_of(core.lead, self.shard_id)[0])
+        return heard is None or time.monotonic() - heard > self.settings.liveness_s
 
     async def _run(self) -> None:
         core = self.core

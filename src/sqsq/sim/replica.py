@@ -143,7 +143,7 @@ class SimReplica:
         core = self.core
         if core.quiesced and not core.is_leader() and (
                 core.lead is None or now - self.heard.get(core.lead, -LIVENESS_MS) > LIVENESS_MS):
-            core.wake()  # the leader's node went silent: count towards an election again
+            core.wake(leader_silent=True)  # the leader's node went silent: elect again
         core.tick()
         if core.is_leader() and self.wall_ms() - self.last_sweep_ms >= SWEEP_EVERY_MS:
             self.last_sweep_ms = self.wall_ms()
@@ -270,8 +270,13 @@ class SimReplica:
     def _install(self, rd: Ready) -> bool:
         meta = rd.snapshot
         assert meta is not None
-        data = self.staged.pop((meta.index, meta.term))
-        self.staged.clear()  # older ones will never be asked for
+        data = self.staged.pop((meta.index, meta.term), None)
+        if data is None:  # asked for again (a mutant accepts a repeated old snapshot)
+            self.world.checker.violation("replica-stopped",
+                                         f"{self.id}: snapshot {meta.index} not staged")
+            self.crash()
+            self.unrecoverable = True
+            return False
         if self.world.chance("install-fails"):
             if self.disk.guard.failed_install_stops:
                 self.crash()
