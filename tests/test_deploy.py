@@ -149,8 +149,8 @@ def test_nodes_agree() -> None:
         assert args.etcd == "etcd:2379", f"{name} must reach the etcd service"
         assert args.advertise == name, f"{name}: --advertise is how other containers reach it"
         assert args.host == "0.0.0.0", f"{name} must listen beyond its own loopback"
-        raft = set(range(args.raft_port, args.raft_port + args.shards))
-        assert args.grpc_port not in raft, f"{name}: the gRPC port is one of its Raft ports"
+        raft = {args.raft_port}  # one Raft port carries every shard's group
+        assert args.grpc_port not in raft, f"{name}: the gRPC port is its Raft port"
         missing = ({args.grpc_port} | raft) - _expose(service)
         assert not missing, f"{name} listens on {sorted(missing)} but does not expose them"
         assert "ports" not in service, f"{name}: a node publishes nothing on the host"
@@ -169,16 +169,22 @@ def test_each_node_keeps_its_data_in_its_own_volume() -> None:
     assert len(seen) == len(NODES), "every node needs a data volume of its own"
 
 
-def test_every_node_reads_the_same_secret() -> None:
+def test_every_node_reads_the_same_secret_and_shares_the_admin_credential() -> None:
     compose = _compose()
-    (name, secret), = compose["secrets"].items()
+    assert set(compose["secrets"]) == {"cluster-secret", "admin-token"}
     for node in NODES:
-        assert name in compose["services"][node]["secrets"]
-        assert _node(node).secret_file == f"/run/secrets/{name}"
-    path = (DEPLOY / secret["file"]).resolve()
-    assert path.parent == DEPLOY
+        assert set(compose["services"][node]["secrets"]) == {"cluster-secret", "admin-token"}
+        assert _node(node).secret_file == "/run/secrets/cluster-secret"
+    for service in [*NODES, "gateway"]:
+        env = compose["services"][service]["environment"]
+        assert env["SQSQ_ADMIN_TOKEN_FILE"] == "/run/secrets/admin-token", service
+    assert "admin-token" in compose["services"]["gateway"]["secrets"]
     ignored = (DEPLOY / ".gitignore").read_text().split()
-    assert f"/{path.name}" in ignored or path.name in ignored, "the secret must stay out of git"
+    for secret in compose["secrets"].values():
+        path = (DEPLOY / secret["file"]).resolve()
+        assert path.parent == DEPLOY
+        assert f"/{path.name}" in ignored or path.name in ignored, \
+            f"{path.name} must stay out of git"
 
 
 def test_gateway() -> None:
