@@ -63,6 +63,8 @@ class RaftNode(Leading):
         self.term = hard_state.term
         self.vote = hard_state.vote
         self.applied = snapshot.index if applied is None else max(applied, snapshot.index)
+        # What the state machine applied was committed, whatever the hard state kept.
+        self.log.commit_to(min(self.applied, self.log.last_index()))
         self.role = Role.FOLLOWER
         self.lead: str | None = None
         self.msgs: list[Message] = []

@@ -86,12 +86,19 @@ class RaftStorage:
         return hs, meta, entries
 
     def persist(self, entries: Sequence[Entry], hard_state: HardState | None) -> None:
-        """A ``Ready``'s entries and hard state, durable when this returns."""
+        """A ``Ready``'s entries, and its term and vote, durable when this returns.
+
+        The hard state file is replaced only when the term or the vote changed: those must
+        never be forgotten (a node that forgets its vote may vote twice in a term). The
+        commit index rides along but need not be durable: a replica restarting with an older
+        one applies nothing it has not applied, and learns the rest from the leader.
+        Replacing the file for every new commit tripled the cost of a Ready."""
         if entries:
             self.log.append(entries)
         if self.durable:
             self.log.sync()
-        if hard_state is not None and hard_state != self._hard_state:
+        if hard_state is not None and (hard_state.term, hard_state.vote) != (
+                self._hard_state.term, self._hard_state.vote):
             write_hard_state(self.hard_state_path, hard_state)
             self._hard_state = hard_state
 

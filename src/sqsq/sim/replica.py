@@ -105,6 +105,7 @@ class SimReplica:
                              config=self.config, safeguards=self.safeguards)
         self.incarnation += 1
         self.busy = False  # a Ready is with the disk
+        self.term_vote_written: tuple[int, str | None] | None = (hs.term, hs.vote)
         self.role = Role.FOLLOWER
         self.term = hs.term
         self.proposals: dict[int, tuple[int, Request]] = {}  # index -> (term, request)
@@ -251,8 +252,11 @@ class SimReplica:
             return False
         if rd.entries:
             disk.write_entries(rd.entries)
-        if rd.hard_state is not None:
-            disk.write_hard_state(rd.hard_state)
+        hs = rd.hard_state
+        if hs is not None and (hs.term, hs.vote) != (self.term_vote_written or (-1, None)):
+            # As the storage does: term and vote durable, the commit only along with them.
+            disk.write_hard_state(hs)
+            self.term_vote_written = (hs.term, hs.vote)
         if world.crash_point(self, "before-sync"):
             return False
         disk.sync()
