@@ -70,7 +70,7 @@ def test_cpu_seconds_counts_a_process_and_its_descendants(
 
     burn = ("import time\n"
             "t = time.process_time()\n"
-            "while time.process_time() - t < 0.3: pass\n"
+            "while time.process_time() - t < 0.4: pass\n"
             "print('burnt', flush=True)\n"
             "input()\n")
     # the burner runs as the child of a shell, as a server started by a wrapper would
@@ -78,6 +78,8 @@ def test_cpu_seconds_counts_a_process_and_its_descendants(
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert wrapper.stdout is not None and wrapper.stdout.readline() == "burnt\n"
-        assert cpu_seconds([wrapper.pid]) >= 0.3  # the shell burnt none of it
+        # the shell burnt none of it; /proc counts in sampled ticks, so the burner burns a
+        # margin more than is asked for (0.3 s was once read as less under load)
+        assert cpu_seconds([wrapper.pid]) >= 0.3
     finally:
         wrapper.communicate("\n", timeout=10)
