@@ -22,7 +22,6 @@ import contextlib
 import logging
 import os
 import secrets
-import socket
 from typing import Any
 
 import grpc
@@ -31,6 +30,7 @@ from google.protobuf.message import DecodeError
 from sqsq.gateway.auth import Authenticator, AuthError
 from sqsq.gateway.grpc_service import QueuesService
 from sqsq.gateway.streaming import StreamSession, error_reply
+from sqsq.listen import bind_listener
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import (
     FRAME_ID_KEY,
@@ -80,19 +80,7 @@ class FrameServer:
     async def start(self, host: str, port: int = 0) -> int:
         """Listen on ``host`` (port 0: any free one) and offer it in the Stream's headers."""
         loop = asyncio.get_running_loop()
-        # One socket, on the first address ``host`` names: with port 0, each address of a
-        # name would get a port of its own, and the headers can name only one.
-        family, kind, proto, _, address = (await loop.getaddrinfo(
-            host.strip("[]") or None, port, type=socket.SOCK_STREAM,
-            flags=socket.AI_PASSIVE))[0]
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(address)
-        except OSError as e:
-            sock.close()
-            raise OSError(f"cannot listen for frame connections on {host}:{port}: "
-                          f"{e.strerror}") from None
+        sock = await bind_listener(host, port, "frame connections")
         self._server = await loop.create_server(lambda: _Connection(self), sock=sock)
         self.port = sock.getsockname()[1]
         self.queues.frame_offer = ((FRAME_PORT_KEY, str(self.port)),

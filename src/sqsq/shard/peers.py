@@ -26,12 +26,12 @@ import asyncio
 import itertools
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from sqsq.listen import bind_listener
 from sqsq.raft.types import Message
 from sqsq.shard import snapxfer
 from sqsq.shard.peerauth import (
@@ -125,21 +125,10 @@ class PeerTransport(SnapshotTransfers):
 
     async def start(self) -> int:
         """Listen on ``host`` only (its first address; port 0: any free one); the port."""
-        loop = asyncio.get_running_loop()
         self.snapshot_dir.mkdir(parents=True, exist_ok=True)
         for stale in self.snapshot_dir.glob("*" + snapxfer.PART_SUFFIX):
             stale.unlink()  # a transfer cut short by our own crash
-        family, kind, proto, _, address = (await loop.getaddrinfo(
-            self.host.strip("[]"), self.port, type=socket.SOCK_STREAM,
-            flags=socket.AI_PASSIVE))[0]
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(address)
-        except OSError as e:
-            sock.close()
-            raise OSError(f"cannot listen for Raft peers on {self.host}:{self.port}: "
-                          f"{e.strerror}") from None
+        sock = await bind_listener(self.host, self.port, "Raft peers")
         self._server = await asyncio.start_server(self._accepted, sock=sock)
         self.port = sock.getsockname()[1]
         return self.port
