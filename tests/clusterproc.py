@@ -10,10 +10,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from serverproc import REPO, free_port, wait_for_port
+from sqsq.cli.cluster import GatewayProcess, LocalCluster
 from sqsq.client import Client
 from sqsq.errors import QueueError
 from sqsq.shard.store import RocksStore
@@ -135,3 +137,19 @@ class Cluster:
 
     def log_text(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in sorted(self.root.glob("*.log")))
+
+
+def wide_gateway(cluster: LocalCluster, partitions: int) -> Iterator[GatewayProcess]:
+    """A second gateway on a running ``LocalCluster``, giving the queues it creates
+    ``partitions`` partitions; stopped, by pid, when the generator is closed (a fixture's
+    body: ``yield from wide_gateway(cluster, 4)``)."""
+    gw = GatewayProcess()
+    gw.proc = cluster._spawn("gateway-wide", [  # noqa: SLF001 - the harness's own spawner
+        "gateway", "--etcd", cluster.etcd.endpoint, "--host", "127.0.0.1",
+        "--grpc-port", str(gw.grpc_port), "--http-port", str(gw.http_port),
+        "--partitions", str(partitions)])
+    try:
+        wait_for_port(gw.grpc_port, gw.proc)
+        yield gw
+    finally:
+        cluster.terminate(gw.proc)

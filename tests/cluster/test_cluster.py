@@ -23,6 +23,7 @@ import grpc
 import pytest
 from botocore.config import Config
 
+import clusterproc
 from serverproc import REPO
 from sqsq.api import SHARD_METADATA_KEY
 from sqsq.cli.cluster import GatewayProcess, LocalCluster
@@ -45,16 +46,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 @pytest.fixture(scope="module")
 def wide_gateway(cluster: LocalCluster) -> Iterator[GatewayProcess]:
     """A second gateway on the same cluster, giving new queues four partitions."""
-    gw = GatewayProcess()
-    gw.proc = cluster._spawn("gateway-wide", [  # noqa: SLF001 - the harness's own spawner
-        "gateway", "--etcd", cluster.etcd.endpoint, "--host", "127.0.0.1",
-        "--grpc-port", str(gw.grpc_port), "--http-port", str(gw.http_port),
-        "--partitions", "4"])
-    from sqsq.cli.localprocs import wait_for_port
-
-    wait_for_port(gw.grpc_port, gw.proc)
-    yield gw
-    cluster.terminate(gw.proc)
+    yield from clusterproc.wide_gateway(cluster, 4)
 
 
 @pytest.fixture
