@@ -51,6 +51,8 @@ CAUGHT_AS = {
                      "replica-stopped"},
     "big-entry-repeat": {"state-machine-safety", "leader-completeness",
                          "acknowledged-send-lost"},
+    "membership": {"state-machine-safety", "leader-completeness", "election-safety",
+                   "acknowledged-send-lost", "acknowledged-not-committed"},
 }
 # Seeds searched for each mutant (the runs are deterministic: a seed that catches it once
 # always does, for this code).

@@ -261,7 +261,8 @@ class SimReplica:
             return False
         disk.sync()
         for m in rd.messages:
-            self._send(m)
+            if not self._send(m):
+                return False
         for e in rd.committed:
             if not self._apply(e):
                 return False
@@ -351,16 +352,22 @@ class SimReplica:
             return
         core.compact(meta, scenario.compact_keep)
 
-    def _send(self, m: Message) -> None:
+    def _send(self, m: Message) -> bool:
         if m.type is MsgType.SNAPSHOT:
             # The newest durable snapshot goes, which may be newer than the one the core
             # named when it wrote the message (the host took another meanwhile).
             data, meta = self.disk.snap_data, self.disk.snap_meta
-            assert data is not None and meta is not None and data.applied == meta.index
+            if data is None or meta is None or data.applied != meta.index:
+                # a core asking for a snapshot its host never saved: only a mutant gets here
+                self.world.checker.violation(
+                    "replica-stopped", f"{self.id}: no durable snapshot to send to {m.to}")
+                self.crash()
+                return False
             m = dataclasses.replace(m, snapshot=meta)
             items = data.items
             parts = max(1, (len(items) + SNAPSHOT_CHUNK - 1) // SNAPSHOT_CHUNK)
             for part in range(min(parts, 8)):
                 self.world.send(self.id, m.to, SnapshotChunk(m, part, min(parts, 8), data))
-            return
+            return True
         self.world.send(self.id, m.to, m)
+        return True

@@ -14,6 +14,7 @@ from sqsq.sim.disk import DiskSafeguards
 from sqsq.sim.network import NetworkFaults
 
 if TYPE_CHECKING:
+    from sqsq.sim.replica import SimReplica
     from sqsq.sim.world import World
 
 FAULTS = ("crash", "crash-leader", "partition", "isolate-leader", "one-way", "bridge",
@@ -141,6 +142,9 @@ class Nemesis:
             if committed and node_id not in conf.members() and node_id != leader.id:
                 w.retire(node_id)
         changes = []
+        if conf.learners and len(conf.voters) <= 3 and self.rng.random() < 0.5:
+            self._replace(leader, sorted(conf.learners), sorted(conf.voters - {leader.id}))
+            return
         if conf.learners:
             changes.append(ConfChange(ConfOp.PROMOTE, self.rng.choice(sorted(conf.learners))))
         if len(conf.voters) > 3:
@@ -152,6 +156,23 @@ class Nemesis:
         for change in self.rng.sample(changes, len(changes)):
             core.propose_conf_change(change)
         leader.process()
+
+    def _replace(self, leader: SimReplica, learners: list[str], voters: list[str]) -> None:
+        """A replacement as an operator makes one: a caught-up learner promoted and a voter
+        removed back to back, and the leader with the new voter cut off from the rest at
+        once. Without the one-change rule (finding 3) both changes are in force on the
+        leader's side, where {leader, new voter} is a majority of the new group, while the
+        rest are a majority of the old one: two leaders, two entries at one index."""
+        w, core = self.world, leader.core
+        assert core is not None
+        new = self.rng.choice(learners)
+        if core.propose_conf_change(ConfChange(ConfOp.PROMOTE, new)) is None:
+            return  # not caught up yet
+        core.propose_conf_change(ConfChange(ConfOp.REMOVE, self.rng.choice(voters)))
+        leader.process()
+        side = {leader.id, new}
+        w.network.isolate([side, set(w.node_ids) - side])
+        w.after(self.rng.randint(*self.s.heal_after_ms), lambda _: w.network.heal())
 
 
 RANDOM = Scenario("random", description="every fault, mixed")
