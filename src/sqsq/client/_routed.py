@@ -324,11 +324,12 @@ class SyncRouter(_Router):
                  addresses: Mapping[str, str] | None = None) -> None:
         super().__init__(table, addresses)
         self._gateway, self._gateway_stub, self._open = gateway, gateway_stub, open_stub
-        self._watch_lock = threading.Lock()
+        self._watch_lock = threading.Lock()  # starting and ending the route watch
+        self._fetch_lock = threading.Lock()  # a route being asked for, or the close
         self._watching = self._closed = False
 
     def close(self) -> None:
-        with self._watch_lock:
+        with self._watch_lock, self._fetch_lock:
             self._closed = True
         for channel, stub in self._stubs.values():
             close = getattr(stub, "close", None)
@@ -415,11 +416,14 @@ class SyncRouter(_Router):
                     return
             for queue, region in self.slow_queues():
                 request, metadata = self.request_of(queue, region)
-                try:
-                    reply = self._gateway_stub().DescribeQueueRoute(
-                        request, timeout=2 * STALL_POLL_S, metadata=metadata)
-                except grpc.RpcError:
-                    continue  # the gateway away too: the calls wait out their deadline
+                with self._fetch_lock:  # (close waits for it: the channel stays open)
+                    if self._closed:
+                        return
+                    try:
+                        reply = self._gateway_stub().DescribeQueueRoute(
+                            request, timeout=2 * STALL_POLL_S, metadata=metadata)
+                    except grpc.RpcError:
+                        continue  # the gateway away too: the calls wait out their deadline
                 self.relearn(queue, region, reply)
 
     def _sweep(self, route: QueueRoute, call: _call.Call, queue: str, region: str | None,
