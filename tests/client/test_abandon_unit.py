@@ -109,3 +109,15 @@ def test_an_abandoned_attempt_goes_on_at_the_new_leader_and_never_to_the_gateway
     with pytest.raises(QueueError):  # not Fallback: the first attempt may have run
         hop.failed(CallError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all"),
                    "q", None)
+
+
+def test_a_client_asks_for_one_route_a_shard_however_many_of_its_queues_wait() -> None:
+    now = [0.0]
+    router = _routed._Router(_direct.Table(lambda: now[0]), None)
+    router.waiting = Waiting(clock=lambda: now[0])
+    for queue in ("q1", "q2", "q3"):
+        router.waiting.begin(1, "a:1", 4, (queue, None))
+    router.waiting.begin(2, "b:2", 4, ("r", None))
+    assert router.slow_queues() == set()  # none has waited long yet
+    now[0] = 1.0
+    assert router.slow_queues() == {("q1", None), ("r", None)}

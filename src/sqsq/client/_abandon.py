@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 # A client with direct routing asks the gateway where a shard's leader is (the map's
 # hint) every STALL_POLL_S while a call of the shard has waited STALL_AFTER_S or longer:
-# a long poll included, which is the cost (one small gateway call a queue every so often).
+# a long poll included, which is the cost (one small gateway call a shard every so often).
 STALL_AFTER_S = 0.5
 STALL_POLL_S = 0.5
 # What an abandoned call ends with (an UNAVAILABLE whose outcome is unknown); the caller

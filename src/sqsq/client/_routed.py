@@ -134,8 +134,10 @@ class _Router:
         raise NotImplementedError
 
     def slow_queues(self) -> set[tuple[str, str | None]]:
-        """The queues with a call that has waited a while."""
-        return {k for keys in self.waiting.slow(STALL_AFTER_S).values() for k in keys}  # type: ignore[misc]
+        """A queue for each shard with a call that has waited a while (whose route names
+        the shard's leader: one lookup a shard, however many of its queues wait)."""
+        slow = self.waiting.slow(STALL_AFTER_S)
+        return {min(keys, key=repr) for keys in slow.values()}  # type: ignore[misc]
 
     def relearn(self, queue: str, region: str | None, reply: pb.QueueRoute) -> None:
         """A route asked for again: calls a newer leader makes stale are abandoned."""
