@@ -117,7 +117,7 @@ def _hop(call_retry: bool = True) -> tuple[_routed._Hop, _direct.Table]:
     route = table.learn("q", None, reply)
     router = _routed._Router(table, None)
     call = _ops.send_message("q", "b") if call_retry else _ops.delete_message("q", "h")
-    return _routed._Hop(router, route, 1, call, 30.0), table
+    return _routed._Hop(router, route, 1, call, 30.0, ("q", None)), table
 
 
 def _refused() -> CallError:

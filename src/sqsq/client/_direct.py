@@ -98,6 +98,7 @@ class Table:
     clock: Callable[[], float]
     routes: dict[tuple[str, str | None], QueueRoute | float] = field(default_factory=dict)
     nodes: dict[int, list[str]] = field(default_factory=dict)
+    terms: dict[int, int] = field(default_factory=dict)  # the newest leader term seen
     down: dict[str, float] = field(default_factory=dict)
     off: bool = False  # the server routes nothing (one shard group, or an older server)
     stats: Stats = field(default_factory=Stats)
@@ -128,8 +129,12 @@ class Table:
         self.stats.refreshes += 1
         for p in reply.partitions:
             known = self.nodes.get(p.shard)
-            # The node that answered last stays first while the gateway still lists it.
-            first = [known[0]] if known and known[0] in p.nodes else []
+            if p.leader and p.leader_term > self.terms.get(p.shard, 0):
+                self.terms[p.shard] = p.leader_term
+                first = [p.leader]  # newly elected: the node that answered last may be gone
+            else:
+                # The node that answered last stays first while the gateway still lists it.
+                first = [known[0]] if known and known[0] in p.nodes else []
             self.nodes[p.shard] = list(dict.fromkeys([*first, *p.nodes]))
         return route
 

@@ -4,7 +4,10 @@ message call made at its shard's leader, asyncio (``AsyncRouter``) and blocking
 frame connection when it offers one).
 
 At a shard, a call follows the SDK's rules (``_call.Route``): NotLeader is followed to the
-leader it names, an UNAVAILABLE retried only where it may be. It goes through the gateway
+leader it names, an UNAVAILABLE retried only where it may be. A call waiting at a node that
+stopped answering is abandoned once the gateway names a leader of a newer term, and made
+again there (``_abandon``): while a call has waited a moment, its queue's route is asked for
+again every ``STALL_POLL_S``. It goes through the gateway
 instead (``Fallback``) only while none of it can have run: no node of the shard reachable,
 the node refusing this client's credentials, or not knowing the queue (then its route is
 asked for again). A call whose outcome is unknown stays at its shard, where its request id
@@ -16,13 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
 
-from sqsq.client import _call
+from sqsq.client import _call, _stubs
+from sqsq.client._abandon import STALL_AFTER_S, STALL_POLL_S, Abandon, Waiting
 from sqsq.client._direct import Fallback, Part, QueueRoute, Table, merged, parts, quick_receive
 from sqsq.errors import NotLeader
 from sqsq.v1 import queues_pb2 as pb
@@ -42,17 +47,34 @@ class _Hop:
     """One part's attempts at one shard: which node now, whether it may have run."""
 
     def __init__(self, router: _Router, route: QueueRoute, shard: int, call: _call.Call,
-                 timeout: float | None) -> None:
+                 timeout: float | None, key: tuple[str, str | None]) -> None:
         targets = router.table.targets(shard)
         if not targets:
             raise Fallback
         self.router, self.route, self.shard, self.call = router, route, shard, call
+        self.key = key
         self.nodes = _call.Route.over(targets)
         self.timeout = self.nodes.attempt_timeout(call, timeout)
         self.metadata = route.metadata(shard)
         self.started = time.monotonic()
         self.attempt = 0
         self.ran = False  # an attempt whose outcome is unknown
+
+    def begin(self) -> tuple[Any, int, Abandon]:
+        """The attempt's method (at the current node), id and handle, in flight from now."""
+        router, shard, node = self.router, self.shard, self.nodes.current
+        ident, handle = router.waiting.begin(shard, node, router.table.terms.get(shard, 0),
+                                             self.key)
+        stub = router._stub(node)  # noqa: SLF001
+        method = getattr(stub, self.call.method)
+        if isinstance(stub, _stubs._StubBase):  # noqa: SLF001 - the stream's stubs end it
+            method = _with_abandon(method, handle)
+        return method, ident, handle
+
+    def abandoned(self, handle: Abandon) -> None:
+        """Made again at the newer leader at once; the first attempt's outcome is unknown."""
+        self.nodes.current, self.ran = handle.leader, True
+        self.attempt += 1
 
     def answered(self) -> None:
         self.router.table.answered(self.shard, self.nodes.current)
@@ -94,13 +116,35 @@ class _Hop:
         return delay
 
 
+def _with_abandon(method: Any, handle: Abandon) -> Any:
+    return lambda request, **kw: method(request, abandon=handle, **kw)
+
+
 class _Router:
-    """What both routers share: the table, the node stubs, the route lookup's handling."""
+    """What both routers share: the table, the node stubs, the route lookup's handling,
+    the calls in flight."""
 
     def __init__(self, table: Table, addresses: Mapping[str, str] | None) -> None:
         self.table = table
         self._addresses = dict(addresses or {})
         self._stubs: dict[str, tuple[Any, Any]] = {}
+        self.waiting = Waiting()
+
+    def _stub(self, address: str) -> Any:
+        raise NotImplementedError
+
+    def slow_queues(self) -> set[tuple[str, str | None]]:
+        """A queue for each shard with a call that has waited a while (whose route names
+        the shard's leader: one lookup a shard, however many of its queues wait)."""
+        slow = self.waiting.slow(STALL_AFTER_S)
+        return {min(keys, key=repr) for keys in slow.values()}  # type: ignore[misc]
+
+    def relearn(self, queue: str, region: str | None, reply: pb.QueueRoute) -> None:
+        """A route asked for again: calls a newer leader makes stale are abandoned."""
+        self.table.learn(queue, region, reply)
+        for p in reply.partitions:
+            if p.leader:
+                self.waiting.newer_leader(p.shard, p.leader, p.leader_term)
 
     def target(self, address: str) -> str:
         """How this client reaches a node the cluster knows as ``address``."""
@@ -145,8 +189,11 @@ class AsyncRouter(_Router):
         super().__init__(table, addresses)
         self._gateway, self._gateway_stub, self._open = gateway, gateway_stub, open_stub
         self._fetching: dict[tuple[str, str | None], asyncio.Future] = {}
+        self._watcher: asyncio.Task | None = None
 
     async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
         for channel, _ in self._stubs.values():
             await channel.close()
         self._stubs.clear()
@@ -203,16 +250,40 @@ class AsyncRouter(_Router):
     async def _at(self, route: QueueRoute, part: Part, call: _call.Call, queue: str,
                   region: str | None, timeout: float | None) -> Any:
         shard, request = part
-        hop = _Hop(self, route, shard, call, timeout)
+        hop = _Hop(self, route, shard, call, timeout, (queue, region))
         while True:
+            method, ident, handle = hop.begin()
+            if self._watcher is None:
+                self._watcher = asyncio.ensure_future(self._watch())
             try:
-                method = getattr(self._stub(hop.nodes.current), call.method)
                 reply = await method(request, timeout=hop.timeout, metadata=hop.metadata)
             except grpc.RpcError as err:
+                if handle.fired:
+                    hop.abandoned(handle)
+                    continue
                 await asyncio.sleep(hop.failed(err, queue, region))
             else:
                 hop.answered()
                 return reply
+            finally:
+                self.waiting.end(shard, ident)
+
+    async def _watch(self) -> None:
+        """While calls are in flight: the routes of those that waited a while, asked for
+        again (``_Router.relearn``)."""
+        try:
+            while self.waiting:
+                await asyncio.sleep(STALL_POLL_S)
+                for queue, region in self.slow_queues():
+                    request, metadata = self.request_of(queue, region)
+                    try:
+                        reply = await self._gateway_stub().DescribeQueueRoute(
+                            request, timeout=2 * STALL_POLL_S, metadata=metadata)
+                    except grpc.RpcError:
+                        continue  # the gateway away too: the calls wait out their deadline
+                    self.relearn(queue, region, reply)
+        finally:
+            self._watcher = None
 
     async def _fan_out(self, route: QueueRoute, call: _call.Call, queue: str,
                        region: str | None, timeout: float | None) -> Any:
@@ -255,8 +326,13 @@ class SyncRouter(_Router):
                  addresses: Mapping[str, str] | None = None) -> None:
         super().__init__(table, addresses)
         self._gateway, self._gateway_stub, self._open = gateway, gateway_stub, open_stub
+        self._watch_lock = threading.Lock()  # starting and ending the route watch
+        self._fetch_lock = threading.Lock()  # a route being asked for, or the close
+        self._watching = self._closed = False
 
     def close(self) -> None:
+        with self._watch_lock, self._fetch_lock:
+            self._closed = True
         for channel, stub in self._stubs.values():
             close = getattr(stub, "close", None)
             if close is not None:
@@ -307,16 +383,50 @@ class SyncRouter(_Router):
     def _at(self, route: QueueRoute, part: Part, call: _call.Call, queue: str,
             region: str | None, timeout: float | None) -> Any:
         shard, request = part
-        hop = _Hop(self, route, shard, call, timeout)
+        hop = _Hop(self, route, shard, call, timeout, (queue, region))
         while True:
+            method, ident, handle = hop.begin()
+            self._ensure_watch()
             try:
-                method = getattr(self._stub(hop.nodes.current), call.method)
                 reply = method(request, timeout=hop.timeout, metadata=hop.metadata)
             except grpc.RpcError as err:
+                if handle.fired:
+                    hop.abandoned(handle)
+                    continue
                 time.sleep(hop.failed(err, queue, region))
             else:
                 hop.answered()
                 return reply
+            finally:
+                self.waiting.end(shard, ident)
+
+    def _ensure_watch(self) -> None:
+        with self._watch_lock:
+            if self._watching or self._closed:
+                return
+            self._watching = True
+        threading.Thread(target=self._watch, name="sqsq-route-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        """While calls are in flight: the routes of those that waited a while, asked for
+        again (``_Router.relearn``). The thread ends when none is (a call starts another)."""
+        while True:
+            time.sleep(STALL_POLL_S)
+            with self._watch_lock:
+                if self._closed or not self.waiting:
+                    self._watching = False
+                    return
+            for queue, region in self.slow_queues():
+                request, metadata = self.request_of(queue, region)
+                with self._fetch_lock:  # (close waits for it: the channel stays open)
+                    if self._closed:
+                        return
+                    try:
+                        reply = self._gateway_stub().DescribeQueueRoute(
+                            request, timeout=2 * STALL_POLL_S, metadata=metadata)
+                    except grpc.RpcError:
+                        continue  # the gateway away too: the calls wait out their deadline
+                self.relearn(queue, region, reply)
 
     def _sweep(self, route: QueueRoute, call: _call.Call, queue: str, region: str | None,
                timeout: float | None) -> Any:

@@ -42,6 +42,7 @@ import grpc
 import grpc.aio
 
 from sqsq.client import _auth
+from sqsq.client._abandon import ABANDONED
 from sqsq.client._call import ERROR_CODE_KEY
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import MAX_FRAME_BYTES, STREAM_METHOD
@@ -87,6 +88,11 @@ class CallError(grpc.RpcError):
 
     def __str__(self) -> str:
         return f"{self._code.name}: {self._details}"
+
+
+def _abandoned() -> CallError:
+    """What an abandoned call ends with (``sqsq.client._abandon``)."""
+    return CallError(grpc.StatusCode.UNAVAILABLE, ABANDONED)
 
 
 class _Unimplemented(Exception):
@@ -201,13 +207,15 @@ class _AioCalls:
         raise NotImplementedError
 
     async def call(self, field: str, request: Any, size: int, timeout: float | None,
-                   metadata: Metadata) -> Any:
+                   metadata: Metadata, abandon: Any = None) -> Any:
         loop = asyncio.get_running_loop()
         call_id = next(self._ids)
         fut = loop.create_future()
         self.pending[call_id] = fut
         self._send(_request(call_id, field, request, size, timeout, metadata))
         timer = None if timeout is None else loop.call_later(timeout, _expire, fut)
+        if abandon is not None:  # (``_abandon.Abandon``: fired on this loop's thread)
+            abandon.attach(lambda: fut.done() or fut.set_exception(_abandoned()))
         try:
             reply = await fut
         except (asyncio.CancelledError, CallError):
@@ -361,7 +369,7 @@ class _SyncCalls:
         raise NotImplementedError
 
     def call(self, field: str, request: Any, size: int, timeout: float | None,
-             metadata: Metadata) -> Any:
+             metadata: Metadata, abandon: Any = None) -> Any:
         waiter = _Waiter()
         with self._lock:  # sent before a half-close, or not at all
             if self.done or self.draining:
@@ -369,6 +377,8 @@ class _SyncCalls:
             call_id = next(self._ids)
             self.pending[call_id] = waiter
             self._put(_request(call_id, field, request, size, timeout, metadata))
+        if abandon is not None:  # (``_abandon.Abandon``, fired from another thread)
+            abandon.attach(lambda: self._abandon(call_id))
         if not waiter.wait(timeout):
             if self.pending.pop(call_id, None) is not None:
                 with self._lock:
@@ -379,6 +389,16 @@ class _SyncCalls:
         if waiter.error is not None:
             raise waiter.error
         return _response(waiter.reply)  # type: ignore[arg-type]
+
+    def _abandon(self, call_id: int) -> None:
+        """End a call still waiting: the server is told to stop working on it."""
+        waiter = self.pending.pop(call_id, None)
+        if waiter is None:
+            return  # answered, or ended, already
+        with self._lock:
+            if not self.done:
+                self._put(_cancel(call_id))
+        waiter.put(None, _abandoned())
 
     def _deliver(self, replies: Sequence[pb.StreamReply]) -> None:
         for reply in replies:

@@ -42,8 +42,8 @@ class _Method:
         self._stub, self._name = stub, name
 
     def __call__(self, request: Any, timeout: float | None = None, metadata: Metadata = None,
-                 **_: Any) -> Any:
-        return self._stub.call(self._name, request, timeout, metadata)
+                 abandon: Any = None, **_: Any) -> Any:
+        return self._stub.call(self._name, request, timeout, metadata, abandon)
 
 
 class _StubBase:
@@ -110,14 +110,15 @@ class AsyncStreamStub(_StubBase):
         await asyncio.gather(*(stream.close() for stream in list(self._open_streams)))
 
     async def call(self, method: str, request: Any, timeout: float | None,
-                   metadata: Metadata) -> Any:
+                   metadata: Metadata, abandon: Any = None) -> Any:
         size = request.ByteSize()
         if not self.unary_only and size <= MAX_REQUEST_BYTES:
             stream = self._stream
             if stream is None or stream.done or stream.draining:
                 stream = await self._open()
             try:
-                return await stream.call(FIELDS[method], request, size, timeout, metadata)
+                return await stream.call(FIELDS[method], request, size, timeout, metadata,
+                                         abandon)
             except _Unimplemented:
                 self.unary_only = True
         return await getattr(self._unary, method)(request, timeout=timeout, metadata=metadata)
@@ -197,11 +198,12 @@ class StreamStub(_StubBase):
         return _SyncStream(self._channel, _token(self._creds), self._offered)
 
     def call(self, method: str, request: Any, timeout: float | None,
-             metadata: Metadata) -> Any:
+             metadata: Metadata, abandon: Any = None) -> Any:
         size = request.ByteSize()
         while not self.unary_only and size <= MAX_REQUEST_BYTES:
             try:
-                return self._open().call(FIELDS[method], request, size, timeout, metadata)
+                return self._open().call(FIELDS[method], request, size, timeout, metadata,
+                                         abandon)
             except _Closed:
                 continue
             except _Unimplemented:

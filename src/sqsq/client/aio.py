@@ -103,11 +103,11 @@ class AsyncClient:
             await self._receives.wait_idle()
         if self._batcher is not None:
             await self._batcher.wait_idle()
+        if self._router is not None:  # first: its route watch calls the gateway
+            await self._router.close()
         for channel, _ in self._stubs.values():
             await channel.close()
         self._stubs.clear()
-        if self._router is not None:
-            await self._router.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self

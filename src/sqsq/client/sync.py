@@ -90,14 +90,14 @@ class Client:
 
     def close(self) -> None:
         """Close the channels (and the stubs' frame connections)."""
+        if self._router is not None:  # first: its route watch calls the gateway
+            self._router.close()
         for channel, stub in self._stubs.values():
             close = getattr(stub, "close", None)
             if close is not None:
                 close()
             channel.close()
         self._stubs.clear()
-        if self._router is not None:
-            self._router.close()
 
     def __enter__(self) -> Client:
         return self

@@ -125,8 +125,12 @@ class ClusterApi:
         region, short = regions.split_key(name, self.endpoint.region)
         route = pb.QueueRoute(queue_name=short, region=region, fifo=short.endswith(".fifo"),
                               version=self.map.snapshot.revision)
+        snapshot = self.map.snapshot
         for shard in record.partitions:
-            route.partitions.add(shard=shard, nodes=self.caller.targets(shard))
+            leader, hint = snapshot.leader_hint(shard), snapshot.leaders.get(shard)
+            route.partitions.add(shard=shard, nodes=self.caller.targets(shard),
+                                 leader=leader.grpc_address if leader else "",
+                                 leader_term=hint.term if leader and hint else 0)
         return route
 
     async def pass_through(self, method: str, request: Any, key: str) -> Any | None:

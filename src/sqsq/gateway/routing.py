@@ -8,6 +8,11 @@ up with ServiceUnavailable after the SDK's failover window. Retry rules are the 
 (``client._call.Route``): an UNAVAILABLE is retried only for a call that is safe to repeat.
 
 The map is read from its in-memory snapshot only: etcd being away changes nothing here.
+
+A call waiting at a node that stopped answering (frozen, cut off) is abandoned as soon as
+the map names a leader of its shard elected in a newer term, and made again there
+(``sqsq.client._abandon``): the map's watch tells the gateway within moments of the
+election, not when the call's deadline runs out.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ import grpc
 import grpc.aio
 
 from sqsq.api import SHARD_METADATA_KEY
-from sqsq.client import _auth, _call, _direct
+from sqsq.client import _auth, _call, _direct, _stubs
+from sqsq.client._abandon import Waiting
 from sqsq.client.aio import open_stub
-from sqsq.control.partition_map import PartitionMap
+from sqsq.control.partition_map import MapSnapshot, PartitionMap
 from sqsq.core import regions
 from sqsq.errors import NotLeader, ServiceUnavailable
 from sqsq.v1 import queues_pb2_grpc
@@ -61,13 +67,18 @@ class ShardCaller:
         self.timeout = timeout
         self._creds = _auth.resolve(credentials)
         self._stubs: dict[str, tuple[grpc.aio.Channel, queues_pb2_grpc.QueuesStub]] = {}
-        self._answered: dict[int, str] = {}  # shard -> the node that answered it last
+        # shard -> the node that answered it last, and the leader term known then
+        self._answered: dict[int, tuple[str, int]] = {}
+        self.waiting = Waiting()  # calls in flight, abandoned when a newer leader is known
+        self._watch: asyncio.Task | None = None
         self.turn = itertools.count()  # a standard queue's sends take turns (pass_through)
         self.on_pass: Callable[[str], None] | None = None  # (action) per call passed through
         # (shard, was it NotLeader) per retry: the gateway's metrics
         self.on_retry: Callable[[int, bool], None] | None = None
 
     async def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
         for channel, _ in self._stubs.values():
             await channel.close()
         self._stubs.clear()
@@ -87,11 +98,13 @@ class ShardCaller:
                      if n in snapshot.members]
         hint = snapshot.leader_hint(shard_id)
         live = [snapshot.members[n].grpc_address for n in shard.replicas if n in snapshot.nodes]
-        # The node that answered last goes first only while its lease holds: one cut off
-        # from the cluster (etcd included) loses it within seconds, and every call would
-        # otherwise wait out an attempt's deadline there before moving on.
-        first = [a for a in (self._answered.get(shard_id),
-                             hint.grpc_address if hint else None) if a in live]
+        # The node that answered last goes first only while its lease holds (one cut off
+        # from the cluster, etcd included, loses it within seconds) and no leader of a newer
+        # term is known: every call would otherwise wait at it before moving on.
+        answered, term = self._answered.get(shard_id, ("", 0))
+        if term < _term(snapshot, shard_id):
+            answered = ""
+        first = [a for a in (answered, hint.grpc_address if hint else None) if a in live]
         ordered = list(dict.fromkeys(first + live + addresses))
         if not ordered:
             raise ServiceUnavailable(f"shard {shard_id} has no replica with a known address")
@@ -106,16 +119,31 @@ class ShardCaller:
             timeout = min(timeout or _call.ATTEMPT_S, _call.ATTEMPT_S)
         started = time.monotonic()
         attempt = 0
+        if self._watch is None:
+            self._watch = asyncio.get_running_loop().create_task(self._follow_leaders())
         while True:
+            stub = self._stub(route.current)
+            term = _term(self.map.snapshot, shard_id)
+            ident, abandon = self.waiting.begin(shard_id, route.current, term)
             try:
-                method = getattr(self._stub(route.current), call.method)
-                result = await method(call.request, timeout=timeout, metadata=metadata)
-                self._answered[shard_id] = route.current
+                if isinstance(stub, _stubs._StubBase):  # noqa: SLF001 - the stream's stubs
+                    result = await getattr(stub, call.method)(
+                        call.request, timeout=timeout, metadata=metadata, abandon=abandon)
+                else:  # unary calls (env SQSQ_STREAM=0) wait out their deadline
+                    result = await getattr(stub, call.method)(
+                        call.request, timeout=timeout, metadata=metadata)
+                self._answered[shard_id] = (route.current, term)
                 return call.parse(result)
             except grpc.RpcError as err:
-                if self._answered.get(shard_id) == route.current and err.code() in (
+                if self._answered.get(shard_id, ("",))[0] == route.current and err.code() in (
                         grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
                     del self._answered[shard_id]  # the next call starts from the hint
+                if abandon.fired:  # a newer leader is known: made again there at once
+                    route.current = abandon.leader
+                    attempt += 1
+                    if self.on_retry is not None:
+                        self.on_retry(shard_id, False)
+                    continue
                 error, delay = route.retry_after(call, err, attempt, time.monotonic() - started)
                 if delay is None:
                     raise error from None
@@ -123,6 +151,31 @@ class ShardCaller:
                     self.on_retry(shard_id, isinstance(error, NotLeader))
                 attempt += 1
                 await asyncio.sleep(delay)
+            finally:
+                self.waiting.end(shard_id, ident)
+
+    async def _follow_leaders(self) -> None:
+        """Abandon the calls a newly published leader makes stale, as the map changes."""
+        known: dict[int, tuple[str, int]] = {}
+        revision = -1
+        while True:
+            try:
+                snapshot = await self.map.wait_for(lambda s: s.revision != revision)  # noqa: B023
+            except TimeoutError:
+                continue
+            revision = snapshot.revision
+            for shard_id, hint in snapshot.leaders.items():
+                node = snapshot.leader_hint(shard_id)
+                if node is None or known.get(shard_id) == (node.grpc_address, hint.term):
+                    continue
+                known[shard_id] = (node.grpc_address, hint.term)
+                self.waiting.newer_leader(shard_id, node.grpc_address, hint.term)
+
+
+def _term(snapshot: MapSnapshot, shard_id: int) -> int:
+    """The Raft term of the shard's published leader (0: none published)."""
+    hint = snapshot.leaders.get(shard_id)
+    return hint.term if hint is not None else 0
 
 
 # ---- message calls passed through to one shard as they came --------------------------------
