@@ -118,10 +118,14 @@ class SqsqR3(System):
 
     durability = "Raft: entry fdatasynced on a majority of 3 before any reply"
 
-    def __init__(self, batching: bool = True, prefetch: bool = False) -> None:
+    def __init__(self, batching: bool = True, prefetch: bool = False,
+                 profile_dir: Path | None = None) -> None:
+        """``profile_dir``: each node runs under cProfile and writes ``nodeN.prof`` there
+        when it stops (``python -m bench.raftprof``)."""
         super().__init__()
         self.batching = batching
         self.prefetch = prefetch
+        self.profile_dir = profile_dir
 
     def version(self) -> str:
         return _pkg_version("sqsq")
@@ -134,8 +138,10 @@ class SqsqR3(System):
         nodes = [(free_port(), free_port()) for _ in range(3)]
         peers = ",".join(f"127.0.0.1:{g}:{r}" for g, r in nodes)
         for i, (gport, rport) in enumerate(nodes):
+            prof = [] if self.profile_dir is None else [
+                "-m", "cProfile", "-o", str(self.profile_dir / f"node{i}.prof")]
             proc = Proc(f"sqsq-node{i}", [
-                sys.executable, "-m", "sqsq.cli.main", "node", "--data-dir",
+                sys.executable, *prof, "-m", "sqsq.cli.main", "node", "--data-dir",
                 str(workdir / f"node{i}"), "--host", "127.0.0.1", "--grpc-port", str(gport),
                 "--raft-port", str(rport), "--peers", peers, "--bootstrap",
                 "--secret-file", str(secret)],
