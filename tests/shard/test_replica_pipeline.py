@@ -1,6 +1,7 @@
 """The Ready loop pipelines: committed entries are applied (and their proposals answered)
 while the next batch is still being persisted, and a leader's appends leave before its own
-write of them is durable, while what answers a peer still waits for the disk."""
+write of them is durable, while what answers a peer still waits for the disk; a Ready that
+only moves the commit index writes nothing."""
 
 from __future__ import annotations
 
@@ -38,8 +39,10 @@ class GatedPersist:
         self.hold = False
         self.gates: list[threading.Event] = []
         self.entered: list[list[int]] = []  # each held call's entry indexes
+        self.calls = 0
 
     def __call__(self, entries: tuple, hard_state: object) -> None:
+        self.calls += 1
         if self.hold and entries:
             gate = threading.Event()
             self.gates.append(gate)
@@ -143,6 +146,12 @@ async def send_early(tmp_path: Path) -> None:
         await handled(Ready(entries=(RaftEntry(index=3, term=3, data=b"z"),),
                             messages=(message(MsgType.APPEND_RESP, peer),)))
         assert handled.calls[2] == [] and len(sent.messages) == 1
+        # One that only moves the commit index writes nothing: its messages go at once.
+        sent.messages.clear()
+        calls = gated.calls
+        await replica._handle(Ready(hard_state=HardState(3, ME, 3),
+                                    messages=(message(MsgType.APPEND_RESP, peer),)))
+        assert gated.calls == calls and len(sent.messages) == 1
     finally:
         for gate in gated.gates:
             gate.set()

@@ -60,6 +60,10 @@ Done = Callable[[Proposal, Any], None]
 # Committed entries waiting for the applier past which the Ready loop waits for it (so a
 # state machine slower than the disk does not let them pile up without bound).
 MAX_APPLY_BACKLOG = 1024
+# A batch of committed entries this small is applied on the event loop: a worker thread's
+# round trip (two wake-ups across threads, the GIL handed back and forth) costs more than
+# applying a few small commands, and the loop would mostly wait for it anyway.
+INLINE_APPLY_BYTES = 4096
 # What a leader may send before its own write of the same Ready is durable (``_sent_early``).
 _EARLY = frozenset({MsgType.APPEND, MsgType.HEARTBEAT})
 
@@ -388,16 +392,22 @@ class RaftReplica:
             await self._applied_all()  # the state machine is swapped: nothing may apply to it
             await asyncio.to_thread(self._install, rd.snapshot)
             self._applied = max(self._applied, rd.snapshot.index)
-        rest = self._send_early(rd)
-        if rd.entries or rd.hard_state is not None:
+        hs = rd.hard_state
+        changes_vote = hs is not None and (hs.term, hs.vote) != self._term_vote
+        rest = self._send_early(rd, changes_vote)
+        # A Ready that only moves the commit index writes nothing (the storage keeps the
+        # commit only along with a new term or vote): no worker thread, no sync.
+        if rd.entries or changes_vote:
             started = time.monotonic()
-            await asyncio.to_thread(self.storage.persist, rd.entries, rd.hard_state)
+            await asyncio.to_thread(self.storage.persist, rd.entries, hs)
             if self.on_sync is not None:
                 self.on_sync(time.monotonic() - started)
+        if hs is not None:
+            self._term_vote = (hs.term, hs.vote)
         for m in rest:
             self._send(m)
 
-    def _send_early(self, rd: Ready) -> Sequence[Message]:
+    def _send_early(self, rd: Ready, changes_vote: bool) -> Sequence[Message]:
         """A leader's appends go out before its own entries are durable: the leader writes
         its disk while the followers write theirs (Raft thesis 10.2.1), one fsync off a
         send's path. Safe because the leader counts itself for a commit only once its own
@@ -405,10 +415,6 @@ class RaftReplica:
         elected; a Ready that changes them sends nothing early. What answers a peer (votes,
         append responses) waits for the disk, as the Ready contract says. Returns the
         messages left to send once the Ready is durable."""
-        hs = rd.hard_state
-        changes_vote = hs is not None and (hs.term, hs.vote) != self._term_vote
-        if hs is not None:
-            self._term_vote = (hs.term, hs.vote)
         if rd.role is not Role.LEADER or not rd.entries or changes_vote:
             return rd.messages
         rest = []
@@ -425,7 +431,10 @@ class RaftReplica:
         while self._to_apply and self.fatal is None and not self._stopped:
             batch, self._to_apply = self._to_apply, []
             try:
-                results = await asyncio.to_thread(self._apply_batch, batch)
+                if sum(len(e.data) for e in batch) <= INLINE_APPLY_BYTES:
+                    results = self._apply_batch(batch)
+                else:
+                    results = await asyncio.to_thread(self._apply_batch, batch)
             except Exception as exc:  # a replica that cannot apply stops
                 self._die(exc)
                 return
@@ -445,8 +454,8 @@ class RaftReplica:
                 self._note_catch_up(self.core)
 
     def _apply_batch(self, batch: list[Entry]) -> dict[int, Any]:
-        """(Worker thread.) The state machine's outcomes by index, for the entries that
-        carry commands."""
+        """The state machine's outcomes by index, for the entries that carry commands (in a
+        worker thread, or on the loop for a small batch)."""
         apply = self.machine.apply_entry
         return {e.index: apply(e.index, e.data) for e in batch
                 if e.kind is EntryKind.NORMAL and e.data}
