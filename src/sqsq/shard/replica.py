@@ -1,10 +1,14 @@
 """One shard replica on sqsq's own Raft (``sqsq.raft``), hosted on the node's event loop.
 
-The pure core decides; this host does what each ``Ready`` says, in order: install a
-snapshot (durably), persist entries and hard state (fsync), send messages, apply committed
-entries, answer the proposals they carry. Disk and RocksDB work runs in worker threads; the
-core is only ever touched on the event loop, and it goes on taking messages and ticks while a
-``Ready`` is being written (the next one waits for this one's ``advance``).
+The pure core decides; this host does what each ``Ready`` says: install a snapshot
+(durably), persist entries and hard state (fsync), send messages, apply committed entries,
+answer the proposals they carry. Two steps overlap where Raft allows it: committed entries
+that are already durable here are applied while the Ready's new entries are being fsynced
+(an applier task takes them in order), and a leader sends its appends while it writes its own
+copy (it counts itself only once that is durable). Disk and large RocksDB batches run in
+worker threads; the core is only ever touched on the event loop, and it goes on taking
+messages and ticks while a ``Ready`` is being written (the next one waits for this one's
+``advance``).
 
 One ``PeerTransport`` per node carries every shard's messages. A member of a group is named
 by its Raft address as the partition map knows it (``host:port``, the node's Raft port plus
