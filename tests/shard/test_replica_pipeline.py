@@ -66,10 +66,13 @@ async def apply_while_persisting(tmp_path: Path) -> None:
     await replica.start()
     try:
         await until(replica.is_leader)
+        loop = asyncio.get_running_loop()
+        settled: asyncio.Future = loop.create_future()  # the leader's no-op is written too
+        replica.propose(create_queue("z"), lambda s, out: settled.set_result(s))
+        assert await asyncio.wait_for(settled, TIMEOUT_S) is Proposal.COMMITTED
         gated = GatedPersist(replica.storage.persist)
         replica.storage.persist = gated  # type: ignore[method-assign]
         gated.hold = True
-        loop = asyncio.get_running_loop()
         first: asyncio.Future = loop.create_future()
         second: asyncio.Future = loop.create_future()
         replica.propose(create_queue("a"), lambda s, out: first.set_result(s))
