@@ -27,7 +27,7 @@ from typing import Any
 
 from bench import report
 from bench.runner import run_workload
-from bench.systems import Skip, targets
+from bench.systems import Skip, keep_logs, targets
 from bench.workloads import Workload, catalogue, scaled, select
 
 RATE_HINT = "send-10x100B"  # its rate sizes the preloads of the receive workloads
@@ -109,10 +109,16 @@ def run_target(name: str, make: Any, args: argparse.Namespace, workloads: list,
     with tempfile.TemporaryDirectory(prefix=f"sqsq-bench-{name}-") as tmp:
         try:
             spec = system.start(Path(tmp))
-        except Skip as exc:
-            entry.update(status="skipped", reason=str(exc))
-            print(f"== {name}: skipped: {exc}", flush=True)
+        except Exception as exc:  # skipped, or failed to start: the run goes on
             system.stop()
+            kept = keep_logs(Path(tmp), args.out / "failed-starts" / f"{name}-{_stamp()}")
+            status = "skipped" if isinstance(exc, Skip) else "failed"
+            entry.update(status=status, reason=f"{type(exc).__name__}: {exc}"[:2000]
+                         if status == "failed" else str(exc))
+            print(f"== {name}: {status}: {entry['reason']}", flush=True)
+            if kept is not None:
+                entry["logs"] = str(kept)
+                print(f"   its logs are kept in {kept}", flush=True)
             return
         entry["status"] = "ok"
         entry["loadavg_at_start"] = os.getloadavg()
@@ -144,6 +150,10 @@ def run_target(name: str, make: Any, args: argparse.Namespace, workloads: list,
                 report.write_json(save or result, out_json)
         finally:
             system.stop()
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
 
 
 def warm_up(spec: dict[str, Any]) -> None:

@@ -7,6 +7,12 @@ from pathlib import Path
 from typing import Any
 
 BASELINE = "sqsq-grpc"
+# Same-run ratios the issues ask for, (numerator, denominator), printed when both ran: the
+# replicated sqsq against NATS JetStream R3, more shards against one, more nodes per host
+# label against one.
+RATIOS = (("sqsq-r3", "nats-r3"), ("sqsq-cluster", "nats-r3"), ("sqsq-cluster-4", "nats-r3"),
+          ("sqsq-cluster-4", "sqsq-cluster"), ("sqsq-cluster-4-2ph", "sqsq-cluster-4"),
+          ("sqsq-cluster-4-3ph", "sqsq-cluster-4"))
 
 
 def op_rows(result: dict[str, Any]) -> list[list[str]]:
@@ -115,11 +121,19 @@ def render(result: dict[str, Any], markdown: bool = False) -> str:
             ratio_rows.append([w, *cells])
         if peers:
             parts.append(_table([f"{BASELINE} / peer", *peers], ratio_rows, markdown))
+    pairs = [(a, b) for a, b in RATIOS if a in names and b in names]
+    if pairs:
+        rows = [[w, *(f"{values[(a, w)] / values[(b, w)]:.2f}x"
+                      if values.get((a, w)) and (values.get((b, w)) or 0) >= 1.0 else "-"
+                      for a, b in pairs)] for w in workloads]
+        parts.append(_table(["same-run ratio", *(f"{a} / {b}" for a, b in pairs)], rows,
+                            markdown))
     cpu_rows = cpu_table(result)
     if cpu_rows:
         parts.append(_table(["CPU us per headline msg", *names], cpu_rows, markdown))
     meta_rows = [[n, t.get("status", "?"), t.get("version", ""),
-                  t.get("durability") or t.get("reason", "")]
+                  t.get("durability", "") if t.get("status") == "ok" else
+                  t.get("reason", "") + (f" (logs: {t['logs']})" if t.get("logs") else "")]
                  for n, t in result["targets"].items()]
     parts.append(_table(["target", "status", "version", "durability / reason"], meta_rows,
                         markdown))

@@ -7,6 +7,8 @@ missing, an API not built yet) is recorded as skipped with the reason, never as 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -16,10 +18,23 @@ from typing import Any
 from bench.procs import Proc, free_port, port_open
 
 REPO = Path(__file__).resolve().parent.parent
+_ADMIN_ENV = ("SQSQ_ADMIN_TOKEN", "SQSQ_ADMIN_TOKEN_FILE")  # sqsq.admincred's
 
 
 class Skip(Exception):
     """This target cannot run here; the message says why."""
+
+
+def keep_logs(workdir: Path, kept: Path) -> Path | None:
+    """Copy every log file under a target's work directory (deleted after the target) to
+    ``kept``, keeping their paths; ``kept``, or None if there was none. A cluster that fails
+    to start is diagnosed from these (a node that "exited 1 at start" says why only there)."""
+    logs = [p for p in workdir.rglob("*.log") if p.is_file()]
+    for p in logs:
+        dest = kept / p.relative_to(workdir)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(p, dest)
+    return kept if logs else None
 
 
 class System:
@@ -118,24 +133,28 @@ class SqsqR3(System):
 
     durability = "Raft: entry fdatasynced on a majority of 3 before any reply"
 
-    def __init__(self, batching: bool = True, prefetch: bool = False) -> None:
+    def __init__(self, batching: bool = True, prefetch: bool = False,
+                 profile_dir: Path | None = None) -> None:
+        """``profile_dir``: each node runs under cProfile and writes ``nodeN.prof`` there
+        when it stops (``python -m bench.raftprof``)."""
         super().__init__()
         self.batching = batching
         self.prefetch = prefetch
+        self.profile_dir = profile_dir
 
     def version(self) -> str:
         return _pkg_version("sqsq")
 
     def start(self, workdir: Path) -> dict[str, Any]:
-        import os
-
         secret = workdir / "cluster-secret"
         secret.write_bytes(os.urandom(32))
         nodes = [(free_port(), free_port()) for _ in range(3)]
         peers = ",".join(f"127.0.0.1:{g}:{r}" for g, r in nodes)
         for i, (gport, rport) in enumerate(nodes):
+            prof = [] if self.profile_dir is None else [
+                "-m", "cProfile", "-o", str(self.profile_dir / f"node{i}.prof")]
             proc = Proc(f"sqsq-node{i}", [
-                sys.executable, "-m", "sqsq.cli.main", "node", "--data-dir",
+                sys.executable, *prof, "-m", "sqsq.cli.main", "node", "--data-dir",
                 str(workdir / f"node{i}"), "--host", "127.0.0.1", "--grpc-port", str(gport),
                 "--raft-port", str(rport), "--peers", peers, "--bootstrap",
                 "--secret-file", str(secret)],
@@ -148,31 +167,43 @@ class SqsqR3(System):
 
 
 class SqsqCluster(System):
-    """``sqsq cluster up`` as the tests start it: etcd, three nodes (every shard on all three),
-    one gateway; clients are given the gateway's address. With 4 shards, a queue gets 4
-    partitions. ``via``: ``direct`` (the SDK calls the shard leaders itself), ``gateway``
-    (the SDK with direct routing off: every call through the gateway, as another language's
-    gRPC client), ``http`` (boto3 through the gateway's SQS HTTP front)."""
+    """``sqsq cluster up`` as the tests start it: etcd, three nodes (every shard on all three;
+    or three host labels of ``nodes_per_host`` nodes), one gateway; clients are given the
+    gateway's address. With 4 shards, a queue gets 4 partitions. ``via``: ``direct`` (the SDK
+    calls the shard leaders itself), ``gateway`` (the SDK with direct routing off: every call
+    through the gateway, as another language's gRPC client), ``http`` (boto3 through the
+    gateway's SQS HTTP front)."""
 
     durability = "Raft: entry fdatasynced on a majority of 3 before any reply"
 
-    def __init__(self, shards: int, partitions: int = 1, via: str = "direct") -> None:
+    def __init__(self, shards: int, partitions: int = 1, via: str = "direct",
+                 nodes_per_host: int = 1) -> None:
+        """``nodes_per_host``: three host labels with this many nodes each (all on this
+        machine), no shard with two replicas under one label: how a machine with more cores
+        than one node uses is meant to be run (issue 33), measured against one per label."""
         super().__init__()
         self.shards = shards
         self.partitions = partitions
         self.via = via
+        self.nodes_per_host = nodes_per_host
         self.cluster: Any = None
+        self._saved_env: dict[str, str | None] = {}
 
     def version(self) -> str:
         return _pkg_version("sqsq")
 
     def start(self, workdir: Path) -> dict[str, Any]:
-        import os
-
         from sqsq.cli.cluster import LocalCluster
 
+        # A cluster points this process at its admin credential (an env variable naming a
+        # file in its directory); left set, the next cluster of the run would hand its nodes
+        # the file of one already stopped and deleted, and each exits 1 at start ("No such
+        # file or directory: .../admin-token"). Each cluster starts without, and ``stop``
+        # puts back what was there before.
+        self._saved_env = {k: os.environ.pop(k, None) for k in _ADMIN_ENV}
         env = dict(os.environ, SQSQ_LOG_LEVEL="WARNING")
-        self.cluster = LocalCluster(workdir / "cluster", nodes=3, shards=self.shards,
+        self.cluster = LocalCluster(workdir / "cluster", nodes=3 * self.nodes_per_host,
+                                    nodes_per_host=self.nodes_per_host, shards=self.shards,
                                     partitions=self.partitions, env=env).start()
         if self.via == "http":
             return {"kind": "boto3", "url": self.cluster.gateway.http_url}
@@ -193,6 +224,12 @@ class SqsqCluster(System):
         if self.cluster is not None:
             self.cluster.stop()
             self.cluster = None
+        for k, v in self._saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self._saved_env = {}
 
 
 def _wait_port(port: int, timeout_s: float = 30.0) -> None:
@@ -273,6 +310,9 @@ def targets(sqsq_endpoint: str | None = None) -> dict[str, Callable[[], System]]
         # boto3 through the cluster gateway's SQS HTTP front (against sqsq-http on one node)
         "sqsq-cluster-http": lambda: SqsqCluster(shards=1, via="http"),
         "sqsq-cluster-4": lambda: SqsqCluster(shards=4, partitions=4),
+        # three host labels of 2 (3) nodes each on this machine, against sqsq-cluster-4's 1
+        "sqsq-cluster-4-2ph": lambda: SqsqCluster(shards=4, partitions=4, nodes_per_host=2),
+        "sqsq-cluster-4-3ph": lambda: SqsqCluster(shards=4, partitions=4, nodes_per_host=3),
         "moto": MotoServer,
         "nats-r1": lambda: NatsServer(replicas=1),
         "nats-r3": lambda: NatsServer(replicas=3),

@@ -1,10 +1,14 @@
 """One shard replica on sqsq's own Raft (``sqsq.raft``), hosted on the node's event loop.
 
-The pure core decides; this host does what each ``Ready`` says, in order: install a
-snapshot (durably), persist entries and hard state (fsync), send messages, apply committed
-entries, answer the proposals they carry. Disk and RocksDB work runs in worker threads; the
-core is only ever touched on the event loop, and it goes on taking messages and ticks while a
-``Ready`` is being written (the next one waits for this one's ``advance``).
+The pure core decides; this host does what each ``Ready`` says: install a snapshot
+(durably), persist entries and hard state (fsync), send messages, apply committed entries,
+answer the proposals they carry. Two steps overlap where Raft allows it: committed entries
+that are already durable here are applied while the Ready's new entries are being fsynced
+(an applier task takes them in order), and a leader sends its appends while it writes its own
+copy (it counts itself only once that is durable). Disk and large RocksDB batches run in
+worker threads; the core is only ever touched on the event loop, and it goes on taking
+messages and ticks while a ``Ready`` is being written (the next one waits for this one's
+``advance``).
 
 One ``PeerTransport`` per node carries every shard's messages. A member of a group is named
 by its Raft address as the partition map knows it (``host:port``, the node's Raft port plus
@@ -31,6 +35,7 @@ from sqsq.raft import (
     ConfChange,
     ConfOp,
     ConfState,
+    Entry,
     EntryKind,
     Message,
     MsgType,
@@ -55,6 +60,16 @@ class Proposal(enum.Enum):
 
 
 Done = Callable[[Proposal, Any], None]
+
+# Committed entries waiting for the applier past which the Ready loop waits for it (so a
+# state machine slower than the disk does not let them pile up without bound).
+MAX_APPLY_BACKLOG = 1024
+# A batch of committed entries this small is applied on the event loop: a worker thread's
+# round trip (two wake-ups across threads, the GIL handed back and forth) costs more than
+# applying a few small commands, and the loop would mostly wait for it anyway.
+INLINE_APPLY_BYTES = 4096
+# What a leader may send before its own write of the same Ready is durable (``_sent_early``).
+_EARLY = frozenset({MsgType.APPEND, MsgType.HEARTBEAT})
 
 
 MEMBER_FILE = "member"  # a replica with this file votes from its first start (a restore)
@@ -115,6 +130,10 @@ class RaftReplica:
         self.snapshots_written = 0
         self.snapshot_bytes = 0
         self._catching_up = False
+        self._to_apply: list[Entry] = []  # committed, handed to the applier, not yet applied
+        self._applier: asyncio.Task | None = None
+        self._applied = 0  # what the state machine applied (the core's ``applied`` is ahead)
+        self._term_vote: tuple[int, str | None] = (0, None)  # as last persisted
 
     # ---- life ----------------------------------------------------------------------------
 
@@ -139,6 +158,8 @@ class RaftReplica:
                               if self.heard is not None or self.transport is None else 0),
             wiped=new and not forms_group)
         self._last_snapshot = snap.index
+        self._applied = self.core.applied
+        self._term_vote = (hs.term, hs.vote)
         # A wiped replica says when it holds what the group had committed when it came back.
         self._catching_up = new and not forms_group
         self._catch_up_to: int | None = None
@@ -150,9 +171,10 @@ class RaftReplica:
 
     async def stop(self) -> None:
         self._stopped = True
-        for t in self._tasks:
+        tasks = [*self._tasks, *([self._applier] if self._applier is not None else [])]
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         for _, done in self._proposals.values():
             done(Proposal.UNKNOWN, None)
         self._proposals.clear()
@@ -280,10 +302,10 @@ class RaftReplica:
 
     @property
     def raftLastApplied(self) -> int:  # noqa: N802
-        return 0 if self.core is None else self.core.applied
+        return self._applied
 
     def behind(self) -> int:
-        return 0 if self.core is None else self.core.log.commit - self.core.applied
+        return 0 if self.core is None else self.core.log.commit - self._applied
 
     # ---- the Ready loop ------------------------------------------------------------------
 
@@ -325,6 +347,12 @@ class RaftReplica:
         return heard is None or time.monotonic() - heard > self.settings.liveness_s
 
     async def _run(self) -> None:
+        """Each Ready's writes, then its messages. Its committed entries go to the applier
+        (``_apply_all``): those already durable here at once, so they are applied while this
+        Ready's entries are being persisted (the fsync of the next batch overlaps the apply
+        of the last); those among this Ready's own entries once they are durable. The core
+        counts an entry applied once it is handed over (it hands each out once); what the
+        state machine really applied is ``raftLastApplied``."""
         core = self.core
         assert core is not None
         while not self._stopped:
@@ -333,48 +361,121 @@ class RaftReplica:
             while core.has_ready() and self.fatal is None:
                 rd = core.ready()
                 was_leader = core.role is Role.LEADER
+                later = rd.committed
+                if rd.snapshot is None and rd.committed:
+                    new = rd.entries[0].index if rd.entries else rd.committed[-1].index + 1
+                    cut = sum(1 for e in rd.committed if e.index < new)
+                    self._hand_over(rd.committed[:cut])
+                    later = rd.committed[cut:]
                 try:
                     await self._handle(rd)
                 except Exception as exc:  # a replica that cannot persist or apply stops
                     self._die(exc)
                     return
                 core.advance(rd)
+                self._hand_over(later)
+                if len(self._to_apply) > MAX_APPLY_BACKLOG:
+                    await self._applied_all()  # the disk outruns the state machine
                 if was_leader and not core.is_leader():
                     self._lost_leadership()
                 if self._catching_up:
                     self._note_catch_up(core)
                 await self._maybe_snapshot()
 
+    def _hand_over(self, committed: Sequence[Entry]) -> None:
+        if not committed or self.fatal is not None:
+            return
+        self._to_apply.extend(committed)
+        if self._applier is None or self._applier.done():
+            self._applier = asyncio.create_task(self._apply_all(),
+                                                name=f"apply-{self.shard_id}")
+
     async def _handle(self, rd: Ready) -> None:
+        """Install, persist, send: what must be done before the core may ``advance``."""
         if rd.snapshot is not None:
+            await self._applied_all()  # the state machine is swapped: nothing may apply to it
             await asyncio.to_thread(self._install, rd.snapshot)
-        if rd.entries or rd.hard_state is not None:
+            self._applied = max(self._applied, rd.snapshot.index)
+        hs = rd.hard_state
+        changes_vote = hs is not None and (hs.term, hs.vote) != self._term_vote
+        rest = self._send_early(rd, changes_vote)
+        # A Ready that only moves the commit index writes nothing (the storage keeps the
+        # commit only along with a new term or vote): no worker thread, no sync.
+        if rd.entries or changes_vote:
             started = time.monotonic()
-            await asyncio.to_thread(self.storage.persist, rd.entries, rd.hard_state)
+            await asyncio.to_thread(self.storage.persist, rd.entries, hs)
             if self.on_sync is not None:
                 self.on_sync(time.monotonic() - started)
-        for m in rd.messages:
+        if hs is not None:
+            self._term_vote = (hs.term, hs.vote)
+        for m in rest:
             self._send(m)
-        normal = [e for e in rd.committed if e.kind is EntryKind.NORMAL and e.data]
-        results = await asyncio.to_thread(
-            lambda: {e.index: self.machine.apply_entry(e.index, e.data) for e in normal})
-        for e in rd.committed:
-            pending = self._proposals.pop(e.index, None)
-            if pending is not None:
-                term, done = pending
-                ok = term == e.term and self.core is not None and self.core.is_leader() \
-                    and self.core.term == term
-                done(Proposal.COMMITTED if ok else Proposal.UNKNOWN, results.get(e.index))
-            waiter = self._conf_waiters.pop(e.index, None)
-            if waiter is not None:
-                waiter[1](waiter[0] == e.term)
+
+    def _send_early(self, rd: Ready, changes_vote: bool) -> Sequence[Message]:
+        """A leader's appends go out before its own entries are durable: the leader writes
+        its disk while the followers write theirs (Raft thesis 10.2.1), one fsync off a
+        send's path. Safe because the leader counts itself for a commit only once its own
+        write is done (``advance``), and its term and vote were durable before it could be
+        elected; a Ready that changes them sends nothing early. What answers a peer (votes,
+        append responses) waits for the disk, as the Ready contract says. Returns the
+        messages left to send once the Ready is durable."""
+        if rd.role is not Role.LEADER or not rd.entries or changes_vote:
+            return rd.messages
+        rest = []
+        for m in rd.messages:
+            if m.type in _EARLY:
+                self._send(m)
+            else:
+                rest.append(m)
+        return rest
+
+    async def _apply_all(self) -> None:
+        """Apply what was handed over, oldest first, a batch per worker-thread call; answer
+        the proposals as their entries are applied."""
+        while self._to_apply and self.fatal is None and not self._stopped:
+            batch, self._to_apply = self._to_apply, []
+            try:
+                if sum(len(e.data) for e in batch) <= INLINE_APPLY_BYTES:
+                    results = self._apply_batch(batch)
+                else:
+                    results = await asyncio.to_thread(self._apply_batch, batch)
+            except Exception as exc:  # a replica that cannot apply stops
+                self._die(exc)
+                return
+            self._applied = max(self._applied, batch[-1].index)
+            for e in batch:
+                pending = self._proposals.pop(e.index, None)
+                if pending is not None:
+                    term, done = pending
+                    ok = term == e.term and self.core is not None and \
+                        self.core.is_leader() and self.core.term == term
+                    done(Proposal.COMMITTED if ok else Proposal.UNKNOWN,
+                         results.get(e.index))
+                waiter = self._conf_waiters.pop(e.index, None)
+                if waiter is not None:
+                    waiter[1](waiter[0] == e.term)
+            if self._catching_up and self.core is not None:
+                self._note_catch_up(self.core)
+
+    def _apply_batch(self, batch: list[Entry]) -> dict[int, Any]:
+        """The state machine's outcomes by index, for the entries that carry commands (in a
+        worker thread, or on the loop for a small batch)."""
+        apply = self.machine.apply_entry
+        return {e.index: apply(e.index, e.data) for e in batch
+                if e.kind is EntryKind.NORMAL and e.data}
+
+    async def _applied_all(self) -> None:
+        """Wait until everything handed to the applier is applied."""
+        applier = self._applier
+        if applier is not None and not applier.done():
+            await asyncio.wait([applier])
 
     def _note_catch_up(self, core: RaftNode) -> None:
         if self._catch_up_to is None:
             if core.lead is not None and core.log.commit > 0:
                 self._catch_up_to = core.log.commit  # the group's commit, as first heard
             return
-        if core.applied >= self._catch_up_to:
+        if self._applied >= self._catch_up_to:
             self._catching_up = False
             log.info("shard %d replica %s caught up to %d", self.shard_id, self.id,
                      self._catch_up_to)
@@ -415,6 +516,9 @@ class RaftReplica:
     async def _maybe_snapshot(self) -> None:
         core = self.core
         assert core is not None
+        if core.applied - self._last_snapshot < self.settings.compaction_entries:
+            return
+        await self._applied_all()  # the checkpoint must not race an apply
         index = self.machine.applied_index
         if index - self._last_snapshot < self.settings.compaction_entries:
             return

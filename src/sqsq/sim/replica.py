@@ -230,21 +230,35 @@ class SimReplica:
             return
         rd = self.core.ready()
         self.busy = True
+        early = self._send_early(rd)
         self.world.after(self.world.rng.randint(*self.world.scenario.disk_ms), self._done,
-                         (self.incarnation, rd))
+                         (self.incarnation, rd, early))
 
-    def _done(self, arg: tuple[int, Ready]) -> None:
-        incarnation, rd = arg
+    def _send_early(self, rd: Ready) -> frozenset[int]:
+        """As the node's host does (``RaftReplica._send_early``): a leader whose term and
+        vote are durable sends its appends and heartbeats before its own write of the Ready
+        is done. The ids of the messages sent."""
+        hs = rd.hard_state
+        if rd.role is not Role.LEADER or not rd.entries or (
+                hs is not None and (hs.term, hs.vote) != self.term_vote_written):
+            return frozenset()
+        early = [m for m in rd.messages if m.type in (MsgType.APPEND, MsgType.HEARTBEAT)]
+        for m in early:
+            self._send(m)
+        return frozenset(map(id, early))
+
+    def _done(self, arg: tuple[int, Ready, frozenset[int]]) -> None:
+        incarnation, rd, early = arg
         if self.core is None or incarnation != self.incarnation:
             return  # crashed meanwhile: whatever was not synced is gone
         self.busy = False
-        if not self._handle(rd):
+        if not self._handle(rd, early):
             return
         self.core.advance(rd)
         self._after(rd)
         self.process()
 
-    def _handle(self, rd: Ready) -> bool:
+    def _handle(self, rd: Ready, early: frozenset[int] = frozenset()) -> bool:
         world, disk = self.world, self.disk
         # The snapshot first: a hard state whose commit it covers must not be durable
         # without it.
@@ -261,7 +275,7 @@ class SimReplica:
             return False
         disk.sync()
         for m in rd.messages:
-            if not self._send(m):
+            if id(m) not in early and not self._send(m):
                 return False
         for e in rd.committed:
             if not self._apply(e):

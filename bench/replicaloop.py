@@ -1,0 +1,143 @@
+"""What the Raft path costs a replicated send, without clients, gRPC or the engine: three
+``RaftReplica``s of one shard in this process (each with its own peer transport over
+loopback, Raft storage with fsync, RocksDB state), proposals of ``--messages`` 100-byte
+SendMessages an entry, ``--inflight`` entries outstanding.
+
+    python -m bench.replicaloop [--entries 3000] [--messages 1] [--inflight 1] [--profile]
+
+It prints entries/s, messages/s and this process's CPU time (all three replicas, every
+thread) per entry and per message. CPU time is what to compare on a shared machine: the
+rate moves with the neighbours' load, the CPU a unit of work takes much less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from bench.raftprof import thread_cpu
+from sqsq.core import commands as c
+from sqsq.core.entry import Entry, encode_entry
+from sqsq.core.state import ShardConfig
+from sqsq.shard.peers import PeerTransport
+from sqsq.shard.replica import Proposal, RaftReplica, Replicas
+from sqsq.shard.statemachine import ShardMachine
+
+SHARD = 1
+SECRET = b"b" * 32
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Node:
+    def __init__(self, root: Path, port: int, members: list[str]) -> None:
+        self.root, self.port, self.members = root, port, members
+        self.member = f"127.0.0.1:{port + SHARD}"
+
+    async def start(self) -> None:
+        replicas = Replicas()
+        self.transport = PeerTransport(f"127.0.0.1:{self.port}", "127.0.0.1", self.port, SECRET,
+                                       replicas.on_messages, replicas.on_snapshot,
+                                       snapshot_dir=self.root / "incoming")
+        await self.transport.start()
+        self.machine = ShardMachine(self.root / "shard", ShardConfig(shard_id=SHARD,
+                                                                     secret=SECRET))
+        self.replica = RaftReplica(SHARD, self.member, self.root / "shard", self.machine,
+                                   self.transport, voters=self.members, bootstrap=True)
+        replicas.by_shard[SHARD] = self.replica
+        await self.replica.start()
+
+    async def stop(self) -> None:
+        await self.replica.stop()
+        await self.transport.stop()
+        self.machine.close()
+
+
+def _entry(n: int, messages: int) -> bytes:
+    body = "x" * 100
+    cmd = c.SendMessages("q", tuple(c.SendEntry(str(i), body) for i in range(messages)),
+                         message_ids=tuple(f"m-{n}-{i}" for i in range(messages)))
+    return encode_entry(Entry(1_000 + n, (cmd,)))
+
+
+async def _propose(node: Node, data: bytes) -> Proposal:
+    fut: asyncio.Future[Proposal] = asyncio.get_running_loop().create_future()
+    node.replica.propose(data, lambda status, _: fut.done() or fut.set_result(status))
+    return await fut
+
+
+async def run(root: Path, entries: int, messages: int, inflight: int,
+              profile: cProfile.Profile | None) -> dict[str, float]:
+    ports = [_free_port() for _ in range(3)]
+    members = [f"127.0.0.1:{p + SHARD}" for p in ports]
+    nodes = [Node(root / f"n{i}", p, members) for i, p in enumerate(ports)]
+    for n in nodes:
+        await n.start()
+    try:
+        while (lead := next((n for n in nodes if n.replica.is_leader()), None)) is None:
+            await asyncio.sleep(0.02)
+        create = encode_entry(Entry(1_000, (c.CreateQueue("q"),)))
+        while await _propose(lead, create) is not Proposal.COMMITTED:
+            await asyncio.sleep(0.05)
+        payloads = [_entry(n, messages) for n in range(entries)]
+        todo = iter(payloads)
+
+        async def worker() -> None:
+            for data in todo:
+                status = await _propose(lead, data)
+                if status is not Proposal.COMMITTED:
+                    raise RuntimeError(f"a proposal ended {status}")
+
+        if profile is not None:
+            profile.enable()
+        threads0 = thread_cpu(os.getpid())
+        cpu0, t0 = time.process_time(), time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(inflight)))
+        target = lead.replica.raftCommitIndex
+        while any(n.replica.raftLastApplied < target for n in nodes):
+            await asyncio.sleep(0.001)
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - t0
+        threads = thread_cpu(os.getpid())
+        if profile is not None:
+            profile.disable()
+    finally:
+        for n in nodes:
+            await n.stop()
+    return {"entries_per_s": entries / wall, "msgs_per_s": entries * messages / wall,
+            "cpu_us_per_entry": 1e6 * cpu / entries,
+            "cpu_us_per_msg": 1e6 * cpu / (entries * messages),
+            "loop_us_per_entry": 1e6 * (threads["loop"] - threads0["loop"]) / entries}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--entries", type=int, default=3000)
+    ap.add_argument("--messages", type=int, default=1, help="SendMessages per entry")
+    ap.add_argument("--inflight", type=int, default=1, help="entries outstanding")
+    ap.add_argument("--profile", action="store_true", help="cProfile the event loop thread")
+    ap.add_argument("--top", type=int, default=30)
+    args = ap.parse_args()
+    profile = cProfile.Profile() if args.profile else None
+    with tempfile.TemporaryDirectory(prefix="sqsq-replicaloop-") as tmp:
+        r = asyncio.run(run(Path(tmp), args.entries, args.messages, args.inflight, profile))
+    print(f"{args.entries} entries of {args.messages} message(s), {args.inflight} in flight: "
+          f"{r['entries_per_s']:,.0f} entries/s, {r['msgs_per_s']:,.0f} msgs/s, CPU "
+          f"{r['cpu_us_per_entry']:,.0f} us/entry ({r['loop_us_per_entry']:,.0f} on the event "
+          f"loop), {r['cpu_us_per_msg']:,.1f} us/msg")
+    if profile is not None:
+        pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""The Ready loop pipelines: committed entries are applied (and their proposals answered)
+while the next batch is still being persisted, and a leader's appends leave before its own
+write of them is durable, while what answers a peer still waits for the disk; a Ready that
+only moves the commit index writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from sqsq.core import commands as c
+from sqsq.core.entry import Entry, encode_entry
+from sqsq.core.state import ShardConfig
+from sqsq.raft import Entry as RaftEntry
+from sqsq.raft import HardState, Message, MsgType, Ready, Role
+from sqsq.shard.replica import HostSettings, Proposal, RaftReplica
+from sqsq.shard.statemachine import ShardMachine
+
+SHARD = 1
+CONFIG = ShardConfig(shard_id=SHARD, secret=b"s" * 32)
+ME = "127.0.0.1:7001"
+TIMEOUT_S = 20.0
+
+
+async def until(done: Callable[[], bool]) -> None:
+    async with asyncio.timeout(TIMEOUT_S):
+        while not done():
+            await asyncio.sleep(0.01)
+
+
+class GatedPersist:
+    """The storage's ``persist``, held at a gate per call once ``hold`` is set: a disk as
+    slow as the test wants."""
+
+    def __init__(self, persist: Callable[..., None]) -> None:
+        self.persist = persist
+        self.hold = False
+        self.gates: list[threading.Event] = []
+        self.entered: list[list[int]] = []  # each held call's entry indexes
+        self.calls = 0
+
+    def __call__(self, entries: tuple, hard_state: object) -> None:
+        self.calls += 1
+        if self.hold and entries:
+            gate = threading.Event()
+            self.gates.append(gate)
+            self.entered.append([e.index for e in entries])
+            gate.wait(3 * TIMEOUT_S)  # past any wait of the test: it releases them
+        self.persist(entries, hard_state)
+
+
+def create_queue(name: str) -> bytes:
+    return encode_entry(Entry(1_000, (c.CreateQueue(name),)))
+
+
+def test_apply_proceeds_while_the_next_batch_is_being_persisted(tmp_path: Path) -> None:
+    asyncio.run(apply_while_persisting(tmp_path))
+
+
+async def apply_while_persisting(tmp_path: Path) -> None:
+    machine = ShardMachine(tmp_path / "shard", CONFIG)
+    replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None, voters=[ME],
+                          bootstrap=True, settings=HostSettings(durable=False))
+    await replica.start()
+    try:
+        await until(replica.is_leader)
+        loop = asyncio.get_running_loop()
+        settled: asyncio.Future = loop.create_future()  # the leader's no-op is written too
+        replica.propose(create_queue("z"), lambda s, out: settled.set_result(s))
+        assert await asyncio.wait_for(settled, TIMEOUT_S) is Proposal.COMMITTED
+        gated = GatedPersist(replica.storage.persist)
+        replica.storage.persist = gated  # type: ignore[method-assign]
+        gated.hold = True
+        first: asyncio.Future = loop.create_future()
+        second: asyncio.Future = loop.create_future()
+        replica.propose(create_queue("a"), lambda s, out: first.set_result(s))
+        await until(lambda: len(gated.gates) == 1)  # A's write is under way
+        replica.propose(create_queue("b"), lambda s, out: second.set_result(s))
+        gated.gates[0].set()  # A durable: committed; B is written next
+        await until(lambda: len(gated.gates) == 2)
+        # B's write is held, yet A is applied and answered meanwhile.
+        assert await asyncio.wait_for(first, TIMEOUT_S) is Proposal.COMMITTED
+        assert not second.done() and not gated.gates[1].is_set()
+        assert replica.raftLastApplied == gated.entered[0][-1]
+        gated.gates[1].set()
+        assert await asyncio.wait_for(second, TIMEOUT_S) is Proposal.COMMITTED
+        assert replica.raftLastApplied == gated.entered[1][-1]
+    finally:
+        for gate in getattr(replica.storage.persist, "gates", []):
+            gate.set()
+        await replica.stop()
+        machine.close()
+
+
+class Sent:
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    def send(self, node: str, address: object, shard: int, m: Message) -> None:
+        self.messages.append(m)
+
+
+def message(kind: MsgType, to: str) -> Message:
+    return Message(type=kind, to=to, frm=ME, term=2)
+
+
+def test_a_leader_sends_appends_before_its_write_and_answers_after(tmp_path: Path) -> None:
+    asyncio.run(send_early(tmp_path))
+
+
+async def send_early(tmp_path: Path) -> None:
+    machine = ShardMachine(tmp_path / "shard", CONFIG)
+    replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None, voters=[ME],
+                          bootstrap=True)
+    sent = Sent()
+    replica.transport = sent  # type: ignore[assignment]
+    gated = GatedPersist(replica.storage.persist)
+    replica.storage.persist = gated  # type: ignore[method-assign]
+    gated.hold = True
+    replica._term_vote = (2, ME)
+    entry = RaftEntry(index=1, term=2, data=b"x")
+    peer = "127.0.0.1:7101"
+    try:
+        async def handled(rd: Ready) -> None:
+            task = asyncio.create_task(replica._handle(rd))
+            await until(lambda: len(gated.gates) == len(handled.calls) + 1)
+            handled.calls.append(list(sent.messages))
+            gated.gates[-1].set()
+            await task
+        handled.calls = []  # type: ignore[attr-defined]
+        # A leader in its (durable) term: the append goes before its own write is done,
+        # the answer to a candidate after.
+        await handled(Ready(hard_state=HardState(2, ME, 4), entries=(entry,),
+                            messages=(message(MsgType.APPEND, peer),
+                                      message(MsgType.VOTE_RESP, peer)),
+                            role=Role.LEADER))
+        assert [m.type for m in handled.calls[0]] == [MsgType.APPEND]
+        assert [m.type for m in sent.messages] == [MsgType.APPEND, MsgType.VOTE_RESP]
+        # A Ready that changes the term or vote sends nothing before it is durable.
+        sent.messages.clear()
+        await handled(Ready(hard_state=HardState(3, ME, 4),
+                            entries=(RaftEntry(index=2, term=3, data=b"y"),),
+                            messages=(message(MsgType.APPEND, peer),), role=Role.LEADER))
+        assert handled.calls[1] == [] and len(sent.messages) == 1
+        # A follower's answer waits for its write.
+        sent.messages.clear()
+        await handled(Ready(entries=(RaftEntry(index=3, term=3, data=b"z"),),
+                            messages=(message(MsgType.APPEND_RESP, peer),)))
+        assert handled.calls[2] == [] and len(sent.messages) == 1
+        # One that only moves the commit index writes nothing: its messages go at once.
+        sent.messages.clear()
+        calls = gated.calls
+        await replica._handle(Ready(hard_state=HardState(3, ME, 3),
+                                    messages=(message(MsgType.APPEND_RESP, peer),)))
+        assert gated.calls == calls and len(sent.messages) == 1
+    finally:
+        for gate in gated.gates:
+            gate.set()
+        replica.storage.close()
+        machine.close()
