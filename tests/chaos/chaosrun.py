@@ -107,7 +107,8 @@ def run_scenario(cc: ChaosCluster, scenario: Scenario, *, seconds: float, seed: 
     history = workdir / f"{tag}.jsonl"
     driver = [sys.executable, str(DRIVER), "--endpoint", cc.gateway_url,
               "--history", str(history), "--seed", str(seed), "--clients", str(clients),
-              "--standard-queue", f"chaos-{tag}", "--fifo-queue", f"chaos-{tag}.fifo"]
+              "--standard-queue", f"chaos-{tag}", "--fifo-queue", f"chaos-{tag}.fifo",
+              *scenario.driver_args]
     began = time.monotonic()
     load = cc.net.popen("client", [*driver, "--seconds", str(WARMUP_S + seconds + TAIL_S)],
                         log=workdir / f"{tag}.driver.log")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chaos import clockprobe
-from chaos.faults import ChaosCluster
+from chaos.faults import SPARE, ChaosCluster
 from sqsq.shard.clock import MAX_RATE_SKEW
 
 HOUR_MS = 3_600_000
@@ -31,6 +31,7 @@ class Scenario:
     name: str
     what: str
     inject: Callable[[ChaosCluster, random.Random, float], int]
+    driver_args: tuple[str, ...] = ()  # the load's own options (big bodies)
 
 
 def _wait(seconds: float, until: float) -> bool:
@@ -108,7 +109,7 @@ def _split_halves(cc: ChaosCluster, rng: random.Random) -> bool:
     large = [n for n in cc.node_ids if n not in small]
     cc.check()
     for a in small:
-        cc.net.isolate(a, [*large, "etcd", "gateway", "client"])
+        cc.net.isolate(a, [*large, *cc.etcd_hosts, "gateway", "client"])
     return True
 
 
@@ -124,8 +125,17 @@ def _one_way(cc: ChaosCluster, rng: random.Random) -> bool:
 
 
 def _kill_etcd(cc: ChaosCluster, rng: random.Random) -> bool:
-    cc.kill_etcd()
+    cc.kill_etcd()  # every member: no etcd at all
     return True
+
+
+def _kill_etcd_member(cc: ChaosCluster, rng: random.Random) -> bool:
+    cc.kill_etcd(rng.choice(cc.etcd_hosts))  # the two others keep a quorum
+    return True
+
+
+def _partition_any(cc: ChaosCluster, rng: random.Random) -> bool:
+    return (_isolate_leader if rng.random() < 0.5 else _split_halves)(cc, rng)
 
 
 def _kill_gateway(cc: ChaosCluster, rng: random.Random) -> bool:
@@ -215,6 +225,155 @@ def _heal_clock(cc: ChaosCluster) -> None:
     cc.recover(reset_clocks=False)
 
 
+# -- compaction, snapshots, replacement, big messages ---------------------------------------
+
+BIG_MAX = 1_048_576  # the largest message sqsq accepts (SQS's MaximumMessageSize, 1 MiB)
+COMPACT_EVERY = 200  # --compaction-entries while a scenario wants compaction all the time
+FILL_MIB = 16  # state put in a queue no checker reads, for a snapshot worth waiting for
+SLOW_LINK = "4mbit"  # a 16 MiB snapshot takes about 30 s through it
+FILLER = Path(__file__).with_name("filler.py")
+REPLACE_TIMEOUT_S = 180.0
+
+
+def _fill(cc: ChaosCluster, *, purge: bool = False) -> None:
+    """``FILL_MIB`` MiB into the filler queue (or, with ``purge``, none left)."""
+    argv = [sys.executable, str(FILLER), "--endpoint", cc.gateway_url, "--queue",
+            "chaos-filler", "--mib", str(FILL_MIB), *(["--purge"] if purge else [])]
+    done = cc.net.run("client", argv, timeout=300)
+    if done.returncode != 0:
+        cc.findings.append(f"the filler failed: {(done.stdout + done.stderr)[-500:]}")
+
+
+def _kill_compacting(cc: ChaosCluster, rng: random.Random, until: float) -> int:
+    """kill -9 over and over, each restart with compaction every ``COMPACT_EVERY`` entries
+    (so after the first round every node compacts every few seconds under the load): a
+    leader, then a follower, each back 0.2-1 s later, 0.5-2 s between kills. Only one node
+    is down at a time. Nodes restarted here keep compacting often until their next restart
+    (a later scenario's)."""
+    cc.set_node_args("--compaction-entries", str(COMPACT_EVERY))
+    faults = 0
+    try:
+        while _wait(rng.uniform(0.5, 2.0), until):
+            found = _leader(cc, rng)
+            if not found:
+                cc.recover()
+                continue
+            shard, leader = found
+            victim = leader if faults % 2 == 0 else rng.choice(
+                [n for n in cc.replicas(shard) if n != leader])
+            cc.kill9(victim)
+            faults += 1
+            time.sleep(rng.uniform(0.2, 1.0))
+            cc.start(victim)
+    finally:
+        cc.set_node_args()
+    return faults
+
+
+def _installing(cc: ChaosCluster, node_id: str) -> bool:
+    """Whether a snapshot from the leader is arriving at ``node_id`` (files in its replica's
+    incoming-snapshots directory)."""
+    return any(p.is_file() for p in cc.node(node_id).root.glob("**/incoming-snapshots/*"))
+
+
+def _snapshot_install_leader_killed(cc: ChaosCluster, rng: random.Random,
+                                    until: float) -> int:
+    """Every node restarted (gracefully) to compact every ``COMPACT_EVERY`` entries, state
+    put in; then over and over: a follower of a shard is wiped, or killed until the leader
+    has compacted past it, and started again, so the leader sends it a snapshot; the leader
+    is killed with -9 as soon as the snapshot is seen arriving (or 3 s after the restart),
+    and started again 2 s later."""
+    cc.set_node_args("--compaction-entries", str(COMPACT_EVERY))
+    faults = 0
+    try:
+        cc.c.rolling_restart()
+        _fill(cc)
+        round_ = 0
+        while _wait(2, until):
+            found = _leader(cc, rng)
+            if not found:
+                cc.recover()
+                continue
+            shard, leader = found
+            follower = rng.choice([n for n in cc.replicas(shard) if n != leader])
+            if round_ % 2 == 0:
+                cc.wipe(follower)
+            else:
+                cc.kill9(follower)
+                time.sleep(8)  # a few hundred entries: past the leader's last compaction
+                cc.start(follower)
+            round_ += 1
+            faults += 1
+            seen = time.monotonic() + 3
+            while time.monotonic() < seen and not _installing(cc, follower):
+                time.sleep(0.05)
+            if cc.node(leader).alive:
+                cc.kill9(leader)
+                faults += 1
+            time.sleep(2)
+            cc.recover()
+        _fill(cc, purge=True)
+    finally:
+        cc.set_node_args()
+    return faults
+
+
+def _replaced(cc: ChaosCluster, victim: str, new: str) -> bool:
+    """Every shard's record has ``new`` in place of ``victim``, and a live leader has
+    published a hint at the record's epoch (its membership caught up, as far as it says)."""
+    status = cc.status()
+    return status is not None and all(
+        victim not in s["replicas"] and new in s["replicas"] and s["leader"]
+        and s["applied_epoch"] == s["epoch"] for s in status["shards"])
+
+
+def _replace_slow_catch_up(cc: ChaosCluster, rng: random.Random, until: float) -> int:
+    """State put in, a new node started on the spare host behind a ``SLOW_LINK`` link, a
+    node killed for good: after --replace-after the controller gives its replicas to the
+    new node, which catches up through the slow link, cut off for 1 s now and then. Once
+    the map says the replacement is done, the link is freed and each of the two old live
+    members is killed in turn: with three voters every shard elects a leader without it;
+    with the new replica still a learner it cannot. Runs once per cluster (the spare
+    stays a member)."""
+    if SPARE in cc.node_ids:
+        cc.findings.append("the spare already joined: replace-slow-catch-up runs once a run")
+        return 0
+    _fill(cc)
+    cc.net.throttle(SPARE, SLOW_LINK)
+    new = cc.add_spare()
+    victim = rng.choice([n for n in cc.node_ids if n != new])
+    cc.kill9(victim)
+    faults, began = 1, time.monotonic()
+    while not _replaced(cc, victim, new):
+        if time.monotonic() - began > REPLACE_TIMEOUT_S:
+            cc.findings.append(f"{victim} was not replaced by {new} within "
+                               f"{REPLACE_TIMEOUT_S:.0f} s: {cc.status()}")
+            break
+        time.sleep(2)
+        if rng.random() < 0.4:
+            cc.net.isolate(new)
+            faults += 1
+            time.sleep(1)
+            cc.net.heal(throttles=False)
+    print(f"replace-slow-catch-up: {victim} replaced by {new} in "
+          f"{time.monotonic() - began:.1f} s", flush=True)
+    cc.net.unthrottle(new)
+    for old in [n for n in cc.node_ids if n not in (victim, new)]:
+        cc.kill9(old)
+        faults += 1
+        deadline = time.monotonic() + 15
+        while not all(cc.leader(s) for s in range(cc.shards)):
+            if time.monotonic() > deadline:
+                cc.findings.append(f"with {old} down (and {victim} replaced by {new}) a shard "
+                                   f"had no leader for 15 s: the new replica does not vote? "
+                                   f"{cc.status()}")
+                break
+            time.sleep(0.5)
+        cc.start(old)
+        cc.wait_ready()
+    _fill(cc, purge=True)
+    return faults
+
 SCENARIOS = [
     Scenario("kill-leader", "kill -9 of a shard leader, restarted 3 s later",
              _repeat(_on_leader(ChaosCluster.kill9), gap_s=4, hold_s=3, heal=_heal_all)),
@@ -233,7 +392,7 @@ SCENARIOS = [
              _repeat(_one_way, gap_s=4, hold_s=10, heal=_heal_all)),
     Scenario("wipe-follower", "a follower's data directory wiped, the node restarted",
              _repeat(_on_follower(ChaosCluster.wipe), gap_s=5, hold_s=3, heal=_heal_all)),
-    Scenario("kill-etcd", "etcd killed with -9 for 5 s, then restarted",
+    Scenario("kill-etcd", "every etcd member killed with -9 for 5 s, then restarted",
              _repeat(_kill_etcd, gap_s=4, hold_s=5, heal=_heal_all)),
     Scenario("kill-gateway", "the gateway killed with -9, restarted 1 s later",
              _repeat(_kill_gateway, gap_s=4, hold_s=1, heal=_heal_all)),
@@ -247,6 +406,23 @@ SCENARIOS = [
              "killed, so it may lead; a queue with 60 s retention watched for early expiry "
              "and early redelivery",
              _clock_forward_probed),
+    Scenario("kill-etcd-member", "one of the three etcd members killed with -9 for 5 s, then "
+             "restarted", _repeat(_kill_etcd_member, gap_s=4, hold_s=5, heal=_heal_all)),
+    Scenario("big-messages-partition", "bodies of 100 KB to 1 MiB (SQS's largest) under "
+             "partitions: the leader isolated, or the nodes split in halves, for 6 s",
+             _repeat(_partition_any, gap_s=3, hold_s=6, heal=_heal_all),
+             driver_args=("--body-bytes", f"100000:{BIG_MAX}")),
+    Scenario("kill-compaction", f"Raft logs compacted every {COMPACT_EVERY} entries, nodes "
+             "(leaders and followers in turn) killed with -9 every 0.5-2 s and restarted",
+             _kill_compacting),
+    Scenario("snapshot-install-leader-killed", "a follower wiped, or killed until the "
+             f"leader's log (compacted every {COMPACT_EVERY} entries) has moved past it, is "
+             f"restarted to install a snapshot ({FILL_MIB} MiB of state), and its leader is "
+             "killed with -9 during the install", _snapshot_install_leader_killed),
+    Scenario("replace-slow-catch-up", f"a node killed for good and replaced by a new one "
+             f"(the controller's --replace-after) behind a {SLOW_LINK} link, {FILL_MIB} MiB "
+             "of state to catch up, cut off for 1 s now and then; then each old member killed "
+             "in turn: the shard must keep a leader (3 voters)", _replace_slow_catch_up),
 ]
 
 BY_NAME = {s.name: s for s in SCENARIOS}
