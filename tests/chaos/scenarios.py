@@ -18,7 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chaos import clockprobe
-from chaos.faults import SPARE, ChaosCluster
+from chaos.faults import ChaosCluster
+from chaos.statefaults import (
+    BIG_MAX,
+    COMPACT_EVERY,
+    FILL_MIB,
+    SLOW_LINK,
+    kill_compacting,
+    replace_slow_catch_up,
+    snapshot_install_leader_killed,
+)
+from chaos.steps import leader_of, wait
 from sqsq.shard.clock import MAX_RATE_SKEW
 
 HOUR_MS = 3_600_000
@@ -34,26 +44,13 @@ class Scenario:
     driver_args: tuple[str, ...] = ()  # the load's own options (big bodies)
 
 
-def _wait(seconds: float, until: float) -> bool:
-    """Sleep ``seconds`` (real processes need real time), or less if ``until`` comes first;
-    whether there is time left for another fault."""
-    time.sleep(max(0.0, min(seconds, until - time.monotonic())))
-    return time.monotonic() < until
-
-
-def _leader(cc: ChaosCluster, rng: random.Random) -> tuple[int, str] | None:
-    shard = rng.randrange(cc.shards)
-    leader = cc.leader(shard)
-    return (shard, leader) if leader else None
-
-
 def _repeat(fault: Fault, *, gap_s: float,
             hold_s: float, heal: Callable[[ChaosCluster], None]
             ) -> Callable[[ChaosCluster, random.Random, float], int]:
     """A scenario that injects ``fault`` every ``gap_s``, holds it ``hold_s``, heals."""
     def inject(cc: ChaosCluster, rng: random.Random, until: float) -> int:
         faults = 0
-        while _wait(gap_s, until):
+        while wait(gap_s, until):
             if fault(cc, rng):
                 faults += 1
                 time.sleep(hold_s)  # the fault lasts: real processes, real time
@@ -65,7 +62,7 @@ def _repeat(fault: Fault, *, gap_s: float,
 def _on_leader(act: Callable[[ChaosCluster, str], None]) -> Fault:
     """A fault that does ``act`` to a shard's leader (none: no fault this time)."""
     def fault(cc: ChaosCluster, rng: random.Random) -> bool:
-        found = _leader(cc, rng)
+        found = leader_of(cc, rng)
         if found:
             act(cc, found[1])
         return bool(found)
@@ -75,7 +72,7 @@ def _on_leader(act: Callable[[ChaosCluster, str], None]) -> Fault:
 def _on_follower(act: Callable[[ChaosCluster, str], None]) -> Fault:
     """A fault that does ``act`` to a follower of a shard that has a leader."""
     def fault(cc: ChaosCluster, rng: random.Random) -> bool:
-        found = _leader(cc, rng)
+        found = leader_of(cc, rng)
         if found:
             act(cc, rng.choice([n for n in cc.replicas(found[0]) if n != found[1]]))
         return bool(found)
@@ -91,7 +88,7 @@ def _kill_all(cc: ChaosCluster, rng: random.Random) -> bool:
 def _isolate_leader(cc: ChaosCluster, rng: random.Random) -> bool:
     """The leader cut off from the other nodes; the gateway, etcd and clients still reach
     it (the case where a deposed leader must not acknowledge anything)."""
-    found = _leader(cc, rng)
+    found = leader_of(cc, rng)
     if found:
         cc.check()
         cc.net.isolate(found[1], [n for n in cc.node_ids if n != found[1]])
@@ -101,7 +98,7 @@ def _isolate_leader(cc: ChaosCluster, rng: random.Random) -> bool:
 def _split_halves(cc: ChaosCluster, rng: random.Random) -> bool:
     """The nodes in two groups that cannot reach each other, a shard's leader in the smaller
     one; etcd, the gateway and the client stay with the larger."""
-    found = _leader(cc, rng)
+    found = leader_of(cc, rng)
     if not found:
         return False
     size = max(1, len(cc.node_ids) // 2)  # 3 nodes: 1 | 2; 4 nodes: 2 | 2
@@ -115,7 +112,7 @@ def _split_halves(cc: ChaosCluster, rng: random.Random) -> bool:
 
 def _one_way(cc: ChaosCluster, rng: random.Random) -> bool:
     """Packets from the leader to its followers are lost; theirs to it still arrive."""
-    found = _leader(cc, rng)
+    found = leader_of(cc, rng)
     if not found:
         return False
     for other in cc.node_ids:
@@ -146,7 +143,7 @@ def _kill_gateway(cc: ChaosCluster, rng: random.Random) -> bool:
 def _clock_back(cc: ChaosCluster, rng: random.Random) -> bool:
     """A leader's wall clock stepped back an hour; a leader whose clock is already stepped
     is killed instead, so leadership moves between stepped and unstepped nodes."""
-    found = _leader(cc, rng)
+    found = leader_of(cc, rng)
     if not found:
         return False
     if found[1] in cc.stepped:
@@ -159,7 +156,7 @@ def _clock_back(cc: ChaosCluster, rng: random.Random) -> bool:
 def _clock_forward(cc: ChaosCluster, rng: random.Random) -> bool:
     """A follower's wall clock stepped an hour ahead and its leader killed, so the election
     may pick it; a leader already an hour ahead is killed, so leadership moves on."""
-    found = _leader(cc, rng)
+    found = leader_of(cc, rng)
     if not found:
         return False
     leader = found[1]
@@ -185,7 +182,7 @@ def _clock_forward_probed(cc: ChaosCluster, rng: random.Random, until: float) ->
         "--seconds", str(max(0.0, until - time.monotonic()) + tail_s)],
         log=work / "clockprobe.log")
     faults = skewed_leaders = 0
-    while _wait(4, until):
+    while wait(4, until):
         if _clock_forward(cc, rng):
             faults += 1
             time.sleep(3)
@@ -209,7 +206,7 @@ def _rolling_restarts(cc: ChaosCluster, rng: random.Random, until: float) -> int
     SIGTERM and started again in turn, leaders last, each caught up before the next (a
     fault per node restarted)."""
     restarts = 0
-    while _wait(2, until):
+    while wait(2, until):
         cc.check()
         restarts += len(cc.c.rolling_restart())
     return restarts
@@ -224,155 +221,6 @@ def _heal_clock(cc: ChaosCluster) -> None:
     only a killed node is brought back."""
     cc.recover(reset_clocks=False)
 
-
-# -- compaction, snapshots, replacement, big messages ---------------------------------------
-
-BIG_MAX = 1_048_576  # the largest message sqsq accepts (SQS's MaximumMessageSize, 1 MiB)
-COMPACT_EVERY = 200  # --compaction-entries while a scenario wants compaction all the time
-FILL_MIB = 16  # state put in a queue no checker reads, for a snapshot worth waiting for
-SLOW_LINK = "4mbit"  # a 16 MiB snapshot takes about 30 s through it
-FILLER = Path(__file__).with_name("filler.py")
-REPLACE_TIMEOUT_S = 180.0
-
-
-def _fill(cc: ChaosCluster, *, purge: bool = False) -> None:
-    """``FILL_MIB`` MiB into the filler queue (or, with ``purge``, none left)."""
-    argv = [sys.executable, str(FILLER), "--endpoint", cc.gateway_url, "--queue",
-            "chaos-filler", "--mib", str(FILL_MIB), *(["--purge"] if purge else [])]
-    done = cc.net.run("client", argv, timeout=300)
-    if done.returncode != 0:
-        cc.findings.append(f"the filler failed: {(done.stdout + done.stderr)[-500:]}")
-
-
-def _kill_compacting(cc: ChaosCluster, rng: random.Random, until: float) -> int:
-    """kill -9 over and over, each restart with compaction every ``COMPACT_EVERY`` entries
-    (so after the first round every node compacts every few seconds under the load): a
-    leader, then a follower, each back 0.2-1 s later, 0.5-2 s between kills. Only one node
-    is down at a time. Nodes restarted here keep compacting often until their next restart
-    (a later scenario's)."""
-    cc.set_node_args("--compaction-entries", str(COMPACT_EVERY))
-    faults = 0
-    try:
-        while _wait(rng.uniform(0.5, 2.0), until):
-            found = _leader(cc, rng)
-            if not found:
-                cc.recover()
-                continue
-            shard, leader = found
-            victim = leader if faults % 2 == 0 else rng.choice(
-                [n for n in cc.replicas(shard) if n != leader])
-            cc.kill9(victim)
-            faults += 1
-            time.sleep(rng.uniform(0.2, 1.0))
-            cc.start(victim)
-    finally:
-        cc.set_node_args()
-    return faults
-
-
-def _installing(cc: ChaosCluster, node_id: str) -> bool:
-    """Whether a snapshot from the leader is arriving at ``node_id`` (files in its replica's
-    incoming-snapshots directory)."""
-    return any(p.is_file() for p in cc.node(node_id).root.glob("**/incoming-snapshots/*"))
-
-
-def _snapshot_install_leader_killed(cc: ChaosCluster, rng: random.Random,
-                                    until: float) -> int:
-    """Every node restarted (gracefully) to compact every ``COMPACT_EVERY`` entries, state
-    put in; then over and over: a follower of a shard is wiped, or killed until the leader
-    has compacted past it, and started again, so the leader sends it a snapshot; the leader
-    is killed with -9 as soon as the snapshot is seen arriving (or 3 s after the restart),
-    and started again 2 s later."""
-    cc.set_node_args("--compaction-entries", str(COMPACT_EVERY))
-    faults = 0
-    try:
-        cc.c.rolling_restart()
-        _fill(cc)
-        round_ = 0
-        while _wait(2, until):
-            found = _leader(cc, rng)
-            if not found:
-                cc.recover()
-                continue
-            shard, leader = found
-            follower = rng.choice([n for n in cc.replicas(shard) if n != leader])
-            if round_ % 2 == 0:
-                cc.wipe(follower)
-            else:
-                cc.kill9(follower)
-                time.sleep(8)  # a few hundred entries: past the leader's last compaction
-                cc.start(follower)
-            round_ += 1
-            faults += 1
-            seen = time.monotonic() + 3
-            while time.monotonic() < seen and not _installing(cc, follower):
-                time.sleep(0.05)
-            if cc.node(leader).alive:
-                cc.kill9(leader)
-                faults += 1
-            time.sleep(2)
-            cc.recover()
-        _fill(cc, purge=True)
-    finally:
-        cc.set_node_args()
-    return faults
-
-
-def _replaced(cc: ChaosCluster, victim: str, new: str) -> bool:
-    """Every shard's record has ``new`` in place of ``victim``, and a live leader has
-    published a hint at the record's epoch (its membership caught up, as far as it says)."""
-    status = cc.status()
-    return status is not None and all(
-        victim not in s["replicas"] and new in s["replicas"] and s["leader"]
-        and s["applied_epoch"] == s["epoch"] for s in status["shards"])
-
-
-def _replace_slow_catch_up(cc: ChaosCluster, rng: random.Random, until: float) -> int:
-    """State put in, a new node started on the spare host behind a ``SLOW_LINK`` link, a
-    node killed for good: after --replace-after the controller gives its replicas to the
-    new node, which catches up through the slow link, cut off for 1 s now and then. Once
-    the map says the replacement is done, the link is freed and each of the two old live
-    members is killed in turn: with three voters every shard elects a leader without it;
-    with the new replica still a learner it cannot. Runs once per cluster (the spare
-    stays a member)."""
-    if SPARE in cc.node_ids:
-        cc.findings.append("the spare already joined: replace-slow-catch-up runs once a run")
-        return 0
-    _fill(cc)
-    cc.net.throttle(SPARE, SLOW_LINK)
-    new = cc.add_spare()
-    victim = rng.choice([n for n in cc.node_ids if n != new])
-    cc.kill9(victim)
-    faults, began = 1, time.monotonic()
-    while not _replaced(cc, victim, new):
-        if time.monotonic() - began > REPLACE_TIMEOUT_S:
-            cc.findings.append(f"{victim} was not replaced by {new} within "
-                               f"{REPLACE_TIMEOUT_S:.0f} s: {cc.status()}")
-            break
-        time.sleep(2)
-        if rng.random() < 0.4:
-            cc.net.isolate(new)
-            faults += 1
-            time.sleep(1)
-            cc.net.heal(throttles=False)
-    print(f"replace-slow-catch-up: {victim} replaced by {new} in "
-          f"{time.monotonic() - began:.1f} s", flush=True)
-    cc.net.unthrottle(new)
-    for old in [n for n in cc.node_ids if n not in (victim, new)]:
-        cc.kill9(old)
-        faults += 1
-        deadline = time.monotonic() + 15
-        while not all(cc.leader(s) for s in range(cc.shards)):
-            if time.monotonic() > deadline:
-                cc.findings.append(f"with {old} down (and {victim} replaced by {new}) a shard "
-                                   f"had no leader for 15 s: the new replica does not vote? "
-                                   f"{cc.status()}")
-                break
-            time.sleep(0.5)
-        cc.start(old)
-        cc.wait_ready()
-    _fill(cc, purge=True)
-    return faults
 
 SCENARIOS = [
     Scenario("kill-leader", "kill -9 of a shard leader, restarted 3 s later",
@@ -414,15 +262,15 @@ SCENARIOS = [
              driver_args=("--body-bytes", f"100000:{BIG_MAX}")),
     Scenario("kill-compaction", f"Raft logs compacted every {COMPACT_EVERY} entries, nodes "
              "(leaders and followers in turn) killed with -9 every 0.5-2 s and restarted",
-             _kill_compacting),
+             kill_compacting),
     Scenario("snapshot-install-leader-killed", "a follower wiped, or killed until the "
              f"leader's log (compacted every {COMPACT_EVERY} entries) has moved past it, is "
              f"restarted to install a snapshot ({FILL_MIB} MiB of state), and its leader is "
-             "killed with -9 during the install", _snapshot_install_leader_killed),
+             "killed with -9 during the install", snapshot_install_leader_killed),
     Scenario("replace-slow-catch-up", f"a node killed for good and replaced by a new one "
              f"(the controller's --replace-after) behind a {SLOW_LINK} link, {FILL_MIB} MiB "
              "of state to catch up, cut off for 1 s now and then; then each old member killed "
-             "in turn: the shard must keep a leader (3 voters)", _replace_slow_catch_up),
+             "in turn: the shard must keep a leader (3 voters)", replace_slow_catch_up),
 ]
 
 BY_NAME = {s.name: s for s in SCENARIOS}

@@ -205,6 +205,9 @@ class RaftReplica:
         if core is None or not core.is_leader():
             done(False)
             return
+        if add is not None and add in core.log.conf().learners:
+            self._promote(add, done)  # added before, never promoted (its catch-up outlasted
+            return                    # the tries, or the leader that added it changed)
         if add is not None:
             placed = core.propose_conf_change(ConfChange(ConfOp.ADD_LEARNER, add))
             if placed is not None:
@@ -269,6 +272,11 @@ class RaftReplica:
     def members(self) -> frozenset[str]:
         core = self.core
         return frozenset() if core is None else core.log.conf().members() | {self.id}
+
+    def learners(self) -> frozenset[str]:
+        """Members that receive the log but do not vote (yet), as this replica's log has it."""
+        core = self.core
+        return frozenset() if core is None else core.log.conf().learners
 
     @property
     def raftCurrentTerm(self) -> int:  # noqa: N802 (the name the engine and metrics read)
