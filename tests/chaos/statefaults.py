@@ -14,6 +14,7 @@ from pathlib import Path
 
 from chaos.faults import SPARE, ChaosCluster
 from chaos.steps import leader_of, wait
+from sqsq.shard.durable import TMP_SUFFIX
 
 BIG_MAX = 1_048_576  # the largest message sqsq accepts (SQS's MaximumMessageSize, 1 MiB)
 COMPACT_EVERY = 200  # --compaction-entries while a scenario wants compaction all the time
@@ -21,6 +22,7 @@ FILL_MIB = 16  # state put in a queue no checker reads, for a snapshot worth wai
 SLOW_LINK = "4mbit"  # a 16 MiB snapshot takes about 30 s through it
 FILLER = Path(__file__).with_name("filler.py")
 REPLACE_TIMEOUT_S = 180.0
+SNAPSHOT_WATCH_S = 3.0
 
 
 def _fill(cc: ChaosCluster, *, purge: bool = False) -> None:
@@ -35,11 +37,13 @@ def _fill(cc: ChaosCluster, *, purge: bool = False) -> None:
 def kill_compacting(cc: ChaosCluster, rng: random.Random, until: float) -> int:
     """kill -9 over and over, each restart with compaction every ``COMPACT_EVERY`` entries
     (so after the first round every node compacts every few seconds under the load): a
-    leader, then a follower, each back 0.2-1 s later, 0.5-2 s between kills. Only one node
-    is down at a time. Nodes restarted here keep compacting often until their next restart
-    (a later scenario's)."""
+    leader, then a follower, each back 0.2-1 s later, 0.5-2 s between kills. A kill waits
+    up to ``SNAPSHOT_WATCH_S`` for the node to be writing a snapshot (its temp file in a
+    replica's snapshots directory) and strikes then if it sees one. Only one node is down
+    at a time. Nodes restarted here keep compacting often until their next restart (a later
+    scenario's)."""
     cc.set_node_args("--compaction-entries", str(COMPACT_EVERY))
-    faults = 0
+    faults = mid_snapshot = 0
     try:
         while wait(rng.uniform(0.5, 2.0), until):
             found = leader_of(cc, rng)
@@ -49,13 +53,24 @@ def kill_compacting(cc: ChaosCluster, rng: random.Random, until: float) -> int:
             shard, leader = found
             victim = leader if faults % 2 == 0 else rng.choice(
                 [n for n in cc.replicas(shard) if n != leader])
+            watch = time.monotonic() + SNAPSHOT_WATCH_S
+            while time.monotonic() < watch and not _snapshotting(cc, victim):
+                time.sleep(0.005)
+            mid_snapshot += time.monotonic() < watch
             cc.kill9(victim)
             faults += 1
             time.sleep(rng.uniform(0.2, 1.0))
             cc.start(victim)
     finally:
         cc.set_node_args()
+    print(f"kill-compaction: {mid_snapshot} of {faults} kills while a snapshot was being "
+          "written", flush=True)
     return faults
+
+
+def _snapshotting(cc: ChaosCluster, node_id: str) -> bool:
+    """Whether ``node_id`` is writing a snapshot of one of its replicas (a temp file)."""
+    return any(cc.node(node_id).root.glob(f"shard-*/raft/snapshots/*{TMP_SUFFIX}"))
 
 
 def _installing(cc: ChaosCluster, node_id: str) -> bool:
