@@ -87,11 +87,10 @@ def snapshot_install_leader_killed(cc: ChaosCluster, rng: random.Random,
     is killed with -9 as soon as the snapshot is seen arriving (or 3 s after the restart),
     and started again 2 s later."""
     cc.set_node_args("--compaction-entries", str(COMPACT_EVERY))
-    faults = 0
+    faults = mid_install = round_ = 0
     try:
         cc.c.rolling_restart()
         _fill(cc)
-        round_ = 0
         while wait(2, until):
             found = leader_of(cc, rng)
             if not found:
@@ -109,7 +108,8 @@ def snapshot_install_leader_killed(cc: ChaosCluster, rng: random.Random,
             faults += 1
             seen = time.monotonic() + 3
             while time.monotonic() < seen and not _installing(cc, follower):
-                time.sleep(0.05)
+                time.sleep(0.01)
+            mid_install += time.monotonic() < seen
             if cc.node(leader).alive:
                 cc.kill9(leader)
                 faults += 1
@@ -118,6 +118,8 @@ def snapshot_install_leader_killed(cc: ChaosCluster, rng: random.Random,
         _fill(cc, purge=True)
     finally:
         cc.set_node_args()
+    print(f"snapshot-install-leader-killed: {round_} followers restarted, {mid_install} "
+          "leaders killed while a snapshot arrived", flush=True)
     return faults
 
 
