@@ -266,3 +266,33 @@ def test_a_learner_whose_promotion_gave_up_gets_its_vote_when_added_again(
                     await n.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_leader_cut_off_from_its_group_answers_its_proposals_when_it_stands_down(
+        tmp_path: Path) -> None:
+    # Check-quorum makes a leader that hears from no follower stand down within two election
+    # timeouts. That step changes no hard state and sends nothing, so no Ready marked it, and
+    # proposals made meanwhile were never answered here (the engine gave up after 10 s).
+    settings = HostSettings(tick_s=0.02)
+
+    async def scenario() -> None:
+        nodes = await group(tmp_path, settings)
+        try:
+            await commit(nodes, c.CreateQueue("q"))
+            first = leader(nodes)
+            assert first is not None
+            for n in nodes:
+                if n is not first:
+                    await n.stop()
+            done: asyncio.Future = asyncio.get_running_loop().create_future()
+            data = encode_entry(Entry(1_000, (send(1),)))
+            first.replica.propose(data, lambda status, out: done.done() or
+                                  done.set_result(status))
+            assert await asyncio.wait_for(done, TIMEOUT_S) is Proposal.UNKNOWN
+            assert not first.replica.is_leader()
+        finally:
+            for n in nodes:
+                if not n.replica._stopped:
+                    await n.stop()
+
+    asyncio.run(scenario())

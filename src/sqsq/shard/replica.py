@@ -37,7 +37,6 @@ from sqsq.raft import (
     RaftConfig,
     RaftNode,
     Ready,
-    Role,
     SnapshotMeta,
     bootstrap,
 )
@@ -107,6 +106,7 @@ class RaftReplica:
         self.on_sync: Callable[[float], None] | None = None  # seconds per persisted Ready
         self.core: RaftNode | None = None
         self._proposals: dict[int, tuple[int, Done]] = {}  # index -> (term, callback)
+        self._led = False  # whether the core led when the Ready loop last looked
         self._conf_waiters: dict[int, tuple[int, Callable[[bool], None]]] = {}
         self._staged: dict[tuple[int, int], Path] = {}  # snapshots received, by index/term
         self._kick = asyncio.Event()
@@ -338,20 +338,29 @@ class RaftReplica:
         while not self._stopped:
             await self._kick.wait()
             self._kick.clear()
+            self._note_role(core)
             while core.has_ready() and self.fatal is None:
                 rd = core.ready()
-                was_leader = core.role is Role.LEADER
                 try:
                     await self._handle(rd)
                 except Exception as exc:  # a replica that cannot persist or apply stops
                     self._die(exc)
                     return
                 core.advance(rd)
-                if was_leader and not core.is_leader():
-                    self._lost_leadership()
+                self._note_role(core)
                 if self._catching_up:
                     self._note_catch_up(core)
                 await self._maybe_snapshot()
+
+    def _note_role(self, core: RaftNode) -> None:
+        """Proposals are answered once this replica stops leading, however it stopped. A
+        leader cut off from its group stands down on a tick (check-quorum) that changes no
+        hard state and sends nothing: no Ready marks it, and its proposals used to wait out
+        the engine's 10 s (the chaos suite's partition-leader: calls held 5-10 s at the
+        deposed leader while a new one served)."""
+        if self._led and not core.is_leader():
+            self._lost_leadership()
+        self._led = core.is_leader()
 
     async def _handle(self, rd: Ready) -> None:
         if rd.snapshot is not None:
