@@ -4,7 +4,7 @@ Run as its own process (later inside a network namespace)::
 
     python tests/chaos/driver.py --endpoint http://IP:PORT --history PATH --seconds N \\
         --seed S --clients K --standard-queue NAME --fifo-queue NAME.fifo \\
-        [--fifo-groups G] [--visibility-timeout-s V] [--drain]
+        [--fifo-groups G] [--visibility-timeout-s V] [--body-bytes MIN:MAX] [--drain]
 
 Load mode: K client threads run a seeded random mix of SendMessage(Batch), ReceiveMessage,
 DeleteMessage(Batch) and ChangeMessageVisibility on both queues for N seconds. FIFO sends
@@ -17,6 +17,11 @@ visibility timeout (``--seconds`` bounds it) and then writes a ``drain`` note. B
 create the queues if missing and append to the same history. SIGTERM stops either cleanly.
 
 Retries are off and timeouts short, so a fault shows up as a failed or unknown op.
+
+``--body-bytes MIN:MAX`` sends bodies of MIN..MAX bytes (each batch within SQS's 1 MiB in
+all). Such a body is its short name (what the history records: ``...|z<size>``), a ``|`` and
+a padding fixed by its size; a received body whose padding is not exactly that is recorded
+whole after a ``corrupt:`` mark, so the checker counts it unexpected (and its send lost).
 
 History: JSON lines, appended and flushed one at a time, written under one lock in real-time
 order (an invoke line is written before its request is sent, a completion line after its
@@ -71,6 +76,26 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError
 
 WAIT_S = 1  # long-poll wait: short, so a stop or a fault is noticed quickly
+BATCH_MAX_BYTES = 1_048_576  # SQS: a batch's bodies together, as a single message's
+PAD = "".join(chr(c) for c in range(ord("!"), ord("~") + 1) if chr(c) != "|")
+PAD = PAD * (BATCH_MAX_BYTES // len(PAD) + 1)  # 93 symbols: a shift by one shows
+
+
+def expand(short: str) -> str:
+    """The body sent for a history's ``short`` one (itself unless it names a size)."""
+    head, _, size = short.rpartition("|z")
+    if not head or not size.isdigit():
+        return short
+    return short + "|" + PAD[: max(0, int(size) - len(short) - 1)]
+
+
+def shrink(body: str) -> str:
+    """The history's name of a received body: the short name if the body is exactly what
+    ``expand`` makes of it, else the body itself marked corrupt."""
+    if "|z" not in body:
+        return body
+    short = body.rpartition("|")[0]
+    return short if expand(short) == body else "corrupt:" + body
 
 
 class History:
@@ -126,7 +151,7 @@ def _messages(raw: dict[str, Any]) -> list[dict[str, Any]]:
     for m in raw.get("Messages", []):
         a = m.get("Attributes", {})
         rc = a.get("ApproximateReceiveCount")
-        out.append({"message_id": m["MessageId"], "body": m["Body"],
+        out.append({"message_id": m["MessageId"], "body": shrink(m["Body"]),
                     "receipt_handle": m["ReceiptHandle"],
                     "receive_count": int(rc) if rc is not None else None,
                     "sent_timestamp": a.get("SentTimestamp"),
@@ -192,7 +217,7 @@ class Recorder:
         url, c = self.urls[queue], self.client
 
         def params(e: dict[str, Any]) -> dict[str, Any]:
-            p = {"MessageBody": e["body"]}
+            p = {"MessageBody": expand(e["body"])}
             if e.get("group") is not None:
                 p.update(MessageGroupId=e["group"], MessageDeduplicationId=e["dedup"])
             return p
@@ -274,25 +299,30 @@ class Worker:
             if self.rec.unreachable:
                 self.stop.wait(0.1)  # refused connections return at once: do not spin
 
-    def _entry(self, fifo: bool, batch_id: str | None) -> dict[str, Any]:
+    def _entry(self, fifo: bool, batch_id: str | None, n: int = 1) -> dict[str, Any]:
         self.counter += 1
+        size = ""
+        if self.args.body_bytes:
+            low, high = self.args.body_bytes
+            high = min(high, BATCH_MAX_BYTES // n)  # the batch within SQS's bound
+            size = f"|z{self.rng.randint(min(low, high), high)}"
         e: dict[str, Any] = {}
         if batch_id is not None:
             e["id"] = batch_id
         if not fifo:
-            e["body"] = f"{self.run_tag}|c{self.idx}|n{self.counter}|std"
+            e["body"] = f"{self.run_tag}|c{self.idx}|n{self.counter}|std" + size
             return e
         group = self.rng.randrange(self.args.fifo_groups)
         with self.seq_lock:
             self.seqs[group] = seq = self.seqs.get(group, 0) + 1
-        e["body"] = f"{self.run_tag}|c{self.idx}|n{self.counter}|g{group}|s{seq}"
+        e["body"] = f"{self.run_tag}|c{self.idx}|n{self.counter}|g{group}|s{seq}" + size
         e["group"] = f"g{group}"
         e["dedup"] = f"{self.run_tag}-c{self.idx}-n{self.counter}"
         return e
 
     def _send(self, fifo: bool, n: int) -> None:
         queue = self.args.fifo_queue if fifo else self.args.standard_queue
-        entries = [self._entry(fifo, f"e{i}" if n > 1 else None) for i in range(n)]
+        entries = [self._entry(fifo, f"e{i}" if n > 1 else None, n) for i in range(n)]
         for attempt in range(4):
             kind, resp = self.rec.send(queue, entries, attempt)
             if not fifo or self.done():
@@ -426,6 +456,14 @@ def drain(rec: Recorder, timeouts: dict[str, int], stop: threading.Event,
     return False
 
 
+def _span(text: str) -> tuple[int, int]:
+    low, _, high = text.partition(":")
+    span = (int(low), int(high or low))
+    if not 64 <= span[0] <= span[1] <= BATCH_MAX_BYTES:
+        raise argparse.ArgumentTypeError(f"not 64 <= MIN <= MAX <= {BATCH_MAX_BYTES}: {text}")
+    return span
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--endpoint", required=True)
@@ -438,6 +476,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--fifo-queue", required=True)
     p.add_argument("--fifo-groups", type=int, default=4)
     p.add_argument("--visibility-timeout-s", type=int, default=3)
+    p.add_argument("--body-bytes", type=_span, default=None, metavar="MIN:MAX",
+                   help="body sizes in bytes (default: short bodies)")
     p.add_argument("--drain", action="store_true")
     p.add_argument("--run-tag", default=None, help="body prefix (default: seed and time)")
     args = p.parse_args(argv)

@@ -1,10 +1,13 @@
 """A cluster in network namespaces and the faults the chaos scenarios inject into it.
 
-``ChaosCluster`` puts etcd, every node, the gateway and the client on hosts of a ``Net``
-(``netns.py``), starts them through ``LocalCluster`` (the code ``sqsq cluster up`` runs),
-and offers each fault as one method: kill -9, SIGSTOP/SIGCONT, a wiped data directory, a
-stepped wall clock, and network cuts. ``recover`` undoes every fault (heal the network,
-resume and restart what is down, reset clocks) and waits until every shard has a leader.
+``ChaosCluster`` puts each etcd member, every node, the gateway and the client on hosts of a
+``Net`` (``netns.py``), starts them through ``LocalCluster`` (the code ``sqsq cluster up``
+runs: three etcd members, as it starts for three nodes or more), and offers each fault as
+one method: kill -9, SIGSTOP/SIGCONT, a wiped data directory, a stepped wall clock, network
+cuts and a throttled link. A spare host waits unused until a scenario adds a node on it
+(``add_spare``), which is then a member of the cluster for the rest of the run.
+``recover`` undoes every fault (heal the network, resume and restart what is down, reset
+clocks) and waits until every shard has a leader.
 Every process is started and stopped by pid; the Net deletes its namespaces on close.
 """
 
@@ -19,16 +22,23 @@ from typing import Any
 
 from chaos.netns import Net
 from sqsq.cli.cluster import LocalCluster, NodeProcess
+from sqsq.cli.localprocs import free_port, free_port_range
 
 CLOCK_FILE = "clock-offset-ms"  # in each node's data directory (see sqsq.shard.clock)
 READY_S = 90.0
+ETCD_MEMBERS = 3
+SPARE = "n4"  # a host with no node until a scenario adds one (replacement needs a spare)
+# With three nodes and three replicas a shard has no node to move to, so replacement cannot
+# happen until the spare joins; then a node gone this long is replaced.
+REPLACE_AFTER_S = 8.0
 
 
 class ChaosCluster:
     def __init__(self, root: Path, *, nodes: int = 3, shards: int = 2,
                  partitions: int = 2) -> None:
         self.node_ids = [f"n{i + 1}" for i in range(nodes)]
-        self.net = Net(["etcd", *self.node_ids, "gateway", "client"])
+        self.etcd_hosts = [f"etcd{i + 1}" for i in range(ETCD_MEMBERS)]
+        self.net = Net([*self.etcd_hosts, *self.node_ids, SPARE, "gateway", "client"])
         self.root = root
         self.shards = shards
         self.partitions = partitions
@@ -43,12 +53,11 @@ class ChaosCluster:
         self.net.open()
         try:
             env = dict(os.environ, SQSQ_LOG_LEVEL="WARNING", SQSQ_CLOCK_OFFSET_FILE=CLOCK_FILE)
-            # A short replacement delay would move replicas around during every kill; the
-            # scenarios restart what they kill, so replacement stays out of their way.
             self.cluster = LocalCluster(
                 self.root, nodes=len(self.node_ids), shards=self.shards,
-                partitions=self.partitions, env=env, placement=self.net,
-                node_args=("--replace-after", "600")).start()
+                partitions=self.partitions, etcd_members=len(self.etcd_hosts), env=env,
+                placement=self.net,
+                node_args=("--replace-after", str(REPLACE_AFTER_S))).start()
         except BaseException:
             self.net.close()
             raise
@@ -147,13 +156,34 @@ class ChaosCluster:
         os.replace(tmp, path)
         self.stepped.add(node_id)
 
-    def kill_etcd(self) -> None:
+    def kill_etcd(self, member: str | None = None) -> None:
+        """kill -9 of one etcd member (by host name), or of every member."""
         self.check()
-        self.c.kill9(self.c.etcd.proc)
+        for m in self.c.etcds:
+            if member is None or self.c.etcd_name(m) == member:
+                self.c.kill9(m.proc)
 
     def start_etcd(self) -> None:
-        if self.c.etcd.proc is None or self.c.etcd.proc.poll() is not None:
-            self.c.etcd.start()
+        for m in self.c.etcds:
+            if m.proc is None or m.proc.poll() is not None:
+                m.start()
+
+    def set_node_args(self, *extra: str) -> None:
+        """What a node started from now on is given besides the usual (a node already
+        running keeps its own until it is restarted)."""
+        self.c.node_args = ("--replace-after", str(REPLACE_AFTER_S), *extra)
+
+    def add_spare(self) -> str:
+        """A new node on the spare host, started, a cluster member from now on."""
+        if SPARE in self.node_ids:
+            return SPARE
+        c = self.c
+        node = NodeProcess(SPARE, c.root / SPARE, free_port(), free_port_range(self.shards),
+                           host=self.net.ip(SPARE), host_label=SPARE)
+        c.nodes.append(node)
+        self.node_ids.append(SPARE)
+        c.start_node(node)
+        return SPARE
 
     def kill_gateway(self) -> None:
         self.check()

@@ -160,6 +160,7 @@ class Net:
         self._addresses = {h: str(subnet.network_address + FIRST_HOST + i)
                            for i, h in enumerate(hosts)}
         self._made: list[str] = []
+        self._throttled: set[str] = set()
         self._procs: list[subprocess.Popen] = []
         self._hooked: dict[int, Any] = {}
         self._pending: int | None = None
@@ -312,10 +313,31 @@ class Net:
             self._drop(host, other)
             self._drop(other, host)
 
-    def heal(self) -> None:
-        """Every cut undone (the INPUT chain of every host flushed)."""
+    def heal(self, *, throttles: bool = True) -> None:
+        """Every cut undone (the INPUT chain of every host flushed), and every throttle
+        unless told not to."""
         for host in self.hosts:
             _run(["ip", "netns", "exec", self.ns(host), "iptables", "-w", "-F", "INPUT"])
+        for host in sorted(self._throttled) if throttles else ():
+            self.unthrottle(host)
+
+    def throttle(self, host: str, rate: str) -> None:
+        """``host``'s link limited to ``rate`` (tc's units: "4mbit") both ways: a token
+        bucket on its own end of the veth (what it sends) and on the bridge's end (what it
+        receives). A token bucket, not netem: this kernel has no netem."""
+        self._guard()
+        bridge = f"{self.tag}-{BRIDGE}"
+        for ns, dev in ((self.ns(host), "eth0"), (bridge, f"v-{host}")):
+            _run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root",
+                  "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"])
+        self._throttled.add(host)
+
+    def unthrottle(self, host: str) -> None:
+        bridge = f"{self.tag}-{BRIDGE}"
+        for ns, dev in ((self.ns(host), "eth0"), (bridge, f"v-{host}")):
+            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev,
+                            "root"], capture_output=True, timeout=30)  # none there: fine
+        self._throttled.discard(host)
 
     def rules(self, host: str) -> list[str]:
         """``iptables -S INPUT`` inside ``host``."""

@@ -19,6 +19,16 @@ from pathlib import Path
 
 from chaos import clockprobe
 from chaos.faults import ChaosCluster
+from chaos.statefaults import (
+    BIG_MAX,
+    COMPACT_EVERY,
+    FILL_MIB,
+    SLOW_LINK,
+    kill_compacting,
+    replace_slow_catch_up,
+    snapshot_install_leader_killed,
+)
+from chaos.steps import leader_of, wait
 from sqsq.shard.clock import MAX_RATE_SKEW
 
 HOUR_MS = 3_600_000
@@ -31,19 +41,7 @@ class Scenario:
     name: str
     what: str
     inject: Callable[[ChaosCluster, random.Random, float], int]
-
-
-def _wait(seconds: float, until: float) -> bool:
-    """Sleep ``seconds`` (real processes need real time), or less if ``until`` comes first;
-    whether there is time left for another fault."""
-    time.sleep(max(0.0, min(seconds, until - time.monotonic())))
-    return time.monotonic() < until
-
-
-def _leader(cc: ChaosCluster, rng: random.Random) -> tuple[int, str] | None:
-    shard = rng.randrange(cc.shards)
-    leader = cc.leader(shard)
-    return (shard, leader) if leader else None
+    driver_args: tuple[str, ...] = ()  # the load's own options (big bodies)
 
 
 def _repeat(fault: Fault, *, gap_s: float,
@@ -52,7 +50,7 @@ def _repeat(fault: Fault, *, gap_s: float,
     """A scenario that injects ``fault`` every ``gap_s``, holds it ``hold_s``, heals."""
     def inject(cc: ChaosCluster, rng: random.Random, until: float) -> int:
         faults = 0
-        while _wait(gap_s, until):
+        while wait(gap_s, until):
             if fault(cc, rng):
                 faults += 1
                 time.sleep(hold_s)  # the fault lasts: real processes, real time
@@ -64,7 +62,7 @@ def _repeat(fault: Fault, *, gap_s: float,
 def _on_leader(act: Callable[[ChaosCluster, str], None]) -> Fault:
     """A fault that does ``act`` to a shard's leader (none: no fault this time)."""
     def fault(cc: ChaosCluster, rng: random.Random) -> bool:
-        found = _leader(cc, rng)
+        found = leader_of(cc, rng)
         if found:
             act(cc, found[1])
         return bool(found)
@@ -74,7 +72,7 @@ def _on_leader(act: Callable[[ChaosCluster, str], None]) -> Fault:
 def _on_follower(act: Callable[[ChaosCluster, str], None]) -> Fault:
     """A fault that does ``act`` to a follower of a shard that has a leader."""
     def fault(cc: ChaosCluster, rng: random.Random) -> bool:
-        found = _leader(cc, rng)
+        found = leader_of(cc, rng)
         if found:
             act(cc, rng.choice([n for n in cc.replicas(found[0]) if n != found[1]]))
         return bool(found)
@@ -90,7 +88,7 @@ def _kill_all(cc: ChaosCluster, rng: random.Random) -> bool:
 def _isolate_leader(cc: ChaosCluster, rng: random.Random) -> bool:
     """The leader cut off from the other nodes; the gateway, etcd and clients still reach
     it (the case where a deposed leader must not acknowledge anything)."""
-    found = _leader(cc, rng)
+    found = leader_of(cc, rng)
     if found:
         cc.check()
         cc.net.isolate(found[1], [n for n in cc.node_ids if n != found[1]])
@@ -100,7 +98,7 @@ def _isolate_leader(cc: ChaosCluster, rng: random.Random) -> bool:
 def _split_halves(cc: ChaosCluster, rng: random.Random) -> bool:
     """The nodes in two groups that cannot reach each other, a shard's leader in the smaller
     one; etcd, the gateway and the client stay with the larger."""
-    found = _leader(cc, rng)
+    found = leader_of(cc, rng)
     if not found:
         return False
     size = max(1, len(cc.node_ids) // 2)  # 3 nodes: 1 | 2; 4 nodes: 2 | 2
@@ -108,13 +106,13 @@ def _split_halves(cc: ChaosCluster, rng: random.Random) -> bool:
     large = [n for n in cc.node_ids if n not in small]
     cc.check()
     for a in small:
-        cc.net.isolate(a, [*large, "etcd", "gateway", "client"])
+        cc.net.isolate(a, [*large, *cc.etcd_hosts, "gateway", "client"])
     return True
 
 
 def _one_way(cc: ChaosCluster, rng: random.Random) -> bool:
     """Packets from the leader to its followers are lost; theirs to it still arrive."""
-    found = _leader(cc, rng)
+    found = leader_of(cc, rng)
     if not found:
         return False
     for other in cc.node_ids:
@@ -124,8 +122,17 @@ def _one_way(cc: ChaosCluster, rng: random.Random) -> bool:
 
 
 def _kill_etcd(cc: ChaosCluster, rng: random.Random) -> bool:
-    cc.kill_etcd()
+    cc.kill_etcd()  # every member: no etcd at all
     return True
+
+
+def _kill_etcd_member(cc: ChaosCluster, rng: random.Random) -> bool:
+    cc.kill_etcd(rng.choice(cc.etcd_hosts))  # the two others keep a quorum
+    return True
+
+
+def _partition_any(cc: ChaosCluster, rng: random.Random) -> bool:
+    return (_isolate_leader if rng.random() < 0.5 else _split_halves)(cc, rng)
 
 
 def _kill_gateway(cc: ChaosCluster, rng: random.Random) -> bool:
@@ -136,7 +143,7 @@ def _kill_gateway(cc: ChaosCluster, rng: random.Random) -> bool:
 def _clock_back(cc: ChaosCluster, rng: random.Random) -> bool:
     """A leader's wall clock stepped back an hour; a leader whose clock is already stepped
     is killed instead, so leadership moves between stepped and unstepped nodes."""
-    found = _leader(cc, rng)
+    found = leader_of(cc, rng)
     if not found:
         return False
     if found[1] in cc.stepped:
@@ -149,7 +156,7 @@ def _clock_back(cc: ChaosCluster, rng: random.Random) -> bool:
 def _clock_forward(cc: ChaosCluster, rng: random.Random) -> bool:
     """A follower's wall clock stepped an hour ahead and its leader killed, so the election
     may pick it; a leader already an hour ahead is killed, so leadership moves on."""
-    found = _leader(cc, rng)
+    found = leader_of(cc, rng)
     if not found:
         return False
     leader = found[1]
@@ -175,7 +182,7 @@ def _clock_forward_probed(cc: ChaosCluster, rng: random.Random, until: float) ->
         "--seconds", str(max(0.0, until - time.monotonic()) + tail_s)],
         log=work / "clockprobe.log")
     faults = skewed_leaders = 0
-    while _wait(4, until):
+    while wait(4, until):
         if _clock_forward(cc, rng):
             faults += 1
             time.sleep(3)
@@ -199,7 +206,7 @@ def _rolling_restarts(cc: ChaosCluster, rng: random.Random, until: float) -> int
     SIGTERM and started again in turn, leaders last, each caught up before the next (a
     fault per node restarted)."""
     restarts = 0
-    while _wait(2, until):
+    while wait(2, until):
         cc.check()
         restarts += len(cc.c.rolling_restart())
     return restarts
@@ -233,7 +240,7 @@ SCENARIOS = [
              _repeat(_one_way, gap_s=4, hold_s=10, heal=_heal_all)),
     Scenario("wipe-follower", "a follower's data directory wiped, the node restarted",
              _repeat(_on_follower(ChaosCluster.wipe), gap_s=5, hold_s=3, heal=_heal_all)),
-    Scenario("kill-etcd", "etcd killed with -9 for 5 s, then restarted",
+    Scenario("kill-etcd", "every etcd member killed with -9 for 5 s, then restarted",
              _repeat(_kill_etcd, gap_s=4, hold_s=5, heal=_heal_all)),
     Scenario("kill-gateway", "the gateway killed with -9, restarted 1 s later",
              _repeat(_kill_gateway, gap_s=4, hold_s=1, heal=_heal_all)),
@@ -247,6 +254,23 @@ SCENARIOS = [
              "killed, so it may lead; a queue with 60 s retention watched for early expiry "
              "and early redelivery",
              _clock_forward_probed),
+    Scenario("kill-etcd-member", "one of the three etcd members killed with -9 for 5 s, then "
+             "restarted", _repeat(_kill_etcd_member, gap_s=4, hold_s=5, heal=_heal_all)),
+    Scenario("big-messages-partition", "bodies of 100 KB to 1 MiB (SQS's largest) under "
+             "partitions: the leader isolated, or the nodes split in halves, for 6 s",
+             _repeat(_partition_any, gap_s=3, hold_s=6, heal=_heal_all),
+             driver_args=("--body-bytes", f"100000:{BIG_MAX}")),
+    Scenario("kill-compaction", f"Raft logs compacted every {COMPACT_EVERY} entries, nodes "
+             "(leaders and followers in turn) killed with -9 every 0.5-2 s and restarted",
+             kill_compacting),
+    Scenario("snapshot-install-leader-killed", "a follower wiped, or killed until the "
+             f"leader's log (compacted every {COMPACT_EVERY} entries) has moved past it, is "
+             f"restarted to install a snapshot ({FILL_MIB} MiB of state), and its leader is "
+             "killed with -9 during the install", snapshot_install_leader_killed),
+    Scenario("replace-slow-catch-up", f"a node killed for good and replaced by a new one "
+             f"(the controller's --replace-after) behind a {SLOW_LINK} link, {FILL_MIB} MiB "
+             "of state to catch up, cut off for 1 s now and then; then each old member killed "
+             "in turn: the shard must keep a leader (3 voters)", replace_slow_catch_up),
 ]
 
 BY_NAME = {s.name: s for s in SCENARIOS}

@@ -89,6 +89,20 @@ def test_receive_respects_max_and_each_message_once(core: Core) -> None:
     assert core.depth(Q) == (0, 7, 0)
 
 
+def test_receive_of_big_messages_stops_before_a_reply_too_large_to_carry(core: Core) -> None:
+    # Ten 1 MiB messages make a 10 MiB reply, past the 4 MiB a gRPC message carries: the
+    # receive takes what fits and leaves the rest visible for the next one.
+    body = "x" * (limits.MAXIMUM_MESSAGE_SIZE_BYTES[1] - 100)
+    sent = [sent_id(core.send(Q, f"{i:02d}{body}")) for i in range(10)]
+    got: list[c.ReceivedMessage] = []
+    while batch := core.receive(Q, 10):
+        assert len(batch) < 10
+        assert sum(len(m.body) for m in batch) <= limits.RECEIVE_REPLY_MAX_BYTES
+        got += batch
+    assert sorted(ids(got)) == sorted(sent)
+    assert core.depth(Q) == (0, 10, 0)
+
+
 def test_visibility_timeout_expiry_brings_message_back(core: Core) -> None:
     mid = sent_id(core.send(Q, "x"))
     (m1,) = core.receive(Q, timeout=10)

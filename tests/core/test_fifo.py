@@ -6,6 +6,7 @@ import pytest
 
 from coresupport import Core
 from sqsq.core import commands as c
+from sqsq.core import limits
 from sqsq.core.errors import ErrorCode, Rejection
 
 F = "orders.fifo"
@@ -67,6 +68,22 @@ def test_order_within_group() -> None:
         got += bodies(msgs)
         entry_ok(k.delete(F, msgs[0].receipt_handle))
     assert got == [f"a{i}" for i in range(5)]
+
+
+def test_big_messages_of_a_group_come_in_order_in_replies_that_fit() -> None:
+    # A receive of ten 1 MiB messages of one group once failed "too large" after making
+    # them invisible, again and again: the group never moved. It takes what fits, in order.
+    k = make(VisibilityTimeout=30)
+    body = "x" * (limits.MAXIMUM_MESSAGE_SIZE_BYTES[1] - 100)
+    for i in range(10):
+        put(k, f"{i:02d}{body}", "A", dedup=f"d{i}")
+    got = []
+    while msgs := k.receive(F, 10):
+        assert sum(len(m.body) for m in msgs) <= limits.RECEIVE_REPLY_MAX_BYTES
+        got += [m.body[:2] for m in msgs]
+        for m in msgs:
+            entry_ok(k.delete(F, m.receipt_handle))
+    assert got == [f"{i:02d}" for i in range(10)]
 
 
 def test_group_blocked_while_in_flight_others_served() -> None:

@@ -213,3 +213,86 @@ def test_an_idle_group_goes_quiet_and_still_replaces_a_dead_leader(tmp_path: Pat
                     await n.stop()
 
     asyncio.run(scenario())
+
+
+class Joiner(Node):
+    """A new member: an empty directory that joins the group it is given (no bootstrap)."""
+
+    async def start(self) -> None:
+        self.replicas = Replicas()
+        self.transport = PeerTransport(
+            f"127.0.0.1:{self.port}", "127.0.0.1", self.port, SECRET,
+            self.replicas.on_messages, self.replicas.on_snapshot,
+            snapshot_dir=self.root / "incoming")
+        await self.transport.start()
+        self.machine = ShardMachine(self.root / "shard", CONFIG)
+        self.replica = RaftReplica(SHARD, self.member, self.root / "shard", self.machine,
+                                   self.transport, voters=self.members, bootstrap=False,
+                                   settings=self.settings)
+        self.replicas.by_shard[SHARD] = self.replica
+        await self.replica.start()
+
+
+def test_a_learner_whose_promotion_gave_up_gets_its_vote_when_added_again(
+        tmp_path: Path) -> None:
+    # A member is added as a learner and promoted once caught up; a catch-up that outlasts
+    # the promotion's tries (a replacement behind a slow link) left it a learner for good,
+    # and adding it again was refused (it was a member already): the group had two voters.
+    settings = HostSettings(tick_s=0.02)  # the promotion gives up after 200 ticks: 4 s
+
+    async def scenario() -> None:
+        nodes = await group(tmp_path, settings)
+        new = Joiner(tmp_path / "new", free_port(), nodes[0].members, settings)
+        try:
+            await commit(nodes, c.CreateQueue("q"))
+            first = leader(nodes)
+            assert first is not None
+
+            async def add() -> bool:
+                done: asyncio.Future = asyncio.get_running_loop().create_future()
+                first.replica.change_member(new.member, None,
+                                            lambda ok: done.done() or done.set_result(ok))
+                return await done
+
+            assert await add() is False  # not running: it never catches up
+            assert first.replica.learners() == {new.member}
+            await new.start()
+            assert await add() is True
+            assert first.replica.learners() == frozenset()
+            assert new.member in first.replica.members()
+        finally:
+            for n in [*nodes, new]:
+                if getattr(n, "replica", None) is not None and not n.replica._stopped:
+                    await n.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_leader_cut_off_from_its_group_answers_its_proposals_when_it_stands_down(
+        tmp_path: Path) -> None:
+    # Check-quorum makes a leader that hears from no follower stand down within two election
+    # timeouts. That step changes no hard state and sends nothing, so no Ready marked it, and
+    # proposals made meanwhile were never answered here (the engine gave up after 10 s).
+    settings = HostSettings(tick_s=0.02)
+
+    async def scenario() -> None:
+        nodes = await group(tmp_path, settings)
+        try:
+            await commit(nodes, c.CreateQueue("q"))
+            first = leader(nodes)
+            assert first is not None
+            for n in nodes:
+                if n is not first:
+                    await n.stop()
+            done: asyncio.Future = asyncio.get_running_loop().create_future()
+            data = encode_entry(Entry(1_000, (send(1),)))
+            first.replica.propose(data, lambda status, out: done.done() or
+                                  done.set_result(status))
+            assert await asyncio.wait_for(done, TIMEOUT_S) is Proposal.UNKNOWN
+            assert not first.replica.is_leader()
+        finally:
+            for n in nodes:
+                if not n.replica._stopped:
+                    await n.stop()
+
+    asyncio.run(scenario())

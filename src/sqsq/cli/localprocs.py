@@ -165,8 +165,8 @@ def _until(check: Callable[[], bool], timeout_s: float,
 
 
 def probe_argv(kind: str, *args: object) -> list[str]:
-    """The argv of a probe (``port HOST PORT TIMEOUT`` or ``health URL TIMEOUT``) that exits
-    0 once it passes, 1 when TIMEOUT seconds have gone by."""
+    """The argv of a probe (``port HOST PORT TIMEOUT``, ``health URL TIMEOUT`` or ``ready URL
+    TIMEOUT``) that exits 0 once it passes, 1 when TIMEOUT seconds have gone by."""
     return [sys.executable, "-m", "sqsq.cli.localprocs", kind, *map(str, args)]
 
 
@@ -289,12 +289,23 @@ class EtcdProcess:
 
 
 def _probe_main(argv: list[str]) -> int:
-    """``port HOST PORT TIMEOUT`` or ``health URL TIMEOUT``: 0 once it passes, else 1."""
+    """``port HOST PORT TIMEOUT``, ``health URL TIMEOUT`` or ``ready URL TIMEOUT``: 0 once it
+    passes, else 1."""
     kind, *args, timeout = argv
     if kind == "port":
         ok = _until(lambda: _port_open(args[0], int(args[1])), float(timeout), None)
     elif kind == "health":
         ok = _until(lambda: _etcd_healthy(args[0]), float(timeout), None)
+    elif kind == "ready":  # a node's /readyz (``rolling.node_ready``)
+        from sqsq.cli.rolling import node_ready
+
+        def ready() -> bool:
+            if node_ready(args[0]):
+                return True
+            time.sleep(0.05)  # a refused connection answers at once: do not spin
+            return False
+
+        ok = _until(ready, float(timeout), None)
     else:
         raise SystemExit(f"unknown probe {kind!r}")
     return 0 if ok else 1

@@ -67,7 +67,7 @@ def wait_caught_up(cluster: LocalCluster, node: NodeProcess, timeout_s: float = 
         if status is not None:
             targets = catch_up_targets(status, node.node_id, targets)
             if targets is not None and caught_up(status, node.node_id, targets) \
-                    and node_ready(node.metrics_url):
+                    and _ready(cluster, node):
                 return status
         if time.monotonic() > deadline:
             raise OSError(f"node {node.node_id} was not ready within {timeout_s}s after "
@@ -101,6 +101,20 @@ def caught_up(status: dict[str, Any], node_id: str, targets: dict[int, int]) -> 
     return node_id in alive \
         and all(s["leader"] in alive for s in status["shards"]) \
         and all(s in mine and mine[s]["applied"] >= target for s, target in targets.items())
+
+
+def _ready(cluster: LocalCluster, node: NodeProcess) -> bool:
+    """``node_ready``, asked from where the placement (if any) puts "client", as
+    ``LocalCluster.status`` does: a node in a network namespace of its own has an address
+    this process has no route to, and a packet sent there would leave the machine."""
+    if cluster.placement is None:
+        return node_ready(node.metrics_url)
+    import subprocess
+
+    from sqsq.cli.localprocs import probe_argv
+
+    argv = cluster.placement.command("client", probe_argv("ready", node.metrics_url, 1))
+    return subprocess.run(argv, capture_output=True, timeout=60).returncode == 0
 
 
 def node_ready(metrics_url: str) -> bool:

@@ -47,6 +47,8 @@ class HostedShard(Protocol):
 
     def members(self) -> frozenset[str]: ...  # Raft addresses, as its log has them
 
+    def learners(self) -> frozenset[str]: ...  # those of them that do not vote yet
+
     async def change_member(self, add: str | None = None,
                             remove: str | None = None) -> bool: ...
 
@@ -71,6 +73,7 @@ class NodeAgent:
         self.lease: Lease | None = None
         self._registered = asyncio.Event()
         self._published: dict[int, tuple[int, int, int]] = {}  # shard -> term, epoch, lease
+        self._promoting: dict[int, asyncio.Task] = {}  # shard -> a learner's promotion
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
@@ -89,9 +92,10 @@ class NodeAgent:
                                                    lambda: self.lease).run())]
 
     async def close(self) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._promoting.values()]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if self.map is not None:
@@ -194,6 +198,7 @@ class NodeAgent:
             log.info("shard %d: %s %s: %s", shard_id, "removing" if remove else "adding",
                      (remove or add)[0], "done" if ok else "failed, will retry")
             return
+        self._promote_learner(shard_id, hosted, wanted)
         if self._published.get(shard_id) == (term, shard.epoch, lease.id) and \
                 self._hint_standing(shard_id, term, shard.epoch):
             return
@@ -202,6 +207,25 @@ class NodeAgent:
             self._published[shard_id] = (term, shard.epoch, lease.id)
             log.info("shard %d: published as leader in term %d (epoch %d)", shard_id, term,
                      shard.epoch)
+
+    def _promote_learner(self, shard_id: int, hosted: HostedShard,
+                         wanted: set[str]) -> None:
+        """A wanted member still a learner gets its vote (in a task of its own: a slow
+        catch-up must not hold up the hints of other shards). Its addition promotes it once
+        caught up, but gives up after a while, and a leader elected meanwhile never knew of
+        it: a replica replaced behind a slow link stayed a learner for good, the group two
+        voters while the map said three (the chaos scenario replace-slow-catch-up)."""
+        learners = sorted(hosted.learners() & wanted)
+        running = self._promoting.get(shard_id)
+        if not learners or (running is not None and not running.done()):
+            return
+
+        async def promote() -> None:
+            ok = await hosted.change_member(add=learners[0])
+            log.info("shard %d: promoting learner %s: %s", shard_id, learners[0],
+                     "done" if ok else "not yet, will retry")
+
+        self._promoting[shard_id] = asyncio.get_running_loop().create_task(promote())
 
     async def _balance_leaders(self) -> None:
         """Hand a shard's leadership to a node leading two or more fewer (``balance``)."""

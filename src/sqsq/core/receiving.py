@@ -26,6 +26,7 @@ from sqsq.core.delivery import (
     sequence_number,
 )
 from sqsq.core.errors import ErrorCode, reject
+from sqsq.core.messages import message_size
 from sqsq.core.receipts import ReceiptHandle, encode_receipt_handle, queue_name_hash
 from sqsq.core.records import (
     IN_FLIGHT,
@@ -128,6 +129,23 @@ def _deliverable(
     return d, m
 
 
+class _ReplySize:
+    """A receive's messages so far against ``limits.RECEIVE_REPLY_MAX_BYTES``."""
+
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def fits(self, m: MessageRecord) -> bool:
+        """Whether ``m`` may join the reply (the first always does); counts it if so."""
+        n = message_size(m.body, dict(m.message_attributes))
+        if self.total and self.total + n > limits.RECEIVE_REPLY_MAX_BYTES:
+            return False
+        self.total += n
+        return True
+
+
 def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> Outcome:
     timeout_s = cmd.visibility_timeout_s
     if timeout_s is None:
@@ -152,6 +170,7 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
             tuple(effects))
     out: list[ReceivedMessage] = []
     want, budget = min(cmd.max_number_of_messages, room), limits.RECEIVE_SCAN_MAX
+    size = _ReplySize()
     if not q.attributes.fifo_queue:
         for key, _ in st.scan_index("v", q.qid):
             if len(out) >= want or budget <= 0:
@@ -160,6 +179,8 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
             seq = r.seq_of(key)
             got = _deliverable(st, q, dlq, seq, now, effects)
             if got is not None:
+                if not size.fits(got[1]):
+                    break
                 st.txn.delete(key)
                 out.append(_claim(st, q, seq, *got, now, timeout_s, cmd.nonce))
         return Outcome(Received(tuple(out)), tuple(effects))
@@ -177,6 +198,9 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
             if d is None or d.state != VISIBLE:
                 break  # strict order: nothing behind a delayed or in-flight message
             got = _deliverable(st, q, dlq, seq, now, effects)
+            if got is not None and not size.fits(got[1]):
+                budget = 0  # the reply is full: this group and every other wait
+                break
             if got is not None:
                 out.append(_claim(st, q, seq, *got, now, timeout_s, cmd.nonce))
                 claimed.append((seq, got[0].receive_count))

@@ -144,6 +144,10 @@ class ShardEngine:
         """The Raft addresses of the group's members, as this replica's log has them."""
         return self.replica.members()
 
+    def learners(self) -> frozenset[str]:
+        """Those of ``members`` that do not vote yet."""
+        return self.replica.learners()
+
     async def change_member(self, add: str | None = None, remove: str | None = None,
                             timeout_s: float = 10.0) -> bool:
         """Add or remove one member of the group (leader only); True once committed."""

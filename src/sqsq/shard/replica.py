@@ -42,7 +42,6 @@ from sqsq.raft import (
     RaftConfig,
     RaftNode,
     Ready,
-    Role,
     SnapshotMeta,
     bootstrap,
 )
@@ -122,6 +121,7 @@ class RaftReplica:
         self.on_sync: Callable[[float], None] | None = None  # seconds per persisted Ready
         self.core: RaftNode | None = None
         self._proposals: dict[int, tuple[int, Done]] = {}  # index -> (term, callback)
+        self._led = False  # whether the core led when the Ready loop last looked
         self._conf_waiters: dict[int, tuple[int, Callable[[bool], None]]] = {}
         self._staged: dict[tuple[int, int], Path] = {}  # snapshots received, by index/term
         self._kick = asyncio.Event()
@@ -227,6 +227,9 @@ class RaftReplica:
         if core is None or not core.is_leader():
             done(False)
             return
+        if add is not None and add in core.log.conf().learners:
+            self._promote(add, done)  # added before, never promoted (its catch-up outlasted
+            return                    # the tries, or the leader that added it changed)
         if add is not None:
             placed = core.propose_conf_change(ConfChange(ConfOp.ADD_LEARNER, add))
             if placed is not None:
@@ -291,6 +294,11 @@ class RaftReplica:
     def members(self) -> frozenset[str]:
         core = self.core
         return frozenset() if core is None else core.log.conf().members() | {self.id}
+
+    def learners(self) -> frozenset[str]:
+        """Members that receive the log but do not vote (yet), as this replica's log has it."""
+        core = self.core
+        return frozenset() if core is None else core.log.conf().learners
 
     @property
     def raftCurrentTerm(self) -> int:  # noqa: N802 (the name the engine and metrics read)
@@ -358,9 +366,9 @@ class RaftReplica:
         while not self._stopped:
             await self._kick.wait()
             self._kick.clear()
+            self._note_role(core)
             while core.has_ready() and self.fatal is None:
                 rd = core.ready()
-                was_leader = core.role is Role.LEADER
                 later = rd.committed
                 if rd.snapshot is None and rd.committed:
                     new = rd.entries[0].index if rd.entries else rd.committed[-1].index + 1
@@ -376,8 +384,7 @@ class RaftReplica:
                 self._hand_over(later)
                 if len(self._to_apply) > MAX_APPLY_BACKLOG:
                     await self._applied_all()  # the disk outruns the state machine
-                if was_leader and not core.is_leader():
-                    self._lost_leadership()
+                self._note_role(core)
                 if self._catching_up:
                     self._note_catch_up(core)
                 await self._maybe_snapshot()
@@ -389,6 +396,16 @@ class RaftReplica:
         if self._applier is None or self._applier.done():
             self._applier = asyncio.create_task(self._apply_all(),
                                                 name=f"apply-{self.shard_id}")
+
+    def _note_role(self, core: RaftNode) -> None:
+        """Proposals are answered once this replica stops leading, however it stopped. A
+        leader cut off from its group stands down on a tick (check-quorum) that changes no
+        hard state and sends nothing: no Ready marks it, and its proposals used to wait out
+        the engine's 10 s (the chaos suite's partition-leader: calls held 5-10 s at the
+        deposed leader while a new one served)."""
+        if self._led and not core.is_leader():
+            self._lost_leadership()
+        self._led = core.is_leader()
 
     async def _handle(self, rd: Ready) -> None:
         """Install, persist, send: what must be done before the core may ``advance``."""
