@@ -11,8 +11,11 @@ run, only once the entry is committed and applied here while this replica still 
 the term it proposed in; anything else is answered NotLeader (not appended: retry at the
 leader) or ServiceUnavailable (outcome unknown: retry with the same request id).
 
-Reads that a client sees go through the log as well: a read waits for an empty entry (a
-barrier) proposed after it arrived, so a deposed leader cannot answer from a stale view.
+Reads that a client sees take no log entry: the leader confirms with a quorum that it still
+leads and waits until it has applied everything committed when the read arrived (ReadIndex,
+``shard.reads``), then answers from its state, so a read sees every write acknowledged
+before it, and a deposed leader cut off from its followers answers NotLeader, never from a
+stale view. A receive that finds nothing to deliver is such a read too.
 
 Single-node mode is the same code over a one-member group.
 """
@@ -29,7 +32,7 @@ from typing import Any, TypeVar
 from sqsq.core import commands as c
 from sqsq.core.entry import Entry, encode_entry
 from sqsq.core.errors import ErrorCode, Rejection
-from sqsq.core.machine import effective_now, sweep_needed
+from sqsq.core.machine import HANDLERS, effective_now, sweep_needed
 from sqsq.core.state import ShardConfig, ShardState
 from sqsq.core.txn import Txn
 from sqsq.errors import from_rejection, not_leader_message
@@ -52,8 +55,9 @@ GROUP_LEADER_WAIT_S = 0.5
 SWEEP_INTERVAL_S = 0.1
 HAND_OVER_TIMEOUT_S = 2.0  # a graceful stop waits this long at most for a follower to lead
 HAND_OVER_POLL_S = 0.02
-
-_BARRIER = object()  # a read waiting for the next entry to commit
+# A read whose leadership is not confirmed by then is answered "retry" (a leader cut off
+# from its quorum stands down within an election timeout and answers NotLeader sooner).
+READ_TIMEOUT_S = 5.0
 
 
 class Waiters:
@@ -169,7 +173,7 @@ class ShardEngine:
         ``timeout_s`` (a one-member group elects itself within an election timeout)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.replica.is_leader() and not isinstance(await self.barrier(), Rejection):
+            if self.replica.is_leader() and await self.barrier() is None:
                 return True
             await asyncio.sleep(0.02)
         return False
@@ -252,14 +256,22 @@ class ShardEngine:
         return await fut
 
     async def barrier(self) -> None | Rejection:
-        """Wait until an entry proposed after this call is committed and applied here."""
+        """Wait until this replica has confirmed that it still leads and has applied
+        everything committed before this call (ReadIndex: no log entry). A Rejection if it
+        does not lead (NotLeader) or cannot confirm it in time (ServiceUnavailable)."""
         rejection = await self._admit()
         if rejection is not None:
             return rejection
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._enqueue(_BARRIER, fut)
-        result = await fut
-        return result if isinstance(result, Rejection) else None
+        loop = asyncio.get_running_loop()
+        confirmed: asyncio.Future = loop.create_future()
+        self.replica.read_index(lambda ok: loop.call_soon(_settle, confirmed, ok))
+        try:
+            ok = await asyncio.wait_for(confirmed, READ_TIMEOUT_S)
+        except TimeoutError:
+            return Rejection(ErrorCode.SERVICE_UNAVAILABLE,
+                             "The shard's leader could not confirm it still leads. Retry the "
+                             "request.")
+        return None if ok else self.not_leader()
 
     def now_ms(self) -> int:
         """The time as this replica's leader would stamp it now (see ``shard.clock``)."""
@@ -285,6 +297,31 @@ class ShardEngine:
         if rejection is not None:
             return rejection
         return self.query(fn, *args)
+
+    async def receive(self, command: c.ReceiveMessages) -> c.Result:
+        """A receive: proposed only if it would change something (deliver a message, move
+        one, answer a retried attempt). One that finds nothing is answered as a read: its
+        look at this replica's view is repeated after a barrier, and only what still finds
+        nothing is answered from it, with no log entry."""
+        rejection = await self._admit()
+        if rejection is not None:
+            return rejection
+        if self._look(command) is not None:  # nothing here: confirm that it is current
+            rejection = await self.barrier()
+            if rejection is not None:
+                return rejection
+            answer = self._look(command)
+            if answer is not None:
+                return answer
+        return await self.execute(command)
+
+    def _look(self, command: c.Command) -> c.Result | None:
+        """What ``command`` would answer over the applied state, if its apply would change
+        nothing (no write, no effect); None if it would, or the state cannot be read."""
+        try:
+            return self.query(_unchanged, command)
+        except Exception:  # noqa: BLE001 - installing, say: the log decides
+            return None
 
     # ---- the proposer ----
     # Callbacks on the event loop, not tasks: a command costs no task switch between its
@@ -315,7 +352,7 @@ class ShardEngine:
             return  # every command refused: nothing to propose
         data, batch = _encode(now, batch)
         if self.on_group_commit is not None:
-            self.on_group_commit(sum(1 for cmd, _ in batch if cmd is not _BARRIER))
+            self.on_group_commit(len(batch))
         proposal = _InFlight(batch)
         proposal.timer = loop.call_later(PROPOSAL_TIMEOUT_S, self._answer, proposal,
                                          Proposal.UNKNOWN, None)
@@ -332,13 +369,10 @@ class ShardEngine:
         """``batch`` less the commands whose apply raises on a scratch transaction: each is
         answered InternalError with one log line, and never enters the log, where it would
         stop every replica (``ShardMachine.prove``)."""
-        commands = [cmd for cmd, _ in batch if cmd is not _BARRIER]
-        if not commands:
-            return batch
-        failures = iter(self.machine.prove(now, commands))
+        failures = iter(self.machine.prove(now, [cmd for cmd, _ in batch]))
         kept = []
         for cmd, fut in batch:
-            failure = None if cmd is _BARRIER else next(failures)
+            failure = next(failures)
             if failure is None:
                 kept.append((cmd, fut))
                 continue
@@ -360,10 +394,7 @@ class ShardEngine:
             self._none_in_flight.set()
         if status is Proposal.COMMITTED and outcomes is not None:
             results = iter(outcomes)
-            for command, fut in batch:
-                if command is _BARRIER:
-                    _settle(fut, None)
-                    continue
+            for _, fut in batch:
                 outcome = next(results)
                 _settle(fut, outcome.result)
                 for effect in outcome.effects:
@@ -412,21 +443,25 @@ class _InFlight:
 def _encode(now: int, batch: list) -> tuple[bytes, list]:
     """The entry for ``batch``. A command the log cannot carry (a value out of any range the
     edge checked, such as an integer past 64 bits) is refused on its own, not with the rest."""
-    commands = tuple(cmd for cmd, _ in batch if cmd is not _BARRIER)
     try:
-        return encode_entry(Entry(now, commands)), batch
+        return encode_entry(Entry(now, tuple(cmd for cmd, _ in batch))), batch
     except ValueError:
         kept = []
         for cmd, fut in batch:
-            if cmd is not _BARRIER:
-                try:
-                    encode_entry(Entry(now, (cmd,)))
-                except ValueError as exc:
-                    _settle(fut, Rejection(ErrorCode.INVALID_PARAMETER_VALUE, str(exc)))
-                    continue
+            try:
+                encode_entry(Entry(now, (cmd,)))
+            except ValueError as exc:
+                _settle(fut, Rejection(ErrorCode.INVALID_PARAMETER_VALUE, str(exc)))
+                continue
             kept.append((cmd, fut))
-        commands = tuple(cmd for cmd, _ in kept if cmd is not _BARRIER)
-        return encode_entry(Entry(now, commands)), kept
+        return encode_entry(Entry(now, tuple(cmd for cmd, _ in kept))), kept
+
+
+def _unchanged(st: ShardState, command: c.Command, now: int) -> c.Result | None:
+    """A query: ``command``'s result if its apply at ``now`` writes nothing and has no
+    effect (a scratch transaction: nothing is kept either way), else None."""
+    outcome = HANDLERS[type(command)](st, command, now)
+    return outcome.result if not len(st.txn) and not outcome.effects else None  # type: ignore[arg-type]
 
 
 def _settle(fut: asyncio.Future, value: Any) -> None:

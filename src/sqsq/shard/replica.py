@@ -43,6 +43,7 @@ from sqsq.raft import (
 )
 from sqsq.shard.peers import PeerTransport
 from sqsq.shard.raftstorage import RaftStorage
+from sqsq.shard.reads import Confirmed, ReadIndexReads
 from sqsq.shard.statemachine import ShardMachine
 
 log = logging.getLogger("sqsq.raft")
@@ -115,6 +116,7 @@ class RaftReplica:
         self.snapshots_written = 0
         self.snapshot_bytes = 0
         self._catching_up = False
+        self._reads = ReadIndexReads()
 
     # ---- life ----------------------------------------------------------------------------
 
@@ -156,6 +158,7 @@ class RaftReplica:
         for _, done in self._proposals.values():
             done(Proposal.UNKNOWN, None)
         self._proposals.clear()
+        self._reads.fail_all()
         await asyncio.to_thread(self.storage.close)
 
     def _die(self, exc: BaseException) -> None:
@@ -244,6 +247,32 @@ class RaftReplica:
             core.transfer_leadership(ready[pick % len(ready)])
             self._kick.set()
 
+    def read_index(self, done: Confirmed) -> None:
+        """A linearizable read without a log entry (``shard.reads``): ``done(True)`` once
+        this replica has confirmed with a quorum that it still leads and has applied what
+        was committed when the read was asked; ``done(False)`` if it does not lead, or stops
+        leading first."""
+        if not self.is_leader() or self._stopped:
+            done(False)
+        elif self._reads.ask(done):
+            asyncio.get_running_loop().call_soon(self._ask_reads)
+
+    def _ask_reads(self) -> None:
+        context, reads = self._reads.take()
+        core = self.core
+        if core is None or self._stopped or not self.is_leader() or \
+                not core.read_index(context):
+            for done in reads:
+                done(False)
+            return
+        self._reads.sent(context, core.term, reads)
+        self._kick.set()
+
+    def _serve_reads(self, states: Sequence[Any] = ()) -> None:
+        core = self.core
+        if core is not None:
+            self._reads.serve(states, core.applied, core.term if self.is_leader() else None)
+
     # ---- status --------------------------------------------------------------------------
 
     def is_leader(self) -> bool:
@@ -298,6 +327,8 @@ class RaftReplica:
         core = self.core
         if core is None or self.fatal is not None or self._stopped:
             return
+        if self._reads.out:
+            self._serve_reads()  # reads the core dropped with its leadership are answered
         if core.quiesced:
             if core.is_leader():
                 if not self._follower_silent(core):
@@ -339,6 +370,7 @@ class RaftReplica:
                     self._die(exc)
                     return
                 core.advance(rd)
+                self._serve_reads(rd.read_states)
                 if was_leader and not core.is_leader():
                     self._lost_leadership()
                 if self._catching_up:
