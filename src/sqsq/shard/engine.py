@@ -17,6 +17,9 @@ leads and waits until it has applied everything committed when the read arrived 
 before it, and a deposed leader cut off from its followers answers NotLeader, never from a
 stale view. A receive that finds nothing to deliver is such a read too.
 
+Time-driven work (timers, retention, windows) is a Sweep the leader proposes when its state
+says one is due; one scheduler per process asks every engine (``shard.sweeps``).
+
 Single-node mode is the same code over a one-member group.
 """
 
@@ -32,14 +35,16 @@ from typing import Any, TypeVar
 from sqsq.core import commands as c
 from sqsq.core.entry import Entry, encode_entry
 from sqsq.core.errors import ErrorCode, Rejection
-from sqsq.core.machine import HANDLERS, effective_now, sweep_needed
+from sqsq.core.machine import HANDLERS, effective_now, next_sweep_ms, sweep_needed
 from sqsq.core.state import ShardConfig, ShardState
 from sqsq.core.txn import Txn
-from sqsq.errors import from_rejection, not_leader_message
+from sqsq.errors import QueueError, from_rejection, not_leader_message
 from sqsq.shard.clock import LeaderClock, Ms, monotonic_ms, wall_clock_ms
+from sqsq.shard.longpoll import Waiters
 from sqsq.shard.replica import Proposal, RaftReplica
 from sqsq.shard.stamp import stamp
 from sqsq.shard.statemachine import Installing, ShardMachine, describe
+from sqsq.shard.sweeps import SweepScheduler
 
 log = logging.getLogger("sqsq.shard")
 T = TypeVar("T")
@@ -52,54 +57,11 @@ LEADER_WAIT_S = 3.0  # a request that finds no leader waits this long for an ele
 # one cut off (a deposed leader sees no election), and its callers do better trying another
 # node (they rotate on a NotLeader without a hint) than waiting here for seconds.
 GROUP_LEADER_WAIT_S = 0.5
-SWEEP_INTERVAL_S = 0.1
 HAND_OVER_TIMEOUT_S = 2.0  # a graceful stop waits this long at most for a follower to lead
 HAND_OVER_POLL_S = 0.02
 # A read whose leadership is not confirmed by then is answered "retry" (a leader cut off
 # from its quorum stands down within an election timeout and answers NotLeader sooner).
 READ_TIMEOUT_S = 5.0
-
-
-class Waiters:
-    """Long polls parked per queue; an effect wakes every poll on that queue."""
-
-    def __init__(self) -> None:
-        self._events: dict[str, asyncio.Event] = {}
-        self.parked = 0  # receives waiting right now (metrics)
-
-    def event(self, queue: str) -> asyncio.Event:
-        ev = self._events.get(queue)
-        if ev is None:
-            ev = self._events[queue] = asyncio.Event()
-        return ev
-
-    async def park(self, event: asyncio.Event, timeout_s: float) -> None:
-        """Wait until ``event`` is set or ``timeout_s`` passes, counted in ``parked``."""
-        self.parked += 1
-        try:
-            await asyncio.wait_for(event.wait(), timeout=timeout_s)
-        except TimeoutError:
-            pass
-        finally:
-            self.parked -= 1
-
-    def wake(self, queue: str) -> None:
-        ev = self._events.pop(queue, None)
-        if ev is not None:
-            ev.set()
-
-    def __len__(self) -> int:
-        """Queues with a poll parked on them."""
-        return len(self._events)
-
-    def forget(self, queue: str) -> None:
-        """Drop a queue's event unset: a poll on a queue that does not exist must not leave
-        one behind (a client could otherwise grow this map with made-up names)."""
-        self._events.pop(queue, None)
-
-    def wake_all(self) -> None:
-        for queue in list(self._events):
-            self.wake(queue)
 
 
 class ShardEngine:
@@ -113,7 +75,10 @@ class ShardEngine:
         clock_ms: Ms = wall_clock_ms,
         mono_ms: Ms = monotonic_ms,
         leader_hint: Callable[[str | None], str | None] = lambda raft_address: None,
+        sweeps: SweepScheduler | None = None,
     ) -> None:
+        """``sweeps``: the process's sweep scheduler, shared by its engines (default: one of
+        this engine's own)."""
         self.machine = machine
         self.replica = replica
         self.config: ShardConfig = machine.config
@@ -128,9 +93,17 @@ class ShardEngine:
         self._none_in_flight = asyncio.Event()
         self._none_in_flight.set()
         self._handing_over: asyncio.Future | None = None  # see hand_over
-        self._tasks: list[asyncio.Task] = []
         self._closing = False
         self.on_group_commit: Callable[[int], None] | None = None  # commands per entry
+        self.sweeps = sweeps or SweepScheduler()
+        # What the sweep check last read (term, applied index), and what it found: the time
+        # the next sweep is due (None: never; 0: now) and whether the configuration is
+        # recorded. Read again only when either moved, so an idle shard costs no reads.
+        self._sweep_checked: tuple[int, int] | None = None
+        self._sweep_due: int | None = None
+        self._configured = False
+        self._sweeping: asyncio.Task | None = None
+        self._observed_ms = 0  # the log time a follower last passed to ``clock.observe``
 
     @property
     def store(self) -> Any:
@@ -166,7 +139,7 @@ class ShardEngine:
         if len(self.replica.members()) > 1:  # others keep the time: start from the log's
             self.clock.observe(self.machine.last_now_ms)
         self._loop = asyncio.get_running_loop()
-        self._tasks = [asyncio.create_task(self._ticker(), name="ticker")]
+        self.sweeps.add(self)
 
     async def wait_leading(self, timeout_s: float) -> bool:
         """Whether this replica leads, with everything committed before it applied, within
@@ -221,9 +194,10 @@ class ShardEngine:
         self._flush()  # closing: answers what is queued, proposes nothing
         # Every entry in flight is answered by then: committed, refused or timed out.
         await self._none_in_flight.wait()
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.sweeps.remove(self)
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            await asyncio.gather(self._sweeping, return_exceptions=True)
         await self.replica.stop()
         self.machine.close()
 
@@ -408,25 +382,48 @@ class ShardEngine:
         if self._pending and not self._flush_due:
             self._flush()  # what waited for a free slot goes now
 
-    async def _ticker(self) -> None:
-        """The leader proposes a Sweep when time-driven work is due (timers, retention,
-        windows, garbage); followers never do."""
-        while True:
-            await asyncio.sleep(SWEEP_INTERVAL_S)
+    def check_sweep(self) -> None:
+        """Called by the process's sweep scheduler every ``SWEEP_INTERVAL_S``: the leader
+        proposes a Sweep when time-driven work is due (timers, retention, windows, garbage),
+        and records the configuration first; followers never do, and keep up with the log's
+        time instead. Reads the state only when it changed since the last look."""
+        replica = self.replica
+        if self._closing or self._sweeping is not None:
+            return
+        if not replica.is_leader():
+            self._sweep_checked = None  # look again once it leads
+            last_ms = self.machine.last_now_ms
+            if last_ms != self._observed_ms and len(replica.members()) > 1:
+                # a follower keeps up with the log's time (``shard.clock``) as it applies it;
+                # a group of one keeps none but its own, and starts from its wall clock
+                self.clock.observe(last_ms)
+                self._observed_ms = last_ms
+            return
+        mark = (replica.raftCurrentTerm, self.machine.applied_index)
+        if mark != self._sweep_checked:
             try:
-                leads = not self._closing and self.replica.is_leader()
-                if not leads and len(self.replica.members()) > 1:
-                    # a follower keeps up with the log's time (``shard.clock``); a group of
-                    # one keeps none but its own, and starts from its wall clock
-                    self.clock.observe(self.machine.last_now_ms)
-                if leads and self.machine.recorded_fingerprint() is None:
-                    await self.execute(c.Configure(self.config.fingerprint()))
-                more = leads and self.query(sweep_needed)
-                while more:
-                    result = await self.execute(c.Sweep())
-                    more = isinstance(result, c.Swept) and result.more and not self._closing
-            except Exception:
-                log.exception("sweep failed")
+                self._configured = self.machine.recorded_fingerprint() is not None
+                self._sweep_due = self.query(lambda st, now: next_sweep_ms(st))
+            except QueueError:  # installing a snapshot: look again at the next tick
+                return
+            self._sweep_checked = mark
+        if not self._configured or (
+                self._sweep_due is not None and self.now_ms() >= self._sweep_due):
+            self._sweeping = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        try:
+            if self.machine.recorded_fingerprint() is None:
+                await self.execute(c.Configure(self.config.fingerprint()))
+            more = self.query(sweep_needed)
+            while more:
+                result = await self.execute(c.Sweep())
+                more = isinstance(result, c.Swept) and result.more and not self._closing
+        except Exception:
+            log.exception("sweep failed")
+        finally:
+            self._sweeping = None
+            self._sweep_checked = None  # whatever happened, look again
 
 
 class _InFlight:

@@ -117,6 +117,7 @@ class RaftReplica:
         self.snapshot_bytes = 0
         self._catching_up = False
         self._reads = ReadIndexReads()
+        self._watch: tuple[Any, str | None, bool, tuple[str, ...]] | None = None
 
     # ---- life ----------------------------------------------------------------------------
 
@@ -330,30 +331,36 @@ class RaftReplica:
         if self._reads.out:
             self._serve_reads()  # reads the core dropped with its leadership are answered
         if core.quiesced:
-            if core.is_leader():
-                if not self._follower_silent(core):
-                    return
-                core.wake()  # a member's node fell silent: check the quorum again
-            elif not self._leader_silent(core):
+            leading = core.is_leader()
+            if not self._watched_silent(core, leading):
                 return
-            else:
-                core.wake(leader_silent=True)
+            # leading: a member's node fell silent, check the quorum again; following: the
+            # leader's node did, its lease counts as run out
+            core.wake(leader_silent=not leading)
         core.tick()
         self._kick.set()
 
-    def _follower_silent(self, core: RaftNode) -> bool:
+    def _watched_silent(self, core: RaftNode, leading: bool) -> bool:
+        """Whether a node this quiet replica watches fell silent: its followers' nodes when
+        it leads, its leader's when it follows (no leader known counts as silent). The nodes
+        are worked out once per membership and leader, not on every tick: a node ticks
+        every replica it hosts twenty times a second."""
+        conf, lead = core.log.conf(), core.lead
+        watch = self._watch
+        if watch is None or watch[0] is not conf or watch[1] != lead or watch[2] != leading:
+            members = sorted(core.voters() - {self.id}) if leading else [lead] if lead else []
+            watch = self._watch = (conf, lead, leading,
+                                   tuple(node_of(m, self.shard_id)[0] for m in members))
+        if not (leading or lead):
+            return True
+        if self.heard is None:
+            return bool(watch[3])
         now = time.monotonic()
-        for member in core.voters() - {self.id}:
-            heard = self.heard(node_of(member, self.shard_id)[0]) if self.heard else None
+        for node in watch[3]:
+            heard = self.heard(node)
             if heard is None or now - heard > self.settings.liveness_s:
                 return True
         return False
-
-    def _leader_silent(self, core: RaftNode) -> bool:
-        if core.lead is None or self.heard is None:
-            return True
-        heard = self.heard(node_of(core.lead, self.shard_id)[0])
-        return heard is None or time.monotonic() - heard > self.settings.liveness_s
 
     async def _run(self) -> None:
         core = self.core
