@@ -23,8 +23,9 @@ class Group:
     """Three replicas of one shard; links to one of them can be cut (every Raft message from
     or to it dropped, its node reported silent) and healed."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, options: ReplicaOptions | None = None) -> None:
         self.root = root
+        self.options = options or ReplicaOptions(bootstrap=True, memory=True)
         self.peers = [Peer("127.0.0.1", free_port(), free_port()) for _ in range(3)]
         self.cut: set[str] = set()  # Raft addresses of replicas cut off from the rest
         self.networks: list[PeerNetwork] = []
@@ -35,7 +36,7 @@ class Group:
             network = PeerNetwork(me, "127.0.0.1", SECRET, self.root / f"n{i}")
             await network.start()
             engine = open_replica(SHARD, self.root / f"n{i}" / "shard", ShardConfig(SHARD, SECRET),
-                                  me, self.peers, ReplicaOptions(bootstrap=True, memory=True),
+                                  me, self.peers, self.options,
                                   network)
             self._cuttable(engine)
             self.networks.append(network)
@@ -93,9 +94,10 @@ async def until(done: Callable[[], bool]) -> None:
             await asyncio.sleep(0.01)
 
 
-def run(scenario: Callable[[Group], object], root: Path) -> None:
+def run(scenario: Callable[[Group], object], root: Path,
+        options: ReplicaOptions | None = None) -> None:
     async def main() -> None:
-        group = Group(root)
+        group = Group(root, options)
         await group.start()
         try:
             await scenario(group)  # type: ignore[misc]

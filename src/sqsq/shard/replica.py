@@ -480,7 +480,12 @@ class RaftReplica:
         """A snapshot the core accepted: durable in the Raft storage first (the log reset
         behind it), then the state machine swapped to it (worker thread)."""
         path = self._staged.pop((meta.index, meta.term))
-        self._staged.clear()
+        # Others received up to this one are superseded (the core never installs a snapshot
+        # behind its commit): their files go too. Newer ones stay for the core to decide.
+        for key in [k for k in list(self._staged) if k[0] <= meta.index]:
+            stale = self._staged.pop(key, None)
+            if stale is not None:
+                stale.unlink(missing_ok=True)
         with self.storage.snapshots.open_data(path) as src:
             self.storage.install_snapshot(meta, lambda f: shutil.copyfileobj(src, f, 1 << 20))
         path.unlink(missing_ok=True)
