@@ -1,14 +1,17 @@
 """What each extra shard costs: CPU per process, idle and under a batched send load.
 
-    python -m bench.shardcost [--shards 1,4] [--duration 5]
+    python -m bench.shardcost [--shards 1,4] [--duration 5] [--settle 0] [--idle-only]
 
 For each shard count, starts a cluster as ``sqsq cluster up`` does (etcd, three nodes, a
 gateway, a queue with one partition per shard) and reads every process's CPU time from
 ``/proc/<pid>/stat``: first over an idle window (Raft heartbeats, tickers, leases), then
-over a ``send-10x100B`` window. It prints CPU seconds per wall second for each role
-(gateway, nodes, etcd, the load's client processes, everything on the machine) and, under
-load, CPU milliseconds and Raft log entries (all shards together) per 1,000 messages. On 2
-cores the machine is the limit, so what the extra shards cost shows up as CPU per message.
+over a ``send-10x100B`` window (``--idle-only``: the idle window alone). ``--settle S``
+waits S seconds after the cluster is up before the idle window, so that it measures shards
+that have gone quiet rather than their first elections and sweeps. It prints CPU seconds per
+wall second for each role (gateway, nodes, etcd, the load's client processes, everything on
+the machine) and, under load, CPU milliseconds and Raft log entries (all shards together)
+per 1,000 messages. On 2 cores the machine is the limit, so what the extra shards cost shows
+up as CPU per message.
 """
 
 from __future__ import annotations
@@ -81,7 +84,8 @@ def _window(roles: dict[str, list[int]], run: Any) -> tuple[dict[str, float], fl
     return used, wall, result
 
 
-def measure(shards: int, duration_s: float) -> dict[str, Any]:
+def measure(shards: int, duration_s: float, settle_s: float = 0.0,
+            idle_only: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sqsq-shardcost-") as tmp:
         env = dict(os.environ, SQSQ_LOG_LEVEL="WARNING")
         cluster = LocalCluster(Path(tmp), nodes=3, shards=shards, partitions=shards,
@@ -89,7 +93,11 @@ def measure(shards: int, duration_s: float) -> dict[str, Any]:
         admincred.use_directory(Path(tmp))  # the Admin calls prove the cluster's credential
         try:
             roles = _roles(cluster)
+            time.sleep(settle_s)
             idle, idle_wall, _ = _window(roles, lambda: time.sleep(duration_s))
+            if idle_only:
+                return {"shards": shards,
+                        "idle_cpu_per_s": {k: round(v / idle_wall, 3) for k, v in idle.items()}}
             spec = {"kind": "sqsq-grpc", "endpoint": cluster.gateway.endpoint}
             w = Workload("send-10x100B", "send", batch=10, consumers=0)
             index_before = _applied_indexes(cluster.gateway.endpoint)
@@ -115,11 +123,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shards", default="1,4")
     ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds between the cluster's start and the idle window")
+    ap.add_argument("--idle-only", action="store_true", help="no load window")
     args = ap.parse_args()
-    rows = [measure(int(s), args.duration) for s in args.shards.split(",")]
+    rows = [measure(int(s), args.duration, args.settle, args.idle_only)
+            for s in args.shards.split(",")]
     roles = ["gateway", "nodes", "etcd", "clients", "machine"]
     print(f"{'shards':>6}  {'what':<24}" + "".join(f"{r:>9}" for r in roles))
     for row in rows:
+        if args.idle_only:
+            print(f"{row['shards']:>6}  {'idle CPU s/s':<24}"
+                  + "".join(f"{row['idle_cpu_per_s'][r]:>9}" for r in roles))
+            continue
         for key, label in (("idle_cpu_per_s", "idle CPU s/s"),
                            ("load_cpu_per_s", "send-10x100B CPU s/s"),
                            ("cpu_ms_per_1000_msgs", "CPU ms / 1000 msgs")):

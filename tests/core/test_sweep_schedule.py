@@ -7,7 +7,7 @@ from __future__ import annotations
 from coresupport import CONFIG, Core
 from sqsq.core import commands as c
 from sqsq.core import records as r
-from sqsq.core.machine import sweep_needed
+from sqsq.core.machine import next_sweep_ms, sweep_needed
 from sqsq.core.state import ShardState
 from sqsq.core.txn import Txn
 from sqsq.shard.store import MemoryStore
@@ -155,3 +155,53 @@ def test_state_written_before_the_schedule_is_scheduled_by_the_first_sweep() -> 
     # Only "old" stays in the schedule: at its message's end of retention, four days on.
     [(key, name)] = core.state().scan_prefix(b"S")
     assert name == b"old" and r.read_u64(key, 1) > core.now_ms + 3 * 86_400_000
+
+
+def _needed_at(core: Core, now: int) -> bool:
+    return sweep_needed(ShardState(Txn(core.store), CONFIG), now)
+
+
+def _check_next_sweep(core: Core) -> int | None:
+    """``next_sweep_ms`` is exactly when ``sweep_needed`` turns true as time passes."""
+    due = next_sweep_ms(ShardState(Txn(core.store), CONFIG))
+    if due is None:
+        assert not _needed_at(core, core.now_ms + 30 * 86_400_000)
+    elif due == 0:
+        assert _needed_at(core, core.now_ms)
+    else:
+        assert not _needed_at(core, due - 1) and _needed_at(core, due)
+    return due
+
+
+def test_the_next_sweep_time_is_when_the_check_turns_true() -> None:
+    """The leader reads ``next_sweep_ms`` once after the state changes and compares the time
+    after that: it must name the first moment any timer, window or garbage is due."""
+    core = Core()
+    assert _check_next_sweep(core) is None  # nothing at all: never
+    core.create("q", VisibilityTimeout=30)
+    core.send("q", "x")
+    core.run(c.Sweep())
+    retention = _check_next_sweep(core)
+    assert retention is not None and retention > core.now_ms + 86_400_000
+    core.receive("q")
+    assert _check_next_sweep(core) == core.now_ms + 30_000  # the visibility timeout
+    core.create("late", DelaySeconds=5)
+    core.send("late", "y")
+    assert _check_next_sweep(core) == core.now_ms + 5_000  # the delay comes first
+    core.create("f.fifo", FifoQueue="true", ContentBasedDeduplication="true")
+    core.send("f.fifo", "z", message_group_id="g")
+    core.run(c.DeleteQueue("f.fifo"))  # its garbage and its dedup window stay behind
+    assert _check_next_sweep(core) == 0
+    while _needed(core):
+        core.run(c.Sweep())
+    visits = 0
+    # the delay, the timeout, the deleted queue's 60 s, the window, the retentions
+    while (due := _check_next_sweep(core)) is not None:
+        assert due > core.now_ms and visits < 20
+        core.advance((due - core.now_ms) / 1000)
+        assert _needed(core)
+        while _needed(core):
+            core.run(c.Sweep())
+        visits += 1
+    assert visits >= 5
+    assert core.depth("q") == (0, 0, 0) and core.depth("late") == (0, 0, 0)  # retention

@@ -7,6 +7,7 @@ time), so a new leader with a slower clock cannot resurrect expired timers.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 from sqsq.core import commands as c
@@ -98,6 +99,21 @@ def sweep_needed(st: ShardState, now: int) -> bool:
         now - r.read_u64(deleted_at) >= limits.QUEUE_DELETED_RECENTLY_MS
         for _, deleted_at in st.scan_prefix(b"x")
     )
+
+
+def next_sweep_ms(st: ShardState) -> int | None:
+    """The earliest time at which ``sweep_needed`` holds if nothing is applied meanwhile
+    (0: it holds already, whatever the time; None: never). The leader reads it once after
+    the state changes and then only compares the time, so an idle shard costs no reads."""
+    if not st.meta.sweep_scheduled or redrive.running(st) or \
+            any(True for _ in st.scan_prefix(b"z")):
+        return 0
+    due = [r.read_u64(key, 1) for key, _ in itertools.islice(st.scan_prefix(b"S"), 1)]
+    due += [r.read_u64(key, 1) for key, _ in itertools.islice(
+        st.scan_floored(b"e", st.meta.e_floor, None, lambda floor: None), 1)]
+    due += [r.read_u64(deleted_at) + limits.QUEUE_DELETED_RECENTLY_MS
+            for _, deleted_at in st.scan_prefix(b"x")]
+    return min(due, default=None)
 
 
 def configure(st: ShardState, cmd: c.Configure, now: int) -> c.Outcome:

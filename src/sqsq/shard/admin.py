@@ -5,11 +5,12 @@ memtable), written under ``snapshot_root`` on the server's machine. The committe
 running while it is taken; RocksDB makes the checkpoint consistent at one sequence number, so
 it holds whole group commits only.
 
-Only a shard's leader snapshots it, and only after a barrier (an empty entry proposed after
-the request arrived, committed and applied here): a follower's state can lag, and a deposed
-leader's can miss what the new one acknowledged. A replica that does not lead answers
-NotLeader with the leader's address when it knows it, as the shard service does, so the
-gateway's Admin (``sqsq.gateway.admin``) finds the leader the way it routes any call.
+Only a shard's leader snapshots it, and only after a barrier (ReadIndex: it confirms with a
+quorum that it still leads and applies everything committed before the request arrived): a
+follower's state can lag, and a deposed leader's can miss what the new one acknowledged. A
+replica that does not lead answers NotLeader with the leader's address when it knows it, as
+the shard service does, so the gateway's Admin (``sqsq.gateway.admin``) finds the leader
+the way it routes any call.
 
 For backups (``sqsq backup``), ``ReadSnapshot`` streams a snapshot's files to the caller (and,
 when asked, the receipt-handle secret: a restore must sign and check handles with the same

@@ -11,8 +11,14 @@ run, only once the entry is committed and applied here while this replica still 
 the term it proposed in; anything else is answered NotLeader (not appended: retry at the
 leader) or ServiceUnavailable (outcome unknown: retry with the same request id).
 
-Reads that a client sees go through the log as well: a read waits for an empty entry (a
-barrier) proposed after it arrived, so a deposed leader cannot answer from a stale view.
+Reads that a client sees take no log entry: the leader confirms with a quorum that it still
+leads and waits until it has applied everything committed when the read arrived (ReadIndex,
+``shard.reads``), then answers from its state, so a read sees every write acknowledged
+before it, and a deposed leader cut off from its followers answers NotLeader, never from a
+stale view. A receive that finds nothing to deliver is such a read too.
+
+Time-driven work (timers, retention, windows) is a Sweep the leader proposes when its state
+says one is due; one scheduler per process asks every engine (``shard.sweeps``).
 
 Single-node mode is the same code over a one-member group.
 """
@@ -29,14 +35,16 @@ from typing import Any, TypeVar
 from sqsq.core import commands as c
 from sqsq.core.entry import Entry, encode_entry
 from sqsq.core.errors import ErrorCode, Rejection
-from sqsq.core.machine import effective_now, sweep_needed
+from sqsq.core.machine import HANDLERS, effective_now, next_sweep_ms, sweep_needed
 from sqsq.core.state import ShardConfig, ShardState
 from sqsq.core.txn import Txn
-from sqsq.errors import from_rejection, not_leader_message
+from sqsq.errors import QueueError, from_rejection, not_leader_message
 from sqsq.shard.clock import LeaderClock, Ms, monotonic_ms, wall_clock_ms
+from sqsq.shard.longpoll import Waiters
 from sqsq.shard.replica import Proposal, RaftReplica
 from sqsq.shard.stamp import stamp
 from sqsq.shard.statemachine import Installing, ShardMachine, describe
+from sqsq.shard.sweeps import SweepScheduler
 
 log = logging.getLogger("sqsq.shard")
 T = TypeVar("T")
@@ -49,53 +57,11 @@ LEADER_WAIT_S = 3.0  # a request that finds no leader waits this long for an ele
 # one cut off (a deposed leader sees no election), and its callers do better trying another
 # node (they rotate on a NotLeader without a hint) than waiting here for seconds.
 GROUP_LEADER_WAIT_S = 0.5
-SWEEP_INTERVAL_S = 0.1
 HAND_OVER_TIMEOUT_S = 2.0  # a graceful stop waits this long at most for a follower to lead
 HAND_OVER_POLL_S = 0.02
-
-_BARRIER = object()  # a read waiting for the next entry to commit
-
-
-class Waiters:
-    """Long polls parked per queue; an effect wakes every poll on that queue."""
-
-    def __init__(self) -> None:
-        self._events: dict[str, asyncio.Event] = {}
-        self.parked = 0  # receives waiting right now (metrics)
-
-    def event(self, queue: str) -> asyncio.Event:
-        ev = self._events.get(queue)
-        if ev is None:
-            ev = self._events[queue] = asyncio.Event()
-        return ev
-
-    async def park(self, event: asyncio.Event, timeout_s: float) -> None:
-        """Wait until ``event`` is set or ``timeout_s`` passes, counted in ``parked``."""
-        self.parked += 1
-        try:
-            await asyncio.wait_for(event.wait(), timeout=timeout_s)
-        except TimeoutError:
-            pass
-        finally:
-            self.parked -= 1
-
-    def wake(self, queue: str) -> None:
-        ev = self._events.pop(queue, None)
-        if ev is not None:
-            ev.set()
-
-    def __len__(self) -> int:
-        """Queues with a poll parked on them."""
-        return len(self._events)
-
-    def forget(self, queue: str) -> None:
-        """Drop a queue's event unset: a poll on a queue that does not exist must not leave
-        one behind (a client could otherwise grow this map with made-up names)."""
-        self._events.pop(queue, None)
-
-    def wake_all(self) -> None:
-        for queue in list(self._events):
-            self.wake(queue)
+# A read whose leadership is not confirmed by then is answered "retry" (a leader cut off
+# from its quorum stands down within an election timeout and answers NotLeader sooner).
+READ_TIMEOUT_S = 5.0
 
 
 class ShardEngine:
@@ -109,7 +75,10 @@ class ShardEngine:
         clock_ms: Ms = wall_clock_ms,
         mono_ms: Ms = monotonic_ms,
         leader_hint: Callable[[str | None], str | None] = lambda raft_address: None,
+        sweeps: SweepScheduler | None = None,
     ) -> None:
+        """``sweeps``: the process's sweep scheduler, shared by its engines (default: one of
+        this engine's own)."""
         self.machine = machine
         self.replica = replica
         self.config: ShardConfig = machine.config
@@ -124,9 +93,17 @@ class ShardEngine:
         self._none_in_flight = asyncio.Event()
         self._none_in_flight.set()
         self._handing_over: asyncio.Future | None = None  # see hand_over
-        self._tasks: list[asyncio.Task] = []
         self._closing = False
         self.on_group_commit: Callable[[int], None] | None = None  # commands per entry
+        self.sweeps = sweeps or SweepScheduler()
+        # What the sweep check last read (term, applied index), and what it found: the time
+        # the next sweep is due (None: never; 0: now) and whether the configuration is
+        # recorded. Read again only when either moved, so an idle shard costs no reads.
+        self._sweep_checked: tuple[int, int] | None = None
+        self._sweep_due: int | None = None
+        self._configured = False
+        self._sweeping: asyncio.Task | None = None
+        self._observed_ms = 0  # the log time a follower last passed to ``clock.observe``
 
     @property
     def store(self) -> Any:
@@ -166,14 +143,14 @@ class ShardEngine:
         if len(self.replica.members()) > 1:  # others keep the time: start from the log's
             self.clock.observe(self.machine.last_now_ms)
         self._loop = asyncio.get_running_loop()
-        self._tasks = [asyncio.create_task(self._ticker(), name="ticker")]
+        self.sweeps.add(self)
 
     async def wait_leading(self, timeout_s: float) -> bool:
         """Whether this replica leads, with everything committed before it applied, within
         ``timeout_s`` (a one-member group elects itself within an election timeout)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.replica.is_leader() and not isinstance(await self.barrier(), Rejection):
+            if self.replica.is_leader() and await self.barrier() is None:
                 return True
             await asyncio.sleep(0.02)
         return False
@@ -221,9 +198,10 @@ class ShardEngine:
         self._flush()  # closing: answers what is queued, proposes nothing
         # Every entry in flight is answered by then: committed, refused or timed out.
         await self._none_in_flight.wait()
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.sweeps.remove(self)
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            await asyncio.gather(self._sweeping, return_exceptions=True)
         await self.replica.stop()
         self.machine.close()
 
@@ -256,14 +234,22 @@ class ShardEngine:
         return await fut
 
     async def barrier(self) -> None | Rejection:
-        """Wait until an entry proposed after this call is committed and applied here."""
+        """Wait until this replica has confirmed that it still leads and has applied
+        everything committed before this call (ReadIndex: no log entry). A Rejection if it
+        does not lead (NotLeader) or cannot confirm it in time (ServiceUnavailable)."""
         rejection = await self._admit()
         if rejection is not None:
             return rejection
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._enqueue(_BARRIER, fut)
-        result = await fut
-        return result if isinstance(result, Rejection) else None
+        loop = asyncio.get_running_loop()
+        confirmed: asyncio.Future = loop.create_future()
+        self.replica.read_index(lambda ok: loop.call_soon(_settle, confirmed, ok))
+        try:
+            ok = await asyncio.wait_for(confirmed, READ_TIMEOUT_S)
+        except TimeoutError:
+            return Rejection(ErrorCode.SERVICE_UNAVAILABLE,
+                             "The shard's leader could not confirm it still leads. Retry the "
+                             "request.")
+        return None if ok else self.not_leader()
 
     def now_ms(self) -> int:
         """The time as this replica's leader would stamp it now (see ``shard.clock``)."""
@@ -289,6 +275,31 @@ class ShardEngine:
         if rejection is not None:
             return rejection
         return self.query(fn, *args)
+
+    async def receive(self, command: c.ReceiveMessages) -> c.Result:
+        """A receive: proposed only if it would change something (deliver a message, move
+        one, answer a retried attempt). One that finds nothing is answered as a read: its
+        look at this replica's view is repeated after a barrier, and only what still finds
+        nothing is answered from it, with no log entry."""
+        rejection = await self._admit()
+        if rejection is not None:
+            return rejection
+        if self._look(command) is not None:  # nothing here: confirm that it is current
+            rejection = await self.barrier()
+            if rejection is not None:
+                return rejection
+            answer = self._look(command)
+            if answer is not None:
+                return answer
+        return await self.execute(command)
+
+    def _look(self, command: c.Command) -> c.Result | None:
+        """What ``command`` would answer over the applied state, if its apply would change
+        nothing (no write, no effect); None if it would, or the state cannot be read."""
+        try:
+            return self.query(_unchanged, command)
+        except Exception:  # noqa: BLE001 - installing, say: the log decides
+            return None
 
     # ---- the proposer ----
     # Callbacks on the event loop, not tasks: a command costs no task switch between its
@@ -319,7 +330,7 @@ class ShardEngine:
             return  # every command refused: nothing to propose
         data, batch = _encode(now, batch)
         if self.on_group_commit is not None:
-            self.on_group_commit(sum(1 for cmd, _ in batch if cmd is not _BARRIER))
+            self.on_group_commit(len(batch))
         proposal = _InFlight(batch)
         proposal.timer = loop.call_later(PROPOSAL_TIMEOUT_S, self._answer, proposal,
                                          Proposal.UNKNOWN, None)
@@ -336,13 +347,10 @@ class ShardEngine:
         """``batch`` less the commands whose apply raises on a scratch transaction: each is
         answered InternalError with one log line, and never enters the log, where it would
         stop every replica (``ShardMachine.prove``)."""
-        commands = [cmd for cmd, _ in batch if cmd is not _BARRIER]
-        if not commands:
-            return batch
-        failures = iter(self.machine.prove(now, commands))
+        failures = iter(self.machine.prove(now, [cmd for cmd, _ in batch]))
         kept = []
         for cmd, fut in batch:
-            failure = None if cmd is _BARRIER else next(failures)
+            failure = next(failures)
             if failure is None:
                 kept.append((cmd, fut))
                 continue
@@ -364,10 +372,7 @@ class ShardEngine:
             self._none_in_flight.set()
         if status is Proposal.COMMITTED and outcomes is not None:
             results = iter(outcomes)
-            for command, fut in batch:
-                if command is _BARRIER:
-                    _settle(fut, None)
-                    continue
+            for _, fut in batch:
                 outcome = next(results)
                 _settle(fut, outcome.result)
                 for effect in outcome.effects:
@@ -381,25 +386,48 @@ class ShardEngine:
         if self._pending and not self._flush_due:
             self._flush()  # what waited for a free slot goes now
 
-    async def _ticker(self) -> None:
-        """The leader proposes a Sweep when time-driven work is due (timers, retention,
-        windows, garbage); followers never do."""
-        while True:
-            await asyncio.sleep(SWEEP_INTERVAL_S)
+    def check_sweep(self) -> None:
+        """Called by the process's sweep scheduler every ``SWEEP_INTERVAL_S``: the leader
+        proposes a Sweep when time-driven work is due (timers, retention, windows, garbage),
+        and records the configuration first; followers never do, and keep up with the log's
+        time instead. Reads the state only when it changed since the last look."""
+        replica = self.replica
+        if self._closing or self._sweeping is not None:
+            return
+        if not replica.is_leader():
+            self._sweep_checked = None  # look again once it leads
+            last_ms = self.machine.last_now_ms
+            if last_ms != self._observed_ms and len(replica.members()) > 1:
+                # a follower keeps up with the log's time (``shard.clock``) as it applies it;
+                # a group of one keeps none but its own, and starts from its wall clock
+                self.clock.observe(last_ms)
+                self._observed_ms = last_ms
+            return
+        mark = (replica.raftCurrentTerm, self.machine.applied_index)
+        if mark != self._sweep_checked:
             try:
-                leads = not self._closing and self.replica.is_leader()
-                if not leads and len(self.replica.members()) > 1:
-                    # a follower keeps up with the log's time (``shard.clock``); a group of
-                    # one keeps none but its own, and starts from its wall clock
-                    self.clock.observe(self.machine.last_now_ms)
-                if leads and self.machine.recorded_fingerprint() is None:
-                    await self.execute(c.Configure(self.config.fingerprint()))
-                more = leads and self.query(sweep_needed)
-                while more:
-                    result = await self.execute(c.Sweep())
-                    more = isinstance(result, c.Swept) and result.more and not self._closing
-            except Exception:
-                log.exception("sweep failed")
+                self._configured = self.machine.recorded_fingerprint() is not None
+                self._sweep_due = self.query(lambda st, now: next_sweep_ms(st))
+            except QueueError:  # installing a snapshot: look again at the next tick
+                return
+            self._sweep_checked = mark
+        if not self._configured or (
+                self._sweep_due is not None and self.now_ms() >= self._sweep_due):
+            self._sweeping = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        try:
+            if self.machine.recorded_fingerprint() is None:
+                await self.execute(c.Configure(self.config.fingerprint()))
+            more = self.query(sweep_needed)
+            while more:
+                result = await self.execute(c.Sweep())
+                more = isinstance(result, c.Swept) and result.more and not self._closing
+        except Exception:
+            log.exception("sweep failed")
+        finally:
+            self._sweeping = None
+            self._sweep_checked = None  # whatever happened, look again
 
 
 class _InFlight:
@@ -416,21 +444,25 @@ class _InFlight:
 def _encode(now: int, batch: list) -> tuple[bytes, list]:
     """The entry for ``batch``. A command the log cannot carry (a value out of any range the
     edge checked, such as an integer past 64 bits) is refused on its own, not with the rest."""
-    commands = tuple(cmd for cmd, _ in batch if cmd is not _BARRIER)
     try:
-        return encode_entry(Entry(now, commands)), batch
+        return encode_entry(Entry(now, tuple(cmd for cmd, _ in batch))), batch
     except ValueError:
         kept = []
         for cmd, fut in batch:
-            if cmd is not _BARRIER:
-                try:
-                    encode_entry(Entry(now, (cmd,)))
-                except ValueError as exc:
-                    _settle(fut, Rejection(ErrorCode.INVALID_PARAMETER_VALUE, str(exc)))
-                    continue
+            try:
+                encode_entry(Entry(now, (cmd,)))
+            except ValueError as exc:
+                _settle(fut, Rejection(ErrorCode.INVALID_PARAMETER_VALUE, str(exc)))
+                continue
             kept.append((cmd, fut))
-        commands = tuple(cmd for cmd, _ in kept if cmd is not _BARRIER)
-        return encode_entry(Entry(now, commands)), kept
+        return encode_entry(Entry(now, tuple(cmd for cmd, _ in kept))), kept
+
+
+def _unchanged(st: ShardState, command: c.Command, now: int) -> c.Result | None:
+    """A query: ``command``'s result if its apply at ``now`` writes nothing and has no
+    effect (a scratch transaction: nothing is kept either way), else None."""
+    outcome = HANDLERS[type(command)](st, command, now)
+    return outcome.result if not len(st.txn) and not outcome.effects else None  # type: ignore[arg-type]
 
 
 def _settle(fut: asyncio.Future, value: Any) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +27,11 @@ from sqsq.shard.engine import ShardEngine
 from sqsq.shard.peers import PeerTransport
 from sqsq.shard.replica import HostSettings, RaftReplica, Replicas
 from sqsq.shard.statemachine import ShardMachine
+from sqsq.shard.sweeps import SweepScheduler
 
 TICK_S = 0.05  # the Raft clock: elections and heartbeats count in these
 PING_EVERY_TICKS = 4  # the node's heartbeat to its peers: 0.2 s
+SWEEP_EVERY_TICKS = 2  # every engine's sweep check (``SweepScheduler``): 0.1 s
 QUIESCE_AFTER_TICKS = 40  # a group with nothing to do for 2 s goes quiet
 
 
@@ -94,6 +97,7 @@ class PeerNetwork:
             self.replicas.on_messages, self.replicas.on_snapshot,
             snapshot_dir=directory / "incoming-snapshots")
         self._clock: asyncio.Task | None = None
+        self.sweeps = SweepScheduler(TICK_S * SWEEP_EVERY_TICKS, own_timer=False)
 
     async def start(self) -> int:
         port = await self.transport.start()
@@ -110,18 +114,39 @@ class PeerNetwork:
         return self.transport.heard.get(node)
 
     async def _ticks(self) -> None:
-        """One timer for the process: every replica's Raft tick, and the node's heartbeat to
-        every node it shares a group with (a quiet group's liveness)."""
+        """One timer for the process: every replica's Raft tick, the node's heartbeat to
+        every node it shares a group with (a quiet group's liveness), and every engine's
+        sweep check."""
         n = 0
+        nodes: set[tuple[str, tuple[str, int]]] = set()
+        liveness_s = 0.0
         while True:
             await asyncio.sleep(TICK_S)
+            # A quiet replica's tick only looks for a silent node. While every node this one
+            # shares a group with was heard from within the liveness bound, none would wake:
+            # the quiet ones are passed over (most of an idle node's replicas).
+            all_heard = bool(nodes) and self._all_heard(nodes, liveness_s)
             for replica in list(self.replicas.by_shard.values()):
+                if all_heard and replica.core is not None and replica.core.quiesced:
+                    continue
                 replica.tick()
             n += 1
+            if n % SWEEP_EVERY_TICKS == 0:
+                self.sweeps.check_all()
             if n % PING_EVERY_TICKS == 0:
-                nodes = {p for r in self.replicas.by_shard.values() for p in r.nodes()}
+                replicas = self.replicas.by_shard.values()
+                nodes = {p for r in replicas for p in r.nodes()}
+                liveness_s = min((r.settings.liveness_s for r in replicas), default=0.0)
                 for node, address in nodes:
                     self.transport.ping(node, address)
+
+    def _all_heard(self, nodes: set[tuple[str, tuple[str, int]]], liveness_s: float) -> bool:
+        heard, now = self.transport.heard, time.monotonic()
+        for node, _ in nodes:
+            at = heard.get(node)
+            if at is None or now - at > liveness_s:
+                return False
+        return True
 
 
 @dataclass
@@ -162,4 +187,5 @@ def open_replica(
         network.replicas.by_shard[shard_id] = replica
     by_raft = {p.raft(shard_id): p.grpc for p in peers}
     return ShardEngine(machine, replica, clock_ms=options.wall_clock_ms,
-                       leader_hint=options.grpc_of or (lambda raft: by_raft.get(raft or "")))
+                       leader_hint=options.grpc_of or (lambda raft: by_raft.get(raft or "")),
+                       sweeps=network.sweeps if network is not None else None)

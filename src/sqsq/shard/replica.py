@@ -42,11 +42,13 @@ from sqsq.raft import (
     RaftConfig,
     RaftNode,
     Ready,
+    Role,
     SnapshotMeta,
     bootstrap,
 )
 from sqsq.shard.peers import PeerTransport
 from sqsq.shard.raftstorage import RaftStorage
+from sqsq.shard.reads import Confirmed, ReadIndexReads
 from sqsq.shard.statemachine import ShardMachine
 
 log = logging.getLogger("sqsq.raft")
@@ -134,6 +136,8 @@ class RaftReplica:
         self._applier: asyncio.Task | None = None
         self._applied = 0  # what the state machine applied (the core's ``applied`` is ahead)
         self._term_vote: tuple[int, str | None] = (0, None)  # as last persisted
+        self._reads = ReadIndexReads()
+        self._watch: tuple[Any, str | None, bool, tuple[str, ...]] | None = None
 
     # ---- life ----------------------------------------------------------------------------
 
@@ -178,6 +182,7 @@ class RaftReplica:
         for _, done in self._proposals.values():
             done(Proposal.UNKNOWN, None)
         self._proposals.clear()
+        self._reads.fail_all()
         await asyncio.to_thread(self.storage.close)
 
     def _die(self, exc: BaseException) -> None:
@@ -269,6 +274,32 @@ class RaftReplica:
             core.transfer_leadership(ready[pick % len(ready)])
             self._kick.set()
 
+    def read_index(self, done: Confirmed) -> None:
+        """A linearizable read without a log entry (``shard.reads``): ``done(True)`` once
+        this replica has confirmed with a quorum that it still leads and has applied what
+        was committed when the read was asked; ``done(False)`` if it does not lead, or stops
+        leading first."""
+        if not self.is_leader() or self._stopped:
+            done(False)
+        elif self._reads.ask(done):
+            asyncio.get_running_loop().call_soon(self._ask_reads)
+
+    def _ask_reads(self) -> None:
+        context, reads = self._reads.take()
+        core = self.core
+        if core is None or self._stopped or not self.is_leader() or \
+                not core.read_index(context):
+            for done in reads:
+                done(False)
+            return
+        self._reads.sent(context, core.term, reads)
+        self._kick.set()
+
+    def _serve_reads(self, states: Sequence[Any] = ()) -> None:
+        core = self.core
+        if core is not None:
+            self._reads.serve(states, self._applied, core.term if self.is_leader() else None)
+
     # ---- status --------------------------------------------------------------------------
 
     def is_leader(self) -> bool:
@@ -328,31 +359,39 @@ class RaftReplica:
         core = self.core
         if core is None or self.fatal is not None or self._stopped:
             return
+        if self._reads.out:
+            self._serve_reads()  # reads the core dropped with its leadership are answered
         if core.quiesced:
-            if core.is_leader():
-                if not self._follower_silent(core):
-                    return
-                core.wake()  # a member's node fell silent: check the quorum again
-            elif not self._leader_silent(core):
+            leading = core.is_leader()
+            if not self._watched_silent(core, leading):
                 return
-            else:
-                core.wake(leader_silent=True)
+            # leading: a member's node fell silent, check the quorum again; following: the
+            # leader's node did, its lease counts as run out
+            core.wake(leader_silent=not leading)
         core.tick()
         self._kick.set()
 
-    def _follower_silent(self, core: RaftNode) -> bool:
+    def _watched_silent(self, core: RaftNode, leading: bool) -> bool:
+        """Whether a node this quiet replica watches fell silent: its followers' nodes when
+        it leads, its leader's when it follows (no leader known counts as silent). The nodes
+        are worked out once per membership and leader, not on every tick: a node ticks
+        every replica it hosts twenty times a second."""
+        conf, lead = core.log.conf(), core.lead
+        watch = self._watch
+        if watch is None or watch[0] is not conf or watch[1] != lead or watch[2] != leading:
+            members = sorted(core.voters() - {self.id}) if leading else [lead] if lead else []
+            watch = self._watch = (conf, lead, leading,
+                                   tuple(node_of(m, self.shard_id)[0] for m in members))
+        if not (leading or lead):
+            return True
+        if self.heard is None:
+            return bool(watch[3])
         now = time.monotonic()
-        for member in core.voters() - {self.id}:
-            heard = self.heard(node_of(member, self.shard_id)[0]) if self.heard else None
+        for node in watch[3]:
+            heard = self.heard(node)
             if heard is None or now - heard > self.settings.liveness_s:
                 return True
         return False
-
-    def _leader_silent(self, core: RaftNode) -> bool:
-        if core.lead is None or self.heard is None:
-            return True
-        heard = self.heard(node_of(core.lead, self.shard_id)[0])
-        return heard is None or time.monotonic() - heard > self.settings.liveness_s
 
     async def _run(self) -> None:
         """Each Ready's writes, then its messages. Its committed entries go to the applier
@@ -384,6 +423,7 @@ class RaftReplica:
                 self._hand_over(later)
                 if len(self._to_apply) > MAX_APPLY_BACKLOG:
                     await self._applied_all()  # the disk outruns the state machine
+                self._serve_reads(rd.read_states)
                 self._note_role(core)
                 if self._catching_up:
                     self._note_catch_up(core)
@@ -460,6 +500,8 @@ class RaftReplica:
                 self._die(exc)
                 return
             self._applied = max(self._applied, batch[-1].index)
+            if self._reads.waiting:
+                self._serve_reads()  # reads that waited for this apply
             for e in batch:
                 pending = self._proposals.pop(e.index, None)
                 if pending is not None:
@@ -562,7 +604,12 @@ class RaftReplica:
         """A snapshot the core accepted: durable in the Raft storage first (the log reset
         behind it), then the state machine swapped to it (worker thread)."""
         path = self._staged.pop((meta.index, meta.term))
-        self._staged.clear()
+        # Others received up to this one are superseded (the core never installs a snapshot
+        # behind its commit): their files go too. Newer ones stay for the core to decide.
+        for key in [k for k in list(self._staged) if k[0] <= meta.index]:
+            stale = self._staged.pop(key, None)
+            if stale is not None:
+                stale.unlink(missing_ok=True)
         with self.storage.snapshots.open_data(path) as src:
             self.storage.install_snapshot(meta, lambda f: shutil.copyfileobj(src, f, 1 << 20))
         path.unlink(missing_ok=True)

@@ -195,7 +195,8 @@ class ShardService:
             # receive's own reply then waits for its fsync); a follower's state may lag, and
             # answers NotLeader, never a queue error. A queue this leader has not found (one
             # it has not applied yet, say just after an election) is looked for again after
-            # a barrier: the answer is NonExistentQueue only if it still is not there.
+            # a barrier (ReadIndex): the answer is NonExistentQueue only if it still is not
+            # there.
             names = ["ReceiveMessageWaitTimeSeconds"]
             attrs = self.engine.query(queries.queue_attributes, queue, names) \
                 if self.engine.replica.is_leader() else None
@@ -211,7 +212,10 @@ class ShardService:
             # Park before trying, so a send that lands between the try and the wait wakes us.
             woken = self.engine.waiters.event(queue)
             try:
-                result = await self._run(command)
+                # answered without a log entry when it finds nothing (``engine.receive``)
+                result = await self.engine.receive(command)
+                if isinstance(result, Rejection):
+                    _raise(result)
             except QueueDoesNotExist:
                 self.engine.waiters.forget(queue)  # others polling a real queue keep the event
                 raise
