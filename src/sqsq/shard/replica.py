@@ -138,6 +138,7 @@ class RaftReplica:
         self._term_vote: tuple[int, str | None] = (0, None)  # as last persisted
         self._reads = ReadIndexReads()
         self._watch: tuple[Any, str | None, bool, tuple[str, ...]] | None = None
+        self._nodes: tuple[Any, frozenset[tuple[str, tuple[str, int]]]] | None = None
 
     # ---- life ----------------------------------------------------------------------------
 
@@ -201,9 +202,14 @@ class RaftReplica:
             self.core.step(message)
             self._kick.set()
 
-    def nodes(self) -> set[tuple[str, tuple[str, int]]]:
-        """The other members' nodes (id, address): whom the node's heartbeat goes to."""
-        return {node_of(m, self.shard_id) for m in self.members() - {self.id}}
+    def nodes(self) -> frozenset[tuple[str, tuple[str, int]]]:
+        """The other members' nodes (id, address): whom the node's heartbeat goes to.
+        Worked out once per membership (the node asks five times a second)."""
+        conf = None if self.core is None else self.core.log.conf()
+        if self._nodes is None or self._nodes[0] is not conf:
+            self._nodes = (conf, frozenset(
+                node_of(m, self.shard_id) for m in self.members() - {self.id}))
+        return self._nodes[1]
 
     def on_snapshot(self, message: Message, path: Path) -> None:
         """A snapshot arrived whole and durable: the core decides whether to install it."""
