@@ -26,6 +26,7 @@ Single-node mode is the same code over a one-member group.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -280,11 +281,15 @@ class ShardEngine:
         rejection = await self._admit()
         if rejection is not None:
             return rejection
-        if self._look(command) is not None:  # nothing here: confirm that it is current
+        # A look for one message changes something exactly when one for more would (both
+        # scan until they claim one) and answers the same when it does not (nothing, or a
+        # refusal), and it stops at the first message it finds.
+        look = dataclasses.replace(command, max_number_of_messages=1)
+        if self._look(look) is not None:  # nothing here: confirm that it is current
             rejection = await self.barrier()
             if rejection is not None:
                 return rejection
-            answer = self._look(command)
+            answer = self._look(look)
             if answer is not None:
                 return answer
         return await self.execute(command)
