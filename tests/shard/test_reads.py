@@ -93,3 +93,23 @@ def test_a_leader_cut_off_never_answers_from_a_stale_view(tmp_path: Path, read: 
             await asked
 
     run(scenario, tmp_path)
+
+
+def test_a_new_leader_reads_every_write_its_predecessor_acknowledged(tmp_path: Path) -> None:
+    """Just after a hand-over the new leader may not have applied (or know committed) the
+    last writes: its read waits for its own term's first commit and that apply."""
+
+    async def scenario(group: Group) -> None:
+        old = await group.settled_leader()
+        api = ShardService(old, Endpoint())
+        await api.create_queue("orders")
+        for n in range(5):
+            await api.send_message_batch("orders", [c.SendEntry("0", f"m{n}")])
+        successor = await old.hand_over()
+        new = next(e for e in group.engines if e.replica.id == successor)
+        await until(new.replica.is_leader)
+        attrs = await ShardService(new, Endpoint()).get_queue_attributes(
+            "orders", ["ApproximateNumberOfMessages"])
+        assert attrs == {"ApproximateNumberOfMessages": "5"}
+
+    run(scenario, tmp_path)

@@ -26,6 +26,7 @@ Single-node mode is the same code over a one-member group.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -277,21 +278,33 @@ class ShardEngine:
         return self.query(fn, *args)
 
     async def receive(self, command: c.ReceiveMessages) -> c.Result:
-        """A receive: proposed only if it would change something (deliver a message, move
-        one, answer a retried attempt). One that finds nothing is answered as a read: its
-        look at this replica's view is repeated after a barrier, and only what still finds
-        nothing is answered from it, with no log entry."""
+        """A receive: proposed only if it may change something (deliver a message, move
+        one, answer a retried attempt). One that finds nothing is answered as a read: after
+        a barrier, a look at the applied state that would change nothing is the answer,
+        with no log entry."""
         rejection = await self._admit()
         if rejection is not None:
             return rejection
-        if self._look(command) is not None:  # nothing here: confirm that it is current
+        if not self._counted_visible(command.queue):  # maybe nothing: confirm it is current
             rejection = await self.barrier()
             if rejection is not None:
                 return rejection
-            answer = self._look(command)
+            # A look for one message changes something exactly when one for more would
+            # (both scan until they claim one) and answers the same when it does not
+            # (nothing, or a refusal); it stops at the first message it finds.
+            answer = self._look(dataclasses.replace(command, max_number_of_messages=1))
             if answer is not None:
                 return answer
         return await self.execute(command)
+
+    def _counted_visible(self, queue: str) -> bool:
+        """Whether a standard queue counts visible messages here: then a receive very
+        likely delivers one, and goes to the log without a look first (a FIFO queue's
+        visible messages may all be held by their groups)."""
+        try:
+            return self.query(_counted_visible, queue)
+        except Exception:  # noqa: BLE001 - installing, say
+            return False
 
     def _look(self, command: c.Command) -> c.Result | None:
         """What ``command`` would answer over the applied state, if its apply would change
@@ -456,6 +469,11 @@ def _encode(now: int, batch: list) -> tuple[bytes, list]:
                 continue
             kept.append((cmd, fut))
         return encode_entry(Entry(now, tuple(cmd for cmd, _ in kept))), kept
+
+
+def _counted_visible(st: ShardState, queue: str, now: int) -> bool:
+    q = st.queue(queue)
+    return q is not None and not q.attributes.fifo_queue and st.counters(q.qid).visible > 0
 
 
 def _unchanged(st: ShardState, command: c.Command, now: int) -> c.Result | None:
