@@ -164,9 +164,13 @@ class ChaosCluster:
                 self.c.kill9(m.proc)
 
     def start_etcd(self) -> None:
-        for m in self.c.etcds:
-            if m.proc is None or m.proc.poll() is not None:
-                m.start()
+        """Every member that is down, all launched before any is waited for: a member alone
+        cannot serve while the others it needs for a quorum are down too."""
+        down = [m for m in self.c.etcds if m.proc is None or m.proc.poll() is not None]
+        for m in down:
+            m.launch()
+        for m in down:
+            m.wait_serving()
 
     def set_node_args(self, *extra: str) -> None:
         """What a node started from now on is given besides the usual (a node already
