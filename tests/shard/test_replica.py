@@ -27,6 +27,8 @@ TIMEOUT_S = 20.0
 
 
 class Node:
+    bootstrap = True  # a first member of the group
+
     def __init__(self, root: Path, port: int, members: list[str],
                  settings: HostSettings) -> None:
         self.root, self.port, self.members, self.settings = root, port, members, settings
@@ -41,8 +43,8 @@ class Node:
         await self.transport.start()
         self.machine = ShardMachine(self.root / "shard", CONFIG)
         self.replica = RaftReplica(SHARD, self.member, self.root / "shard", self.machine,
-                                   self.transport, voters=self.members, bootstrap=True,
-                                   settings=self.settings)
+                                   self.transport, voters=self.members,
+                                   bootstrap=self.bootstrap, settings=self.settings)
         self.replicas.by_shard[SHARD] = self.replica
         await self.replica.start()
 
@@ -218,19 +220,7 @@ def test_an_idle_group_goes_quiet_and_still_replaces_a_dead_leader(tmp_path: Pat
 class Joiner(Node):
     """A new member: an empty directory that joins the group it is given (no bootstrap)."""
 
-    async def start(self) -> None:
-        self.replicas = Replicas()
-        self.transport = PeerTransport(
-            f"127.0.0.1:{self.port}", "127.0.0.1", self.port, SECRET,
-            self.replicas.on_messages, self.replicas.on_snapshot,
-            snapshot_dir=self.root / "incoming")
-        await self.transport.start()
-        self.machine = ShardMachine(self.root / "shard", CONFIG)
-        self.replica = RaftReplica(SHARD, self.member, self.root / "shard", self.machine,
-                                   self.transport, voters=self.members, bootstrap=False,
-                                   settings=self.settings)
-        self.replicas.by_shard[SHARD] = self.replica
-        await self.replica.start()
+    bootstrap = False
 
 
 def test_a_learner_whose_promotion_gave_up_gets_its_vote_when_added_again(
