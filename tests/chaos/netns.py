@@ -18,6 +18,10 @@ Traffic rules (a mistake here sends packets off the machine):
 - ``check_isolation`` verifies both; it runs at setup and again before every fault.
 - The host cannot reach ``SUBNET`` and must not try: its default route would send such a
   packet off the machine. Talk to the cluster from inside the "client" host (``popen``/``run``).
+  While a Net is open the host's own OUTPUT chain also rejects everything bound for ``SUBNET``
+  (one rule, tagged with the Net's name, removed at close; a rule, not a route or an
+  interface): a harness mistake that talks to a namespace from the host fails at once
+  instead of leaving the machine. (Once, a readiness probe run from the host did just that.)
 
 Namespaces are named ``PREFIX-<pid>-<token>-<host>`` (the token tells apart the Nets of one
 process); ``close`` (also run by ``__exit__``, at exit and on SIGTERM/SIGINT) kills every
@@ -129,9 +133,26 @@ def delete_namespace(ns: str) -> None:
     _run(["ip", "netns", "del", ns])
 
 
+def _fence_rule(subnet: ipaddress.IPv4Network, tag: str) -> list[str]:
+    return ["OUTPUT", "-d", str(subnet), "-m", "comment", "--comment", tag,
+            "-j", "REJECT", "--reject-with", "icmp-net-unreachable"]
+
+
+def fences(prefix: str = PREFIX) -> list[tuple[str, str]]:
+    """The host's OUTPUT fences of Nets: (tag, destination) for each."""
+    out = _run(["iptables", "-w", "-S", "OUTPUT"])
+    tag = rf'"?({re.escape(prefix)}-\d+-[0-9a-f]+)'
+    return [(t, d) for d, t in re.findall(rf"-A OUTPUT -d (\S+) .*--comment {tag}", out)]
+
+
 def sweep_leftovers(prefix: str = PREFIX) -> list[str]:
-    """Delete the namespaces ``prefix-<pid>-*`` whose pid is dead; return their names.
-    (Those of a live pid are left alone, even if the pid was reused: swept once it ends.)"""
+    """Delete the namespaces ``prefix-<pid>-*`` whose pid is dead, and their fences; return
+    the namespaces' names. (Those of a live pid are left alone, even if the pid was reused:
+    swept once it ends.)"""
+    for tag, dst in fences(prefix):
+        pid = int(tag.split("-")[1])
+        if pid != os.getpid() and not pid_alive(pid):
+            _run(["iptables", "-w", "-D", *_fence_rule(ipaddress.IPv4Network(dst), tag)])
     swept = []
     for ns in namespaces(prefix):
         match = re.match(rf"^{re.escape(prefix)}-(\d+)-", ns)
@@ -165,6 +186,7 @@ class Net:
         self._hooked: dict[int, Any] = {}
         self._pending: int | None = None
         self._closing = threading.Lock()
+        self._fenced = False  # the host's OUTPUT rule rejecting the subnet
 
     # -- names and the cluster Placement protocol ------------------------------------------
 
@@ -203,6 +225,8 @@ class Net:
             except IsolationError as exc:
                 raise NetError(f"{self.subnet} is in use on this machine; pick another "
                                f"subnet: {exc}") from None
+            _run(["iptables", "-w", "-I", *_fence_rule(self.subnet, self.tag)])
+            self._fenced = True
             self._build()
             self.check_isolation()
         except BaseException:
@@ -250,6 +274,10 @@ class Net:
                         problems.append(f"{ns} has a default route ({family}): {r}")
                     elif r.get("table", "main") == "main" and not self._inside(dst):
                         problems.append(f"{ns} has a route beyond {self.subnet}: {r}")
+        if outside is None and subprocess.run(
+                ["iptables", "-w", "-C", *_fence_rule(self.subnet, self.tag)],
+                capture_output=True).returncode != 0:
+            problems.append(f"the host's OUTPUT chain does not reject {self.subnet}")
         if problems:
             raise IsolationError("; ".join(problems))
         self._check_outside(outside)
@@ -398,6 +426,9 @@ class Net:
                     self._made.remove(ns)
                 except NetError as exc:
                     failed.append(str(exc))
+            if self._fenced and not self._made:  # lifted only once nothing is left inside
+                _run(["iptables", "-w", "-D", *_fence_rule(self.subnet, self.tag)])
+                self._fenced = False
             if failed:
                 raise NetError("; ".join(failed))
             self._unhook()

@@ -6,14 +6,17 @@ behind: not by ``close``, not by SIGTERM, and a run killed with SIGKILL is swept
 
 These need root, ``ip`` and ``iptables``: without them they fail, never skip.
 Nothing here talks to the test subnet from the host (it has no route there but the default
-one, off the machine): every probe runs inside a namespace.
+one, off the machine): every probe runs inside a namespace, but for one that the host's
+fence must reject, made only once the fence is seen in place.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,6 +30,7 @@ from chaos.netns import (
     IsolationError,
     Net,
     NetError,
+    fences,
     namespaces,
     ns_pids,
     pid_alive,
@@ -201,6 +205,29 @@ def test_an_isolated_leader_is_replaced_and_rejoins_after_heal(
     assert all(n["alive"] for n in status["nodes"])
 
 
+def test_the_host_cannot_reach_the_subnet_while_a_net_is_open(net: Net) -> None:
+    """A harness mistake, talking to a namespace from the host process, fails at once
+    instead of sending packets off the machine by the default route: the host's OUTPUT
+    chain rejects the subnet while the Net is open."""
+    assert (net.tag, str(net.subnet)) in fences()  # checked first: without it, no probe
+    with pytest.raises(OSError) as refused:
+        socket.create_connection((net.ip("n1"), 9), timeout=5)
+    assert refused.value.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ECONNREFUSED,
+                                   errno.EPERM)
+
+
+def test_check_isolation_catches_a_missing_fence(net: Net) -> None:
+    rule = ["OUTPUT", "-d", str(net.subnet), "-m", "comment", "--comment", net.tag,
+            "-j", "REJECT", "--reject-with", "icmp-net-unreachable"]
+    subprocess.run(["iptables", "-w", "-D", *rule], check=True)
+    try:
+        with pytest.raises(IsolationError, match="does not reject"):
+            net.check_isolation()
+    finally:
+        subprocess.run(["iptables", "-w", "-I", *rule], check=True)
+    net.check_isolation()
+
+
 def test_close_kills_what_it_started_and_deletes_its_namespaces() -> None:
     net = Net(["a", "b"]).open()
     tag = net.tag
@@ -216,6 +243,7 @@ def test_close_kills_what_it_started_and_deletes_its_namespaces() -> None:
     net.close()
     assert sleeper.returncode is not None and stopped.returncode is not None
     assert not [ns for ns in namespaces() if ns.startswith(tag)]
+    assert tag not in dict(fences())  # the host's fence is lifted with them
     net.close()  # idempotent
 
 
@@ -258,7 +286,9 @@ def test_a_run_killed_with_sigkill_is_swept_later() -> None:
     child.wait()
     left = sorted(ns for ns in namespaces() if ns.startswith(tag))
     assert len(left) == 3 and pid_alive(sleeper)  # SIGKILL gave it no chance to clean up
+    assert [t for t in dict(fences()) if t.startswith(tag)]  # its fence too
     swept = sweep_leftovers()
     assert set(left) <= set(swept)
     assert not [ns for ns in namespaces() if ns.startswith(tag)]
+    assert not [t for t in dict(fences()) if t.startswith(tag)]
     assert not pid_alive(sleeper)
