@@ -44,7 +44,7 @@ from sqsq.shard.clock import LeaderClock, Ms, monotonic_ms, wall_clock_ms
 from sqsq.shard.longpoll import Waiters
 from sqsq.shard.replica import Proposal, RaftReplica
 from sqsq.shard.stamp import stamp
-from sqsq.shard.statemachine import Installing, ShardMachine, describe
+from sqsq.shard.statemachine import Installing, ShardMachine
 from sqsq.shard.sweeps import SweepScheduler
 
 log = logging.getLogger("sqsq.shard")
@@ -338,9 +338,6 @@ class ShardEngine:
         loop = self._loop
         assert loop is not None
         now = self.clock.stamp(self.machine.last_now_ms)
-        batch = self._proven(now, batch)
-        if not batch:
-            return  # every command refused: nothing to propose
         data, batch = _encode(now, batch)
         if self.on_group_commit is not None:
             self.on_group_commit(len(batch))
@@ -355,23 +352,6 @@ class ShardEngine:
             loop.call_soon(self._answer, proposal, status, result)
 
         self.replica.propose(data, on_done)
-
-    def _proven(self, now: int, batch: list) -> list:
-        """``batch`` less the commands whose apply raises on a scratch transaction: each is
-        answered InternalError with one log line, and never enters the log, where it would
-        stop every replica (``ShardMachine.prove``)."""
-        failures = iter(self.machine.prove(now, [cmd for cmd, _ in batch]))
-        kept = []
-        for cmd, fut in batch:
-            failure = next(failures)
-            if failure is None:
-                kept.append((cmd, fut))
-                continue
-            log.error("shard %d: refused %s: its apply raises %r; it was not proposed",
-                      self.config.shard_id, describe(cmd), failure)
-            _settle(fut, Rejection(ErrorCode.INTERNAL_ERROR,
-                                   "The server could not apply the request."))
-        return kept
 
     def _answer(self, proposal: _InFlight, status: Proposal, outcomes: Any) -> None:
         """An entry's fate (or its timeout, whichever comes first): answer its commands."""

@@ -8,11 +8,14 @@ applied twice. The writes are not fsynced: the Raft log and the snapshot files a
 durable, and a restart replays whatever the store lost (from the newest snapshot, if the
 store fell behind it).
 
-A command whose apply raises would stop every replica that applies it, and again after each
-restart: the leader proves each command on a scratch transaction before proposing it
-(``prove``) and refuses one that raises, so it never enters the log. One that raises all the
-same (its failure depends on what was in flight) stops the replica with a ``PoisonEntry``
-naming the shard, the index and the command; docs/operations.md says how to recover.
+A command whose apply raises (a bug some input reaches) is answered InternalError and
+changes nothing, on every replica alike: the core is deterministic, so the same command
+raises the same way over the same state everywhere, and the entry's other commands apply as
+if it were not there. Only a failure that may differ between replicas stops the replica with
+a ``PoisonEntry`` naming the shard, the index and the command: the store failing under a read
+(a frame of ``shard/store.py`` in the traceback), memory, recursion depth or the OS
+(docs/operations.md says how to recover). This replaced a dry run of every command on the
+leader before proposing it, which cost a quarter of a leader's CPU per message.
 
 A snapshot is a file: a header (the store's applied index) and a
 tar of a store checkpoint (for RocksDB hard-linked SSTs, so taking one is cheap; the copy into
@@ -37,9 +40,11 @@ import msgpack
 from sqsq.core import commands as c
 from sqsq.core import records
 from sqsq.core.entry import decode_entry
+from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.machine import apply
 from sqsq.core.state import ShardConfig
 from sqsq.core.txn import Txn
+from sqsq.shard import store as store_module
 from sqsq.shard.durable import fsync_path
 from sqsq.shard.store import MemoryStore, RocksStore, Store
 
@@ -72,6 +77,25 @@ def describe(command: c.Command) -> str:
     return f"{kind} on queue {queue!r}" if queue else kind
 
 
+_STORE_CODE = os.path.normcase(os.path.abspath(store_module.__file__))
+_ENVIRONMENTAL = (MemoryError, RecursionError, OSError)
+
+
+def contained(exc: BaseException) -> bool:
+    """Whether every replica applying the same entry over the same state raises ``exc``
+    too, so answering InternalError keeps them identical: true of the pure core's own
+    failures, not of the store's (a disk or RocksDB error on this replica only) nor of
+    memory, recursion depth or the OS."""
+    if isinstance(exc, (_ENVIRONMENTAL, Installing)):
+        return False
+    tb = exc.__traceback__
+    while tb is not None:
+        if os.path.normcase(os.path.abspath(tb.tb_frame.f_code.co_filename)) == _STORE_CODE:
+            return False
+        tb = tb.tb_next
+    return True
+
+
 class Installing(RuntimeError):
     """The store is being replaced by a snapshot's: read again in a moment."""
 
@@ -79,7 +103,7 @@ class Installing(RuntimeError):
 class CurrentStore:
     """The store, through one indirection: installing a snapshot swaps what is behind it.
 
-    Reads from other threads than the tick thread (the leader's queries, proofs) run inside
+    Reads from other threads than the tick thread (the leader's queries and looks) run inside
     ``reading()``; the swap (``swapping()``, closing the old store and opening the new)
     waits for those under way and refuses new ones with ``Installing`` until it is done,
     so no read ever touches a closed RocksDB handle, and none blocks the event loop for
@@ -180,16 +204,13 @@ class ShardMachine:
             return None  # replayed after a restart: already in the store
         entry = decode_entry(data)
         txn = Txn(self.store)
-        # An exception here is a broken invariant: it propagates and stops the replica.
-        outcomes = []
-        for command in entry.commands:
-            try:
-                outcomes.append(apply(txn, self.config, command, entry.now_ms))
-            except Exception as exc:
-                raise PoisonEntry(
-                    f"shard {self.config.shard_id}: log entry {index} ({describe(command)}) "
-                    f"failed to apply: {exc!r}. Every replica stops at this entry; restore "
-                    f"the shard from a backup taken before it (docs/operations.md)") from exc
+        try:  # the common case: every command applies, in one transaction, no undo log
+            outcomes = [apply(txn, self.config, command, entry.now_ms)
+                        for command in entry.commands]
+        except Exception as exc:  # noqa: BLE001 - sorted out below
+            self._fatal_unless_deterministic(index, entry.commands, exc)
+            txn = Txn(self.store)
+            outcomes = self._apply_each(txn, index, entry.commands, entry.now_ms)
         meta = records.Meta.decode(txn.get(records.META_KEY))
         meta.applied_index = index
         meta.last_now_ms = max(meta.last_now_ms, entry.now_ms)
@@ -200,37 +221,35 @@ class ShardMachine:
             self.check_configuration()  # a mismatch stops this replica, never diverges it
         return outcomes
 
-    def prove(self, now_ms: int, commands: list[c.Command]) -> list[Exception | None]:
-        """Apply ``commands`` to a scratch transaction over the store (nothing is written):
-        for each, what its apply raised, or None. The commands go through one transaction in
-        order, as their entry would; only if that raises is each tried alone, to name the
-        one at fault. Runs beside the tick thread's applies: a failure seen while the store
-        changed underneath (its Meta moved) is not trusted, and the command goes to the log."""
-        try:
-            with self.store.reading():
-                txn = Txn(self.store)
-                for command in commands:
-                    apply(txn, self.config, command, now_ms)
-            return [None] * len(commands)
-        except Installing:  # no leader installs a snapshot: let the log decide
-            return [None] * len(commands)
-        except Exception:  # noqa: BLE001 - find which one
-            return [self._prove_one(now_ms, command) for command in commands]
-
-    def _prove_one(self, now_ms: int, command: c.Command) -> Exception | None:
-        for _ in range(3):
+    def _apply_each(self, txn: Txn, index: int, commands: tuple[c.Command, ...],
+                    now_ms: int) -> list[c.Outcome]:
+        """The entry again, each command behind a savepoint: one that raises is rolled back
+        and answered InternalError; the others apply as they would without it."""
+        outcomes = []
+        for command in commands:
+            savepoint = txn.savepoint()
             try:
-                with self.store.reading():
-                    before = self.store.get(records.META_KEY)
-                    try:
-                        apply(Txn(self.store), self.config, command, now_ms)
-                        return None
-                    except Exception as exc:  # noqa: BLE001 - the point is to catch it
-                        if self.store.get(records.META_KEY) == before:
-                            return exc
-            except Installing:
-                return None
-        return None
+                outcomes.append(apply(txn, self.config, command, now_ms))
+            except Exception as exc:  # noqa: BLE001 - the point is to contain it
+                self._fatal_unless_deterministic(index, (command,), exc)
+                txn.rollback(savepoint)
+                log.error("shard %d: log entry %d: %s raised %r on apply; it changed nothing "
+                          "and was answered InternalError", self.config.shard_id, index,
+                          describe(command), exc)
+                outcomes.append(c.Outcome(Rejection(ErrorCode.INTERNAL_ERROR,
+                                                    "The server could not apply the request.")))
+        return outcomes
+
+    def _fatal_unless_deterministic(self, index: int, commands: tuple[c.Command, ...],
+                                    exc: Exception) -> None:
+        """Stop the replica (``PoisonEntry``) on a failure another replica may not share."""
+        if contained(exc):
+            return
+        raise PoisonEntry(
+            f"shard {self.config.shard_id}: log entry {index} "
+            f"({', '.join(sorted({describe(command) for command in commands}))}) failed to "
+            f"apply: {exc!r}. This replica stops at this entry; if every replica does, "
+            f"restore the shard from a backup taken before it (docs/operations.md)") from exc
 
     # ---- snapshots ----
     def write_snapshot(self, path: str, raft_data: bytes) -> Callable[[], None]:
