@@ -98,12 +98,19 @@ def for_children(env: dict[str, str], directory: Path) -> None:
         env[ENV_TOKEN_FILE] = str(ensure(directory).resolve())
 
 
+_chosen_here: str | None = None  # what use_directory last put in the env
+
+
 def use_directory(directory: Path) -> None:
     """A tool given a server's or a cluster's directory: use its credential unless the env
-    names one."""
+    names one. A credential this function chose for an earlier directory does not count as
+    named: a process that runs one cluster after another (a bench) follows each."""
+    global _chosen_here
     path = Path(directory) / FILE_NAME
-    if not os.environ.get(ENV_TOKEN) and not os.environ.get(ENV_TOKEN_FILE) and path.exists():
-        os.environ[ENV_TOKEN_FILE] = str(path.resolve())
+    named = os.environ.get(ENV_TOKEN) or (
+        os.environ.get(ENV_TOKEN_FILE) not in (None, "", _chosen_here))
+    if not named and path.exists():
+        _chosen_here = os.environ[ENV_TOKEN_FILE] = str(path.resolve())
 
 
 # ---- proof -----------------------------------------------------------------------------

@@ -44,3 +44,25 @@ def test_where_the_credential_comes_from(tmp_path: Path) -> None:
 def test_a_short_credential_is_refused() -> None:
     with pytest.raises(admincred.CredentialError, match=r"\$SQSQ_ADMIN_TOKEN: .* 5 bytes"):
         admincred.load(None, env={admincred.ENV_TOKEN: "short"})
+
+
+def test_a_tool_follows_each_cluster_it_is_given_but_never_one_the_env_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bench runs one cluster after another in one process: the second must not inherit
+    the first's credential file (deleted with its directory by then), or every Admin call
+    and every node it starts fails."""
+    monkeypatch.delenv(admincred.ENV_TOKEN, raising=False)
+    monkeypatch.delenv(admincred.ENV_TOKEN_FILE, raising=False)
+    first, second = tmp_path / "first", tmp_path / "second"
+    for directory in (first, second):
+        directory.mkdir()
+        admincred.load(directory, env={}, create=True)
+    admincred.use_directory(first)
+    assert admincred.load(None) == (first / admincred.FILE_NAME).read_bytes().strip()
+    admincred.use_directory(second)
+    assert admincred.load(None) == (second / admincred.FILE_NAME).read_bytes().strip()
+    named = tmp_path / "named"
+    named.write_text("n" * 40)
+    monkeypatch.setenv(admincred.ENV_TOKEN_FILE, str(named))
+    admincred.use_directory(first)
+    assert admincred.load(None) == b"n" * 40
