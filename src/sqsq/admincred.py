@@ -94,22 +94,26 @@ def load(directory: Path | None = None, env: Mapping[str, str] | None = None, *,
 def for_children(env: dict[str, str], directory: Path) -> None:
     """Make sure the processes started with ``env`` share one credential: the one in
     ``env`` if there is one, else ``directory/admin-token`` (made if missing)."""
-    if not env.get(ENV_TOKEN) and not env.get(ENV_TOKEN_FILE):
+    if not _names_one(env):
         env[ENV_TOKEN_FILE] = str(ensure(directory).resolve())
 
 
 _chosen_here: str | None = None  # what use_directory last put in the env
 
 
+def _names_one(env: Mapping[str, str]) -> bool:
+    """Whether ``env`` names a credential of its own: one ``use_directory`` chose for an
+    earlier directory does not count, so a process that runs one cluster after another (a
+    bench) follows each rather than the first, deleted with its directory by then."""
+    return bool(env.get(ENV_TOKEN)) or env.get(ENV_TOKEN_FILE) not in (None, "", _chosen_here)
+
+
 def use_directory(directory: Path) -> None:
     """A tool given a server's or a cluster's directory: use its credential unless the env
-    names one. A credential this function chose for an earlier directory does not count as
-    named: a process that runs one cluster after another (a bench) follows each."""
+    names one (``_names_one``)."""
     global _chosen_here
     path = Path(directory) / FILE_NAME
-    named = os.environ.get(ENV_TOKEN) or (
-        os.environ.get(ENV_TOKEN_FILE) not in (None, "", _chosen_here))
-    if not named and path.exists():
+    if not _names_one(os.environ) and path.exists():
         _chosen_here = os.environ[ENV_TOKEN_FILE] = str(path.resolve())
 
 

@@ -3,6 +3,7 @@ accepted by a process that has no credential; where a process finds the credenti
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -61,6 +62,10 @@ def test_a_tool_follows_each_cluster_it_is_given_but_never_one_the_env_names(
     assert admincred.load(None) == (first / admincred.FILE_NAME).read_bytes().strip()
     admincred.use_directory(second)
     assert admincred.load(None) == (second / admincred.FILE_NAME).read_bytes().strip()
+    third = tmp_path / "third"
+    children = dict(os.environ)  # a cluster's children get its own credential, made now
+    admincred.for_children(children, third)
+    assert children[admincred.ENV_TOKEN_FILE] == str((third / admincred.FILE_NAME).resolve())
     named = tmp_path / "named"
     named.write_text("n" * 40)
     monkeypatch.setenv(admincred.ENV_TOKEN_FILE, str(named))

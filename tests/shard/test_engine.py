@@ -73,6 +73,46 @@ def test_the_applied_index_is_the_raft_index_and_reads_see_acknowledged_writes(
     asyncio.run(asyncio.wait_for(scenario(), 60))
 
 
+def test_commands_arriving_while_an_entry_is_in_flight_share_the_next_entry(
+        tmp_path: Path) -> None:
+    """Under a moderate load (each shard's share of a cluster's clients) a command that finds
+    an entry in flight waits for it and goes with the others that arrived meanwhile: one
+    entry for all of them, not one each (the per-entry cost of replication dominated a
+    cluster of four shards). Only a long queue of waiting commands opens a second entry
+    beside the first (``PIPELINE_GROUP``)."""
+    from sqsq.shard.engine import PIPELINE_GROUP
+
+    async def scenario() -> None:
+        engine = await _engine(tmp_path)
+        await engine.execute(c.CreateQueue("q"))
+        replica, proposed, held = engine.replica, [], []
+        propose = replica.propose
+
+        def gated(data: bytes, on_done: object) -> None:
+            proposed.append(data)
+            if len(proposed) == 1:
+                held.append((data, on_done))  # the first entry stays in flight
+            else:
+                propose(data, on_done)
+
+        replica.propose = gated  # type: ignore[method-assign]
+        send = [asyncio.create_task(engine.execute(c.SendMessages(
+            "q", (c.SendEntry("0", "first"),))))]
+        await _turns()
+        for i in range(PIPELINE_GROUP - 1):  # each in a turn of its own
+            send.append(asyncio.create_task(engine.execute(c.SendMessages(
+                "q", (c.SendEntry("0", f"later {i}"),)))))
+            await _turns()
+        assert len(proposed) == 1  # the later ones wait for the first
+        propose(*held[0])
+        results = await asyncio.gather(*send)
+        assert all(isinstance(r, c.BatchResult) and r.successful for r in results)
+        assert len(proposed) == 2  # and went in one entry
+        await engine.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
 def test_a_command_the_log_cannot_carry_is_refused_alone(tmp_path: Path) -> None:
     async def scenario() -> None:
         engine = await _engine(tmp_path)
