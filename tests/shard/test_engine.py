@@ -80,7 +80,7 @@ def test_commands_arriving_while_an_entry_is_in_flight_share_the_next_entry(
     entry for all of them, not one each (the per-entry cost of replication dominated a
     cluster of four shards). Only a long queue of waiting commands opens a second entry
     beside the first (``PIPELINE_GROUP``)."""
-    from sqsq.shard.engine import PIPELINE_GROUP
+    from sqsq.shard.proposer import PIPELINE_GROUP
 
     async def scenario() -> None:
         engine = await _engine(tmp_path)

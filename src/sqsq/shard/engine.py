@@ -1,16 +1,12 @@
 """What a shard's leader does with requests: stamp, group into log entries, propose, answer.
 
-Commands arrive from many concurrent requests. The ones that arrive in one turn of the event
-loop (or queue up while an entry is out: a second goes out beside it only once
-``PIPELINE_GROUP`` wait, up to ``MAX_IN_FLIGHT``; at most ``MAX_GROUP`` in one) are proposed
-as one log entry ``(version, now_ms, commands)``:
-the leader stamps the time (never below the last applied), message ids, receipt nonces and
-task handles, so every replica that applies the entry reaches the same state. A few entries
-are in flight at once; each is one replication round trip and one fsync per replica, shared
-by every request in it (group commit). Callers are answered, and effects (waking long polls)
+Commands arrive from many concurrent requests; the leader stamps each (message ids, receipt
+nonces, task handles) and each entry (the time, never below the last applied), so every
+replica that applies the entry reaches the same state, and groups them into log entries
+(``shard.proposer``: group commit, one replication round trip and one fsync per replica
+shared by every request in an entry). Callers are answered, and effects (waking long polls)
 run, only once the entry is committed and applied here while this replica still leads in
-the term it proposed in; anything else is answered NotLeader (not appended: retry at the
-leader) or ServiceUnavailable (outcome unknown: retry with the same request id).
+the term it proposed in.
 
 Reads that a client sees take no log entry: the leader confirms with a quorum that it still
 leads and waits until it has applied everything committed when the read arrived (ReadIndex,
@@ -30,12 +26,10 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqsq.core import commands as c
-from sqsq.core.entry import Entry, encode_entry
 from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.machine import HANDLERS, effective_now, next_sweep_ms, sweep_needed
 from sqsq.core.state import ShardConfig, ShardState
@@ -43,7 +37,8 @@ from sqsq.core.txn import Txn
 from sqsq.errors import QueueError, from_rejection, not_leader_message
 from sqsq.shard.clock import LeaderClock, Ms, monotonic_ms, wall_clock_ms
 from sqsq.shard.longpoll import Waiters
-from sqsq.shard.replica import Proposal, RaftReplica
+from sqsq.shard.proposer import Proposer, settle
+from sqsq.shard.replica import RaftReplica
 from sqsq.shard.stamp import stamp
 from sqsq.shard.statemachine import Installing, ShardMachine
 from sqsq.shard.sweeps import SweepScheduler
@@ -51,13 +46,6 @@ from sqsq.shard.sweeps import SweepScheduler
 log = logging.getLogger("sqsq.shard")
 T = TypeVar("T")
 
-MAX_GROUP = 512  # commands per entry: bounds one entry's size and apply time
-MAX_IN_FLIGHT = 4  # entries proposed and not yet answered
-# A second entry goes out beside one in flight only for this many waiting commands: under a
-# moderate load a command waits for the entry in flight and shares the next (per-entry cost
-# dominates: a cluster of four shards wrote twice as many entries per message without this)
-PIPELINE_GROUP = 8
-PROPOSAL_TIMEOUT_S = 10.0  # then the outcome is unknown
 LEADER_WAIT_S = 3.0  # a request that finds no leader waits this long for an election
 # ... but in a group of several, no longer than this: a node that knows no leader may be the
 # one cut off (a deposed leader sees no election), and its callers do better trying another
@@ -93,14 +81,10 @@ class ShardEngine:
         self.waiters = Waiters()
         self.long_polls_allowed = True
         self._loop: asyncio.AbstractEventLoop | None = None  # set by start
-        self._pending: deque[tuple[Any, asyncio.Future]] = deque()  # not yet proposed
-        self._flush_due = False  # a flush runs at the end of the loop's turn
-        self._in_flight = 0  # entries proposed and not yet answered
-        self._none_in_flight = asyncio.Event()
-        self._none_in_flight.set()
+        self.proposer = Proposer(replica, lambda: self.clock.stamp(self.machine.last_now_ms),
+                                 self.not_leader, self.waiters.wake)
         self._handing_over: asyncio.Future | None = None  # see hand_over
         self._closing = False
-        self.on_group_commit: Callable[[int], None] | None = None  # commands per entry
         self.sweeps = sweeps or SweepScheduler()
         # What the sweep check last read (term, applied index), and what it found: the time
         # the next sweep is due (None: never; 0: now) and whether the configuration is
@@ -137,7 +121,7 @@ class ShardEngine:
         loop = asyncio.get_running_loop()
         done: asyncio.Future = loop.create_future()
         self.replica.change_member(
-            add, remove, lambda ok: loop.call_soon(_settle, done, ok))
+            add, remove, lambda ok: loop.call_soon(settle, done, ok))
         try:
             return await asyncio.wait_for(done, timeout_s)
         except TimeoutError:
@@ -184,8 +168,8 @@ class ShardEngine:
         deadline = time.monotonic() + timeout_s
         try:
             # What was admitted commits first (an entry answered "outcome unknown" would
-            # cost its caller a retry); ``_none_in_flight`` is set between two entries too.
-            while (self._in_flight or self._pending) and time.monotonic() < deadline:
+            # cost its caller a retry).
+            while self.proposer.busy and time.monotonic() < deadline:
                 await asyncio.sleep(HAND_OVER_POLL_S)
             # Nothing happens while no follower holds the whole log: ask until one does.
             while time.monotonic() < deadline and (
@@ -201,9 +185,7 @@ class ShardEngine:
     async def stop(self) -> None:
         """Answer what is queued, then stop the replica and close the store."""
         self._closing = True
-        self._flush()  # closing: answers what is queued, proposes nothing
-        # Every entry in flight is answered by then: committed, refused or timed out.
-        await self._none_in_flight.wait()
+        await self.proposer.close()
         await self.sweeps.remove(self)
         if self._sweeping is not None:
             self._sweeping.cancel()
@@ -236,7 +218,7 @@ class ShardEngine:
         if rejection is not None:
             return rejection
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._enqueue(stamp(command), fut)
+        self.proposer.submit(stamp(command), fut)
         return await fut
 
     async def barrier(self) -> None | Rejection:
@@ -248,7 +230,7 @@ class ShardEngine:
             return rejection
         loop = asyncio.get_running_loop()
         confirmed: asyncio.Future = loop.create_future()
-        self.replica.read_index(lambda ok: loop.call_soon(_settle, confirmed, ok))
+        self.replica.read_index(lambda ok: loop.call_soon(settle, confirmed, ok))
         try:
             ok = await asyncio.wait_for(confirmed, READ_TIMEOUT_S)
         except TimeoutError:
@@ -319,77 +301,6 @@ class ShardEngine:
         except Exception:  # noqa: BLE001 - installing, say: the log decides
             return None
 
-    # ---- the proposer ----
-    # Callbacks on the event loop, not tasks: a command costs no task switch between its
-    # caller and the log, nor between the commit and its answer.
-    def _enqueue(self, command: Any, fut: asyncio.Future) -> None:
-        """Queue a command for the next entry. Commands queued in one turn of the event loop
-        share an entry; while one is out, they wait for its answer unless enough wait
-        (``_may_propose``)."""
-        self._pending.append((command, fut))
-        if not self._flush_due and self._may_propose():
-            self._flush_due = True
-            self._loop.call_soon(self._flush)  # type: ignore[union-attr]
-
-    def _may_propose(self) -> bool:
-        in_flight = self._in_flight
-        return not in_flight or (in_flight < MAX_IN_FLIGHT
-                                 and len(self._pending) >= PIPELINE_GROUP)
-
-    def _flush(self) -> None:
-        self._flush_due = False
-        pending = self._pending
-        while self._closing and pending:  # stopping: answered here, never proposed
-            _settle(pending.popleft()[1],
-                    Rejection(ErrorCode.SERVICE_UNAVAILABLE, "The shard is stopping."))
-        while pending and self._may_propose():
-            self._propose([pending.popleft() for _ in range(min(len(pending), MAX_GROUP))])
-
-    def _propose(self, batch: list) -> None:
-        loop = self._loop
-        assert loop is not None
-        now = self.clock.stamp(self.machine.last_now_ms)
-        data, batch = _encode(now, batch)
-        if self.on_group_commit is not None:
-            self.on_group_commit(len(batch))
-        proposal = _InFlight(batch)
-        proposal.timer = loop.call_later(PROPOSAL_TIMEOUT_S, self._answer, proposal,
-                                         Proposal.UNKNOWN, None)
-        self._in_flight += 1
-        self._none_in_flight.clear()
-
-        # Called on the event loop: when the entry is applied, or at once when refused.
-        def on_done(status: Proposal, result: Any) -> None:
-            loop.call_soon(self._answer, proposal, status, result)
-
-        self.replica.propose(data, on_done)
-
-    def _answer(self, proposal: _InFlight, status: Proposal, outcomes: Any) -> None:
-        """An entry's fate (or its timeout, whichever comes first): answer its commands."""
-        batch = proposal.batch
-        if batch is None:
-            return  # answered already: this is the other of the two
-        proposal.batch = None
-        proposal.timer.cancel()  # type: ignore[union-attr]
-        self._in_flight -= 1
-        if not self._in_flight:
-            self._none_in_flight.set()
-        if status is Proposal.COMMITTED and outcomes is not None:
-            results = iter(outcomes)
-            for _, fut in batch:
-                outcome = next(results)
-                _settle(fut, outcome.result)
-                for effect in outcome.effects:
-                    self.waiters.wake(effect.queue)
-        else:
-            failure = self.not_leader() if status is Proposal.NOT_LEADER else Rejection(
-                ErrorCode.SERVICE_UNAVAILABLE,
-                "The outcome is unknown: the shard's leader changed. Retry the request.")
-            for _, fut in batch:
-                _settle(fut, failure)
-        if self._pending and not self._flush_due:
-            self._flush()  # what waited for a free slot goes now
-
     def check_sweep(self) -> None:
         """Called by the process's sweep scheduler every ``SWEEP_INTERVAL_S``: the leader
         proposes a Sweep when time-driven work is due (timers, retention, windows, garbage),
@@ -434,34 +345,6 @@ class ShardEngine:
             self._sweep_checked = None  # whatever happened, look again
 
 
-class _InFlight:
-    """An entry proposed and not yet answered: its commands with their futures, and the
-    timer that answers them if the log never does."""
-
-    __slots__ = ("batch", "timer")
-
-    def __init__(self, batch: list) -> None:
-        self.batch: list | None = batch
-        self.timer: asyncio.TimerHandle | None = None
-
-
-def _encode(now: int, batch: list) -> tuple[bytes, list]:
-    """The entry for ``batch``. A command the log cannot carry (a value out of any range the
-    edge checked, such as an integer past 64 bits) is refused on its own, not with the rest."""
-    try:
-        return encode_entry(Entry(now, tuple(cmd for cmd, _ in batch))), batch
-    except ValueError:
-        kept = []
-        for cmd, fut in batch:
-            try:
-                encode_entry(Entry(now, (cmd,)))
-            except ValueError as exc:
-                _settle(fut, Rejection(ErrorCode.INVALID_PARAMETER_VALUE, str(exc)))
-                continue
-            kept.append((cmd, fut))
-        return encode_entry(Entry(now, tuple(cmd for cmd, _ in kept))), kept
-
-
 def _counted_visible(st: ShardState, queue: str, now: int) -> bool:
     q = st.queue(queue)
     return q is not None and not q.attributes.fifo_queue and st.counters(q.qid).visible > 0
@@ -473,7 +356,3 @@ def _unchanged(st: ShardState, command: c.Command, now: int) -> c.Result | None:
     outcome = HANDLERS[type(command)](st, command, now)
     return outcome.result if not len(st.txn) and not outcome.effects else None  # type: ignore[arg-type]
 
-
-def _settle(fut: asyncio.Future, value: Any) -> None:
-    if not fut.done():
-        fut.set_result(value)

@@ -22,7 +22,7 @@ from sqsq.core import queries
 from sqsq.shard.engine import ShardEngine
 
 FSYNC_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # engine.MAX_GROUP is the last
+GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # proposer.MAX_GROUP is the last
 # A replica this many applied entries short of what its leader committed is catching up,
 # not ready (a replica under load is always a few behind).
 READY_LAG_ENTRIES = 1000
@@ -50,7 +50,7 @@ class ShardMetrics:
         """Observe ``engine``'s fsyncs and group commits (call once per replica opened)."""
         label = str(shard_id)
         engine.replica.on_sync = self.fsync.labels(shard=label).observe
-        engine.on_group_commit = self.group.labels(shard=label).observe
+        engine.proposer.on_group_commit = self.group.labels(shard=label).observe
 
 
 class _ReplicaCollector(Collector):
