@@ -25,6 +25,7 @@ from sqsq.core.errors import ErrorCode
 from sqsq.errors import InvalidParameterValue, QueueError, from_rejection
 from sqsq.gateway import logs
 from sqsq.gateway.convert import (
+    add_sent,
     entry_from_pb,
     failed_to_pb,
     message_to_pb,
@@ -43,6 +44,9 @@ GRPC_ACTIONS = frozenset(pb.DESCRIPTOR.services_by_name["Queues"].methods_by_nam
 STREAM_CALLS = {re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower(): name
                 for name in pb.DESCRIPTOR.services_by_name["Queues"].methods_by_name
                 if name != "Stream"}
+
+
+KEY_CACHE_SIZE = 4096  # queue URLs whose key a service remembers
 
 
 def caller_region(context: grpc.aio.ServicerContext) -> str | None:
@@ -125,6 +129,7 @@ class QueuesService(pb_grpc.QueuesServicer):
         # one (``sqsq.gateway.frames``; set once it is bound).
         self.frame_offer: tuple[tuple[str, str], ...] = ()
         self.metrics = metrics or ApiMetrics(CollectorRegistry(), GRPC_ACTIONS)
+        self._keys: dict[tuple[str, str | None, Any], str] = {}  # (URL, region, endpoint)
 
     async def Stream(self, request_iterator, context):  # noqa: ANN001, ANN201, N802
         if self._draining:
@@ -179,7 +184,17 @@ class QueuesService(pb_grpc.QueuesServicer):
                queue_url: str) -> tuple[QueueService, str]:
         """The service for this call and the key of the queue ``queue_url`` names."""
         api = self.api_for(context)
-        return api, api.endpoint.queue_key(queue_url, caller_region(context))
+        region = caller_region(context)
+        # A URL's key is a pure function of the URL, the region and the endpoint; a client
+        # names the same few queues call after call, so it is worked out once (a bounded
+        # cache, emptied when full).
+        found = self._keys.get((queue_url, region, api.endpoint))
+        if found is None:
+            if len(self._keys) >= KEY_CACHE_SIZE:
+                self._keys.clear()
+            found = self._keys[(queue_url, region, api.endpoint)] = api.endpoint.queue_key(
+                queue_url, region)
+        return api, found
 
     def _named(self, context: grpc.aio.ServicerContext, name: str) -> tuple[QueueService, str]:
         """The service for this call and the key of the queue (or prefix) ``name``."""
@@ -271,11 +286,11 @@ class QueuesService(pb_grpc.QueuesServicer):
             return passed
         entries = [entry_from_pb(e, e.id) for e in request.entries]
         result = await api.send_message_batch(key, entries, request.request_id)
-        return pb.SendMessageBatchResponse(
-            successful=[pb.SendMessageBatchResultEntry(id=s.entry_id, **sent_fields(s))
-                        for s in result.successful],
-            failed=failed_to_pb(result.failed),
-        )
+        response = pb.SendMessageBatchResponse()
+        add_sent(response.successful, result.successful)
+        if result.failed:
+            response.failed.extend(failed_to_pb(result.failed))
+        return response
 
     @_rpc
     async def ReceiveMessage(self, request, context):  # noqa: ANN001, ANN201, N802
