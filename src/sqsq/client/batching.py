@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -83,12 +82,18 @@ def resolve(batching: BatchSettings | bool | None) -> BatchSettings | None:
 # -- turning single calls into one batch call ----------------------------------------------
 
 
+_SEND_OPTIONAL = ("delay_seconds", "message_group_id", "message_deduplication_id",
+                  "aws_trace_header")
+
+
 def _send_entry(i: int, req: pb.SendMessageRequest) -> pb.SendMessageBatchEntry:
-    entry = pb.SendMessageBatchEntry(id=str(i), message_body=req.message_body,
-                                     message_attributes=dict(req.message_attributes))
-    for name in ("delay_seconds", "message_group_id", "message_deduplication_id",
-                 "aws_trace_header"):
-        if req.HasField(name):
+    entry = pb.SendMessageBatchEntry(id=str(i), message_body=req.message_body)
+    if req.message_attributes:
+        for name, value in req.message_attributes.items():
+            entry.message_attributes[name].CopyFrom(value)
+    has = req.HasField
+    for name in _SEND_OPTIONAL:
+        if has(name):
             setattr(entry, name, getattr(req, name))
     return entry
 
@@ -96,7 +101,7 @@ def _send_entry(i: int, req: pb.SendMessageRequest) -> pb.SendMessageBatchEntry:
 def _send_batch(queue_url: str, reqs: list[Any]) -> Call:
     # One request id for every attempt of this batch: a retry is answered, entry by entry,
     # with the first result (the server keys it by request id and entry id).
-    req = pb.SendMessageBatchRequest(queue_url=queue_url, request_id=uuid.uuid4().hex,
+    req = pb.SendMessageBatchRequest(queue_url=queue_url, request_id=_ops.request_id(),
                                      entries=[_send_entry(i, r) for i, r in enumerate(reqs)])
     return Call("SendMessageBatch", req, _ops._parse_send_batch, retry=True)
 
