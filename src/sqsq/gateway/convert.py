@@ -131,11 +131,22 @@ def batch_from_pb(r: pb.BatchResponse) -> c.BatchResult:
 
 
 def message_to_pb(m: c.ReceivedMessage) -> pb.Message:
-    return pb.Message(
-        message_id=m.message_id, receipt_handle=m.receipt_handle, body=m.body,
-        md5_of_body=m.md5_of_body, md5_of_message_attributes=m.md5_of_message_attributes or "",
-        attributes=dict(m.attributes), message_attributes=attrs_to_pb(m.message_attributes),
-    )
+    out = pb.Message(message_id=m.message_id, receipt_handle=m.receipt_handle, body=m.body,
+                     md5_of_body=m.md5_of_body)
+    # (set only when there is something: most receives ask for no attributes)
+    if m.md5_of_message_attributes:
+        out.md5_of_message_attributes = m.md5_of_message_attributes
+    if m.attributes:
+        out.attributes.update(m.attributes)
+    if m.message_attributes:
+        for name, v in m.message_attributes:
+            pv = out.message_attributes[name]
+            pv.data_type = v.data_type
+            if v.string_value is not None:
+                pv.string_value = v.string_value
+            if v.binary_value is not None:
+                pv.binary_value = v.binary_value
+    return out
 
 
 def message_from_pb(m: pb.Message) -> c.ReceivedMessage:
