@@ -73,9 +73,23 @@ _ID_COUNT = itertools.count(1)
 
 def _about(request: object, action: str) -> tuple[str, str, str]:
     """A call's request id (the caller's, or a new one), action and queue, for its logs."""
-    request_id = getattr(request, "request_id", "") or f"{_ID_PREFIX}{next(_ID_COUNT):016x}"
-    queue = getattr(request, "queue_url", "") or getattr(request, "queue_name", "")
+    request_id_field, queue_field = _ABOUT_FIELDS.get(action, ("", ""))
+    request_id = (getattr(request, request_id_field) if request_id_field else "") or \
+        f"{_ID_PREFIX}{next(_ID_COUNT):016x}"
+    queue = getattr(request, queue_field) if queue_field else ""
     return request_id, action, queue.rstrip("/").rsplit("/", 1)[-1][:80]
+
+
+def _about_fields(method: Any) -> tuple[str, str]:
+    """The fields of a method's request that name its request id and its queue ("": none),
+    looked up once: asking a protobuf message for a field it lacks raises (and costs)."""
+    fields = method.input_type.fields_by_name
+    queue = next((f for f in ("queue_url", "queue_name") if f in fields), "")
+    return ("request_id" if "request_id" in fields else ""), queue
+
+
+_ABOUT_FIELDS = {name: _about_fields(method) for name, method in
+                 pb.DESCRIPTOR.services_by_name["Queues"].methods_by_name.items()}
 
 
 def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
