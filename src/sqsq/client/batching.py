@@ -103,7 +103,13 @@ def _send_batch(queue_url: str, reqs: list[Any]) -> Call:
     # with the first result (the server keys it by request id and entry id).
     req = pb.SendMessageBatchRequest(queue_url=queue_url, request_id=_ops.request_id(),
                                      entries=[_send_entry(i, r) for i, r in enumerate(reqs)])
-    return Call("SendMessageBatch", req, _ops._parse_send_batch, retry=True)
+    return Call("SendMessageBatch", req, _parse_sent, retry=True)
+
+
+def _parse_sent(resp: pb.SendMessageBatchResponse) -> BatchResult:
+    """A batch of single sends' answer, its entries left as they came: each caller's
+    ``SendResult`` is made from its own (``_sent``), with no entry object in between."""
+    return BatchResult(successful=list(resp.successful), failed=_ops._batch_errors(resp.failed))
 
 
 def _delete_batch(queue_url: str, reqs: list[Any]) -> Call:
@@ -121,10 +127,10 @@ def _change_batch(queue_url: str, reqs: list[Any]) -> Call:
     return Call("ChangeMessageVisibilityBatch", req, _ops._parse_batch)
 
 
-def _sent(entry: Any) -> SendResult:
+def _sent(entry: pb.SendMessageBatchResultEntry) -> SendResult:
     return SendResult(entry.message_id, entry.md5_of_message_body,
-                      entry.md5_of_message_attributes, entry.sequence_number,
-                      entry.md5_of_message_system_attributes)
+                      entry.md5_of_message_attributes or None, entry.sequence_number or None,
+                      entry.md5_of_message_system_attributes or None)
 
 
 def _nothing(_entry: Any) -> None:
