@@ -13,7 +13,7 @@ import itertools
 import logging
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -119,11 +119,13 @@ def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
     return run
 
 
-async def _passed(api: QueueService, method: str, request: Any, key: str) -> Any:
+def _passed(api: QueueService, method: str, request: Any, key: str) -> Awaitable[Any] | None:
     """A cluster gateway's answer to a message call for one shard, passed through to the
-    shard as it came (``routing.pass_through``); None: decode and route it here."""
+    shard as it came (``routing.pass_through``; awaited, None means decode and route it
+    here); None at once, with no coroutine to run, for a service that passes nothing
+    through (a node's shard)."""
     through = getattr(api, "pass_through", None)
-    return None if through is None else await through(method, request, key)
+    return None if through is None else through(method, request, key)
 
 
 class QueuesService(pb_grpc.QueuesServicer):
@@ -285,7 +287,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def SendMessage(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (passed := await _passed(api, "SendMessage", request, key)) is not None:
+        if (through := _passed(api, "SendMessage", request, key)) is not None and \
+                (passed := await through) is not None:
             return passed
         result = await api.send_message_batch(
             key, [entry_from_pb(request, "0")], request.request_id)
@@ -296,7 +299,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def SendMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (passed := await _passed(api, "SendMessageBatch", request, key)) is not None:
+        if (through := _passed(api, "SendMessageBatch", request, key)) is not None and \
+                (passed := await through) is not None:
             return passed
         entries = [entry_from_pb(e, e.id) for e in request.entries]
         result = await api.send_message_batch(key, entries, request.request_id)
@@ -309,7 +313,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def ReceiveMessage(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (passed := await _passed(api, "ReceiveMessage", request, key)) is not None:
+        if (through := _passed(api, "ReceiveMessage", request, key)) is not None and \
+                (passed := await through) is not None:
             return passed
         messages = await api.receive_message(
             key,
@@ -325,7 +330,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def DeleteMessage(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (passed := await _passed(api, "DeleteMessage", request, key)) is not None:
+        if (through := _passed(api, "DeleteMessage", request, key)) is not None and \
+                (passed := await through) is not None:
             return passed
         result = await api.delete_message_batch(key, [("0", request.receipt_handle)])
         if result.failed:
@@ -335,7 +341,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def DeleteMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (passed := await _passed(api, "DeleteMessageBatch", request, key)) is not None:
+        if (through := _passed(api, "DeleteMessageBatch", request, key)) is not None and \
+                (passed := await through) is not None:
             return passed
         result = await api.delete_message_batch(
             key, [(e.id, e.receipt_handle) for e in request.entries])
@@ -345,7 +352,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def ChangeMessageVisibility(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (passed := await _passed(api, "ChangeMessageVisibility", request, key)) is not None:
+        if (through := _passed(api, "ChangeMessageVisibility", request, key)) is not None and \
+                (passed := await through) is not None:
             return passed
         result = await api.change_message_visibility_batch(
             key, [("0", request.receipt_handle, request.visibility_timeout)])
@@ -356,7 +364,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def ChangeMessageVisibilityBatch(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (passed := await _passed(api, "ChangeMessageVisibilityBatch", request, key)) is not None:
+        if (through := _passed(api, "ChangeMessageVisibilityBatch", request, key)) is not None and \
+                (passed := await through) is not None:
             return passed
         result = await api.change_message_visibility_batch(
             key,
