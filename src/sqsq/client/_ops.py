@@ -92,10 +92,9 @@ def _send_fields(
     message_deduplication_id: str | None,
     message_system_attributes: MessageAttributes | None = None,
 ) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "message_body": message_body,
-        "message_attributes": attributes_to_pb(message_attributes),
-    }
+    fields: dict[str, Any] = {"message_body": message_body}
+    if message_attributes:  # (most sends have none: no empty map to build and pass)
+        fields["message_attributes"] = attributes_to_pb(message_attributes)
     if delay_seconds is not None:
         fields["delay_seconds"] = int(delay_seconds)
     if message_group_id is not None:

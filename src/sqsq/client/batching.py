@@ -388,8 +388,11 @@ class AsyncBatcher:
         self._tidy(key, lane)
 
     def _spawn(self, key: tuple[str, str, str], lane: _Lane, started: list[list[_Waiter]]) -> None:
+        if not started:
+            return
+        loop = asyncio.get_running_loop()
         for batch in started:
-            task = asyncio.ensure_future(self._send(key, lane, batch))
+            task = loop.create_task(self._send(key, lane, batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
