@@ -35,6 +35,7 @@ class _Engine:
         self.release = asyncio.Event()
         self.running = 0
         self.cancelled = 0
+        self.cancelled_one = asyncio.Event()
 
     async def execute(self, command: Any) -> c.BatchResult:
         self.running += 1
@@ -42,6 +43,7 @@ class _Engine:
             await self.release.wait()
         except asyncio.CancelledError:
             self.cancelled += 1
+            self.cancelled_one.set()
             raise
         return c.BatchResult(tuple(
             c.SentMessage(e.entry_id, f"id-{command.request_id}-{e.entry_id}", "md5", None,
@@ -164,5 +166,24 @@ def test_replies_wait_while_the_transport_is_paused() -> None:
         connection.resume_writing()
         await _settle()
         assert [r.id for f in transport.frames() for r in f.replies] == [1, 2]
+
+    asyncio.run(run())
+
+
+def test_a_call_past_its_deadline_is_cancelled_and_one_within_it_runs_on() -> None:
+    async def run() -> None:
+        engine, connection, transport = await _open()
+        frame = pb.StreamRequestFrame()
+        for call_id, timeout_ms in ((1, 60_000), (2, 50), (3, 60_000)):
+            call = frame.calls.add(id=call_id, timeout_ms=timeout_ms)
+            call.send_message_batch.queue_url = ENDPOINT.queue_url("q1")
+            call.send_message_batch.entries.add(id="0", message_body="hello")
+        connection.data_received(framed(frame))
+        await asyncio.wait_for(engine.cancelled_one.wait(), 10)  # call 2's deadline passed
+        await _settle()
+        assert engine.cancelled == 1 and transport.writes == []  # nobody waits for its reply
+        engine.release.set()
+        await _settle()
+        assert sorted(r.id for f in transport.frames() for r in f.replies) == [1, 3]
 
     asyncio.run(run())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -97,7 +98,11 @@ class StreamSession:
         self._waiter: asyncio.Future | None = None  # reply_frames, waiting for a reply
         self.on_reply: Callable[[], None] | None = None
         self._tasks: dict[int, asyncio.Task] = {}
-        self._timers: dict[int, asyncio.TimerHandle] = {}  # calls with a deadline
+        # Calls with a deadline (loop time), and the one timer that cancels those past it:
+        # set for the nearest deadline (a timer per call would cost a heap entry each).
+        self._deadlines: dict[int, float] = {}
+        self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_at = math.inf
         self._read_all = False  # the client half-closed
         self._closing = False  # the server drains
 
@@ -233,7 +238,33 @@ class StreamSession:
                                           CallContext(metadata)))
         self._tasks[request.id] = task
         if request.timeout_ms:  # the caller stops waiting then: so does the call
-            self._timers[request.id] = loop.call_later(request.timeout_ms / 1000, task.cancel)
+            deadline = loop.time() + request.timeout_ms / 1000
+            self._deadlines[request.id] = deadline
+            if deadline < self._expiry_at:
+                self._expire_at(loop, deadline)
+
+    def _expire_at(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._expiry_at = when
+        self._expiry = loop.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        """Cancel the calls past their deadline; wait for the next one."""
+        self._expiry, self._expiry_at = None, math.inf
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        nearest = math.inf
+        for call_id, deadline in list(self._deadlines.items()):
+            if deadline <= now:
+                del self._deadlines[call_id]
+                task = self._tasks.get(call_id)
+                if task is not None:
+                    task.cancel()
+            elif deadline < nearest:
+                nearest = deadline
+        if nearest < math.inf:
+            self._expire_at(loop, nearest)
 
     def _refusal(self, request: pb.StreamRequest, kind: str | None) -> pb.StreamReply | None:
         if self._closing:
@@ -261,7 +292,9 @@ class StreamSession:
             pass  # abandoned by its caller (deadline or cancel): nobody waits for a reply
         finally:
             del self._tasks[call_id]
-            timer = self._timers.pop(call_id, None)
-            if timer is not None:
-                timer.cancel()
+            deadlines = self._deadlines
+            if deadlines.pop(call_id, None) is not None and not deadlines and \
+                    self._expiry is not None:
+                self._expiry.cancel()  # (nothing left to expire: the session may go)
+                self._expiry, self._expiry_at = None, math.inf
             self._end_if_idle()
