@@ -131,8 +131,21 @@ def batch_from_pb(r: pb.BatchResponse) -> c.BatchResult:
 
 
 def message_to_pb(m: c.ReceivedMessage) -> pb.Message:
-    out = pb.Message(message_id=m.message_id, receipt_handle=m.receipt_handle, body=m.body,
-                     md5_of_body=m.md5_of_body)
+    return fill_message(pb.Message(), m)
+
+
+def add_messages(out: Any, messages: list[c.ReceivedMessage]) -> None:
+    """``messages`` added to the repeated field ``out`` (each built in place, not copied in)."""
+    add = out.add
+    for m in messages:
+        fill_message(add(), m)
+
+
+def fill_message(out: pb.Message, m: c.ReceivedMessage) -> pb.Message:
+    out.message_id = m.message_id
+    out.receipt_handle = m.receipt_handle
+    out.body = m.body
+    out.md5_of_body = m.md5_of_body
     # (set only when there is something: most receives ask for no attributes)
     if m.md5_of_message_attributes:
         out.md5_of_message_attributes = m.md5_of_message_attributes

@@ -25,10 +25,10 @@ from sqsq.core.errors import ErrorCode
 from sqsq.errors import InvalidParameterValue, QueueError, from_rejection
 from sqsq.gateway import logs
 from sqsq.gateway.convert import (
+    add_messages,
     add_sent,
     entry_from_pb,
     failed_to_pb,
-    message_to_pb,
     opt,
     sent_fields,
 )
@@ -325,7 +325,9 @@ class QueuesService(pb_grpc.QueuesServicer):
             list(request.message_attribute_names),
             request.receive_request_attempt_id,
         )
-        return pb.ReceiveMessageResponse(messages=[message_to_pb(m) for m in messages])
+        response = pb.ReceiveMessageResponse()
+        add_messages(response.messages, messages)
+        return response
 
     @_rpc
     async def DeleteMessage(self, request, context):  # noqa: ANN001, ANN201, N802
