@@ -38,7 +38,7 @@ STAGES = (
     ("Raft core step", "raft/node.py", "step"),
     ("Ready loop (ready, hand-offs, sends)", "shard/replica.py", "_run"),
     ("worker-thread hand-offs (to_thread)", "asyncio/threads.py", "to_thread"),
-    ("client frames out", "gateway/frames.py", "_write"),
+    ("client frames out", "gateway/frames.py", "_flush"),
 )
 
 

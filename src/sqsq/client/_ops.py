@@ -7,7 +7,9 @@ retried. The two clients only differ in how they invoke it (blocking or awaited)
 
 from __future__ import annotations
 
-import uuid
+import itertools
+import os
+import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -26,6 +28,27 @@ from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import task_from_pb
 
 # -- conversions ---------------------------------------------------------------------------
+
+
+# A send's request id (its idempotency key on the server): this process's random prefix and
+# a count, as unique as a random UUID's 32 hex digits without an urandom call per message
+# (most are dropped anyway, when the batcher sends the message in a batch with an id of its
+# own). A forked child draws a prefix of its own, so parent and child never share an id.
+_request_ids: tuple[str, itertools.count] = (secrets.token_hex(8), itertools.count(1))
+
+
+def _new_request_ids() -> None:
+    global _request_ids
+    _request_ids = (secrets.token_hex(8), itertools.count(1))
+
+
+os.register_at_fork(after_in_child=_new_request_ids)
+
+
+def request_id() -> str:
+    """A new request id: 32 hex digits, never the same twice in any process."""
+    prefix, count = _request_ids
+    return f"{prefix}{next(count):016x}"
 
 
 def _none_if_empty(value: str) -> str | None:
@@ -69,10 +92,9 @@ def _send_fields(
     message_deduplication_id: str | None,
     message_system_attributes: MessageAttributes | None = None,
 ) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "message_body": message_body,
-        "message_attributes": attributes_to_pb(message_attributes),
-    }
+    fields: dict[str, Any] = {"message_body": message_body}
+    if message_attributes:  # (most sends have none: no empty map to build and pass)
+        fields["message_attributes"] = attributes_to_pb(message_attributes)
     if delay_seconds is not None:
         fields["delay_seconds"] = int(delay_seconds)
     if message_group_id is not None:
@@ -250,7 +272,7 @@ def send_message(
         message_body, delay_seconds, message_attributes, message_group_id,
         message_deduplication_id, message_system_attributes,
     )
-    req = pb.SendMessageRequest(queue_url=queue, request_id=uuid.uuid4().hex, **fields)
+    req = pb.SendMessageRequest(queue_url=queue, request_id=request_id(), **fields)
     # One request id for every attempt: the server maps a retry to the first result.
     return Call("SendMessage", req, _parse_send, retry=True)
 
@@ -268,7 +290,7 @@ def send_message_batch(queue: str, entries: Iterable[Mapping[str, Any]]) -> Call
         )
         pb_entries.append(pb.SendMessageBatchEntry(id=str(entry.get("Id", "")), **fields))
     req = pb.SendMessageBatchRequest(
-        queue_url=queue, entries=pb_entries, request_id=uuid.uuid4().hex
+        queue_url=queue, entries=pb_entries, request_id=request_id()
     )
     return Call("SendMessageBatch", req, _parse_send_batch, retry=True)
 

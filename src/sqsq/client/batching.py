@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -83,12 +82,18 @@ def resolve(batching: BatchSettings | bool | None) -> BatchSettings | None:
 # -- turning single calls into one batch call ----------------------------------------------
 
 
+_SEND_OPTIONAL = ("delay_seconds", "message_group_id", "message_deduplication_id",
+                  "aws_trace_header")
+
+
 def _send_entry(i: int, req: pb.SendMessageRequest) -> pb.SendMessageBatchEntry:
-    entry = pb.SendMessageBatchEntry(id=str(i), message_body=req.message_body,
-                                     message_attributes=dict(req.message_attributes))
-    for name in ("delay_seconds", "message_group_id", "message_deduplication_id",
-                 "aws_trace_header"):
-        if req.HasField(name):
+    entry = pb.SendMessageBatchEntry(id=str(i), message_body=req.message_body)
+    if req.message_attributes:
+        for name, value in req.message_attributes.items():
+            entry.message_attributes[name].CopyFrom(value)
+    has = req.HasField
+    for name in _SEND_OPTIONAL:
+        if has(name):
             setattr(entry, name, getattr(req, name))
     return entry
 
@@ -96,9 +101,15 @@ def _send_entry(i: int, req: pb.SendMessageRequest) -> pb.SendMessageBatchEntry:
 def _send_batch(queue_url: str, reqs: list[Any]) -> Call:
     # One request id for every attempt of this batch: a retry is answered, entry by entry,
     # with the first result (the server keys it by request id and entry id).
-    req = pb.SendMessageBatchRequest(queue_url=queue_url, request_id=uuid.uuid4().hex,
+    req = pb.SendMessageBatchRequest(queue_url=queue_url, request_id=_ops.request_id(),
                                      entries=[_send_entry(i, r) for i, r in enumerate(reqs)])
-    return Call("SendMessageBatch", req, _ops._parse_send_batch, retry=True)
+    return Call("SendMessageBatch", req, _parse_sent, retry=True)
+
+
+def _parse_sent(resp: pb.SendMessageBatchResponse) -> BatchResult:
+    """A batch of single sends' answer, its entries left as they came: each caller's
+    ``SendResult`` is made from its own (``_sent``), with no entry object in between."""
+    return BatchResult(successful=list(resp.successful), failed=_ops._batch_errors(resp.failed))
 
 
 def _delete_batch(queue_url: str, reqs: list[Any]) -> Call:
@@ -116,10 +127,10 @@ def _change_batch(queue_url: str, reqs: list[Any]) -> Call:
     return Call("ChangeMessageVisibilityBatch", req, _ops._parse_batch)
 
 
-def _sent(entry: Any) -> SendResult:
+def _sent(entry: pb.SendMessageBatchResultEntry) -> SendResult:
     return SendResult(entry.message_id, entry.md5_of_message_body,
-                      entry.md5_of_message_attributes, entry.sequence_number,
-                      entry.md5_of_message_system_attributes)
+                      entry.md5_of_message_attributes or None, entry.sequence_number or None,
+                      entry.md5_of_message_system_attributes or None)
 
 
 def _nothing(_entry: Any) -> None:
@@ -377,8 +388,11 @@ class AsyncBatcher:
         self._tidy(key, lane)
 
     def _spawn(self, key: tuple[str, str, str], lane: _Lane, started: list[list[_Waiter]]) -> None:
+        if not started:
+            return
+        loop = asyncio.get_running_loop()
         for batch in started:
-            task = asyncio.ensure_future(self._send(key, lane, batch))
+            task = loop.create_task(self._send(key, lane, batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 

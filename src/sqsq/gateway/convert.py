@@ -50,10 +50,14 @@ def attrs_to_pb(attrs: c.MessageAttributes) -> dict[str, pb.MessageAttributeValu
 
 def entry_from_pb(e: Any, entry_id: str) -> c.SendEntry:
     """A SendMessageRequest or SendMessageBatchEntry as the core's entry."""
+    has = e.HasField  # (inline, not ``opt``: this runs for every message sent)
     return c.SendEntry(
-        entry_id, e.message_body, opt(e, "delay_seconds"), attrs_from_pb(e.message_attributes),
-        opt(e, "message_group_id"), opt(e, "message_deduplication_id"),
-        opt(e, "aws_trace_header"),
+        entry_id, e.message_body,
+        e.delay_seconds if has("delay_seconds") else None,
+        attrs_from_pb(e.message_attributes),
+        e.message_group_id if has("message_group_id") else None,
+        e.message_deduplication_id if has("message_deduplication_id") else None,
+        e.aws_trace_header if has("aws_trace_header") else None,
     )
 
 
@@ -76,6 +80,21 @@ def sent_fields(s: c.SentMessage) -> dict[str, str]:
                 md5_of_message_attributes=s.md5_of_message_attributes or "",
                 sequence_number=s.sequence_number or "",
                 md5_of_message_system_attributes=s.md5_of_message_system_attributes or "")
+
+
+def add_sent(out: Any, successful: tuple[c.SentMessage, ...]) -> None:
+    """SendMessageBatchResultEntry's for ``successful``, added to the repeated field ``out``
+    (built in place: no keyword dict and no copy per message)."""
+    add = out.add
+    for s in successful:
+        entry = add(id=s.entry_id, message_id=s.message_id,
+                    md5_of_message_body=s.md5_of_message_body)
+        if s.md5_of_message_attributes:
+            entry.md5_of_message_attributes = s.md5_of_message_attributes
+        if s.sequence_number:
+            entry.sequence_number = s.sequence_number
+        if s.md5_of_message_system_attributes:
+            entry.md5_of_message_system_attributes = s.md5_of_message_system_attributes
 
 
 def sent_from_pb(s: pb.SendMessageBatchResultEntry) -> c.SentMessage:
@@ -112,11 +131,35 @@ def batch_from_pb(r: pb.BatchResponse) -> c.BatchResult:
 
 
 def message_to_pb(m: c.ReceivedMessage) -> pb.Message:
-    return pb.Message(
-        message_id=m.message_id, receipt_handle=m.receipt_handle, body=m.body,
-        md5_of_body=m.md5_of_body, md5_of_message_attributes=m.md5_of_message_attributes or "",
-        attributes=dict(m.attributes), message_attributes=attrs_to_pb(m.message_attributes),
-    )
+    return fill_message(pb.Message(), m)
+
+
+def add_messages(out: Any, messages: list[c.ReceivedMessage]) -> None:
+    """``messages`` added to the repeated field ``out`` (each built in place, not copied in)."""
+    add = out.add
+    for m in messages:
+        fill_message(add(), m)
+
+
+def fill_message(out: pb.Message, m: c.ReceivedMessage) -> pb.Message:
+    out.message_id = m.message_id
+    out.receipt_handle = m.receipt_handle
+    out.body = m.body
+    out.md5_of_body = m.md5_of_body
+    # (set only when there is something: most receives ask for no attributes)
+    if m.md5_of_message_attributes:
+        out.md5_of_message_attributes = m.md5_of_message_attributes
+    if m.attributes:
+        out.attributes.update(m.attributes)
+    if m.message_attributes:
+        for name, v in m.message_attributes:
+            pv = out.message_attributes[name]
+            pv.data_type = v.data_type
+            if v.string_value is not None:
+                pv.string_value = v.string_value
+            if v.binary_value is not None:
+                pv.binary_value = v.binary_value
+    return out
 
 
 def message_from_pb(m: pb.Message) -> c.ReceivedMessage:

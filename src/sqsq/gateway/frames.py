@@ -18,7 +18,6 @@ peer that sends what is not a frame is cut off.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import secrets
@@ -124,7 +123,9 @@ def _refusal(status: grpc.StatusCode, code: str, message: str) -> pb.StreamError
 
 
 class _Connection(asyncio.Protocol):
-    """One client's connection: its bytes in, its session's reply frames out."""
+    """One client's connection: its bytes in, its session's reply frames out. The replies
+    ready in one turn of the event loop leave in one frame, written by a callback at the
+    end of that turn (``StreamSession.on_reply``)."""
 
     def __init__(self, server: FrameServer) -> None:
         self._server = server
@@ -132,18 +133,17 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._session: StreamSession | None = None
         self._refused = False
-        self._writer: asyncio.Task | None = None
-        self._can_write: asyncio.Event = asyncio.Event()
-        self._can_write.set()
+        self._flush_due = False
+        self._can_write = True  # the transport's buffer is below its high-water mark
         self._reading = True
-        self.ended: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self.ended: asyncio.Future = self._loop.create_future()
         self._hello_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:
         self._transport = transport
         self._server._connections.add(self)
-        self._hello_timer = asyncio.get_running_loop().call_later(
-            HELLO_TIMEOUT_S, self._no_hello)
+        self._hello_timer = self._loop.call_later(HELLO_TIMEOUT_S, self._no_hello)
 
     def _no_hello(self) -> None:  # (the timer is cancelled when the hello comes)
         log.warning("frame connection cut off: no hello within %g s", HELLO_TIMEOUT_S)
@@ -177,8 +177,38 @@ class _Connection(asyncio.Protocol):
             self._transport.close()  # type: ignore[union-attr]
             return
         self._session = self._server.queues.open_session(hello)
+        self._session.on_reply = self._reply_ready
         self._transport.write(framed(pb.StreamReplyFrame()))  # type: ignore[union-attr]  # accepted
-        self._writer = asyncio.get_running_loop().create_task(self._write(self._session))
+
+    def _reply_ready(self) -> None:
+        if not self._flush_due:
+            self._flush_due = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write the replies ready, as few frames as they fit in; end the connection once
+        the session has (every call answered after the client half-closed)."""
+        self._flush_due = False
+        session, transport = self._session, self._transport
+        if session is None or transport is None or self.ended.done():
+            return
+        while self._can_write and session.has_replies():
+            frame, ended = session.take_frame()
+            if frame is not None:
+                transport.write(framed(frame))
+            if ended:
+                transport.close()
+                self._finish()
+                return
+        if not self._reading and session.in_flight < MAX_CALLS_PER_CONNECTION // 2:
+            self._reading = True
+            transport.resume_reading()
+
+    def _finish(self) -> None:
+        if self._session is not None:
+            self._server.queues.close_session(self._session)
+        if not self.ended.done():
+            self.ended.set_result(None)
 
     def eof_received(self) -> bool:
         if self._session is not None:
@@ -190,16 +220,16 @@ class _Connection(asyncio.Protocol):
         if self._hello_timer is not None:
             self._hello_timer.cancel()
         self._server._connections.discard(self)
-        if self._writer is not None:
-            self._writer.cancel()  # nobody to answer: the session's calls are cancelled
-        elif not self.ended.done():
-            self.ended.set_result(None)
+        if self._session is not None and not self.ended.done():
+            self._session.cancel_calls()  # nobody to answer
+        self._finish()
 
     def pause_writing(self) -> None:
-        self._can_write.clear()
+        self._can_write = False
 
     def resume_writing(self) -> None:
-        self._can_write.set()
+        self._can_write = True
+        self._reply_ready()
 
     def abort(self) -> None:
         if self._transport is not None:
@@ -209,22 +239,3 @@ class _Connection(asyncio.Protocol):
         if self._reading:
             self._reading = False
             self._transport.pause_reading()  # type: ignore[union-attr]
-
-    async def _write(self, session: StreamSession) -> None:
-        transport = self._transport
-        assert transport is not None
-        try:
-            async with contextlib.aclosing(session.reply_frames()) as replies:
-                async for frame in replies:
-                    transport.write(framed(frame))
-                    if not self._reading and \
-                            session.in_flight < MAX_CALLS_PER_CONNECTION // 2:
-                        self._reading = True
-                        transport.resume_reading()
-                    if not self._can_write.is_set():
-                        await self._can_write.wait()
-            transport.close()  # every call answered after the client half-closed
-        finally:
-            self._server.queues.close_session(session)
-            if not self.ended.done():
-                self.ended.set_result(None)

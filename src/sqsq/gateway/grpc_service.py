@@ -13,7 +13,7 @@ import itertools
 import logging
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -25,9 +25,10 @@ from sqsq.core.errors import ErrorCode
 from sqsq.errors import InvalidParameterValue, QueueError, from_rejection
 from sqsq.gateway import logs
 from sqsq.gateway.convert import (
+    add_messages,
+    add_sent,
     entry_from_pb,
     failed_to_pb,
-    message_to_pb,
     opt,
     sent_fields,
 )
@@ -43,6 +44,9 @@ GRPC_ACTIONS = frozenset(pb.DESCRIPTOR.services_by_name["Queues"].methods_by_nam
 STREAM_CALLS = {re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower(): name
                 for name in pb.DESCRIPTOR.services_by_name["Queues"].methods_by_name
                 if name != "Stream"}
+
+
+KEY_CACHE_SIZE = 4096  # queue URLs whose key a service remembers
 
 
 def caller_region(context: grpc.aio.ServicerContext) -> str | None:
@@ -69,9 +73,23 @@ _ID_COUNT = itertools.count(1)
 
 def _about(request: object, action: str) -> tuple[str, str, str]:
     """A call's request id (the caller's, or a new one), action and queue, for its logs."""
-    request_id = getattr(request, "request_id", "") or f"{_ID_PREFIX}{next(_ID_COUNT):016x}"
-    queue = getattr(request, "queue_url", "") or getattr(request, "queue_name", "")
+    request_id_field, queue_field = _ABOUT_FIELDS.get(action, ("", ""))
+    request_id = (getattr(request, request_id_field) if request_id_field else "") or \
+        f"{_ID_PREFIX}{next(_ID_COUNT):016x}"
+    queue = getattr(request, queue_field) if queue_field else ""
     return request_id, action, queue.rstrip("/").rsplit("/", 1)[-1][:80]
+
+
+def _about_fields(method: Any) -> tuple[str, str]:
+    """The fields of a method's request that name its request id and its queue ("": none),
+    looked up once: asking a protobuf message for a field it lacks raises (and costs)."""
+    fields = method.input_type.fields_by_name
+    queue = next((f for f in ("queue_url", "queue_name") if f in fields), "")
+    return ("request_id" if "request_id" in fields else ""), queue
+
+
+_ABOUT_FIELDS = {name: _about_fields(method) for name, method in
+                 pb.DESCRIPTOR.services_by_name["Queues"].methods_by_name.items()}
 
 
 def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
@@ -101,11 +119,13 @@ def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
     return run
 
 
-async def _passed(api: QueueService, method: str, request: Any, key: str) -> Any:
+def _passed(api: QueueService, method: str, request: Any, key: str) -> Awaitable[Any] | None:
     """A cluster gateway's answer to a message call for one shard, passed through to the
-    shard as it came (``routing.pass_through``); None: decode and route it here."""
+    shard as it came (``routing.pass_through``; awaited, None means decode and route it
+    here); None at once, with no coroutine to run, for a service that passes nothing
+    through (a node's shard)."""
     through = getattr(api, "pass_through", None)
-    return None if through is None else await through(method, request, key)
+    return None if through is None else through(method, request, key)
 
 
 class QueuesService(pb_grpc.QueuesServicer):
@@ -125,6 +145,7 @@ class QueuesService(pb_grpc.QueuesServicer):
         # one (``sqsq.gateway.frames``; set once it is bound).
         self.frame_offer: tuple[tuple[str, str], ...] = ()
         self.metrics = metrics or ApiMetrics(CollectorRegistry(), GRPC_ACTIONS)
+        self._keys: dict[tuple[str, str | None, Any], str] = {}  # (URL, region, endpoint)
 
     async def Stream(self, request_iterator, context):  # noqa: ANN001, ANN201, N802
         if self._draining:
@@ -179,7 +200,17 @@ class QueuesService(pb_grpc.QueuesServicer):
                queue_url: str) -> tuple[QueueService, str]:
         """The service for this call and the key of the queue ``queue_url`` names."""
         api = self.api_for(context)
-        return api, api.endpoint.queue_key(queue_url, caller_region(context))
+        region = caller_region(context)
+        # A URL's key is a pure function of the URL, the region and the endpoint; a client
+        # names the same few queues call after call, so it is worked out once (a bounded
+        # cache, emptied when full).
+        found = self._keys.get((queue_url, region, api.endpoint))
+        if found is None:
+            if len(self._keys) >= KEY_CACHE_SIZE:
+                self._keys.clear()
+            found = self._keys[(queue_url, region, api.endpoint)] = api.endpoint.queue_key(
+                queue_url, region)
+        return api, found
 
     def _named(self, context: grpc.aio.ServicerContext, name: str) -> tuple[QueueService, str]:
         """The service for this call and the key of the queue (or prefix) ``name``."""
@@ -256,7 +287,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def SendMessage(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (passed := await _passed(api, "SendMessage", request, key)) is not None:
+        if (through := _passed(api, "SendMessage", request, key)) is not None and \
+                (passed := await through) is not None:
             return passed
         result = await api.send_message_batch(
             key, [entry_from_pb(request, "0")], request.request_id)
@@ -267,20 +299,22 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def SendMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (passed := await _passed(api, "SendMessageBatch", request, key)) is not None:
+        if (through := _passed(api, "SendMessageBatch", request, key)) is not None and \
+                (passed := await through) is not None:
             return passed
         entries = [entry_from_pb(e, e.id) for e in request.entries]
         result = await api.send_message_batch(key, entries, request.request_id)
-        return pb.SendMessageBatchResponse(
-            successful=[pb.SendMessageBatchResultEntry(id=s.entry_id, **sent_fields(s))
-                        for s in result.successful],
-            failed=failed_to_pb(result.failed),
-        )
+        response = pb.SendMessageBatchResponse()
+        add_sent(response.successful, result.successful)
+        if result.failed:
+            response.failed.extend(failed_to_pb(result.failed))
+        return response
 
     @_rpc
     async def ReceiveMessage(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (passed := await _passed(api, "ReceiveMessage", request, key)) is not None:
+        if (through := _passed(api, "ReceiveMessage", request, key)) is not None and \
+                (passed := await through) is not None:
             return passed
         messages = await api.receive_message(
             key,
@@ -291,12 +325,15 @@ class QueuesService(pb_grpc.QueuesServicer):
             list(request.message_attribute_names),
             request.receive_request_attempt_id,
         )
-        return pb.ReceiveMessageResponse(messages=[message_to_pb(m) for m in messages])
+        response = pb.ReceiveMessageResponse()
+        add_messages(response.messages, messages)
+        return response
 
     @_rpc
     async def DeleteMessage(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (passed := await _passed(api, "DeleteMessage", request, key)) is not None:
+        if (through := _passed(api, "DeleteMessage", request, key)) is not None and \
+                (passed := await through) is not None:
             return passed
         result = await api.delete_message_batch(key, [("0", request.receipt_handle)])
         if result.failed:
@@ -306,7 +343,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def DeleteMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (passed := await _passed(api, "DeleteMessageBatch", request, key)) is not None:
+        if (through := _passed(api, "DeleteMessageBatch", request, key)) is not None and \
+                (passed := await through) is not None:
             return passed
         result = await api.delete_message_batch(
             key, [(e.id, e.receipt_handle) for e in request.entries])
@@ -316,7 +354,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def ChangeMessageVisibility(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (passed := await _passed(api, "ChangeMessageVisibility", request, key)) is not None:
+        if (through := _passed(api, "ChangeMessageVisibility", request, key)) is not None and \
+                (passed := await through) is not None:
             return passed
         result = await api.change_message_visibility_batch(
             key, [("0", request.receipt_handle, request.visibility_timeout)])
@@ -327,7 +366,8 @@ class QueuesService(pb_grpc.QueuesServicer):
     @_rpc
     async def ChangeMessageVisibilityBatch(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (passed := await _passed(api, "ChangeMessageVisibilityBatch", request, key)) is not None:
+        if (through := _passed(api, "ChangeMessageVisibilityBatch", request, key)) is not None and \
+                (passed := await through) is not None:
             return passed
         result = await api.change_message_visibility_batch(
             key,

@@ -8,13 +8,21 @@ same whichever protocol carried it; the per-request log line is written there to
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 log = logging.getLogger("sqsq.requests")
 
@@ -24,26 +32,24 @@ UNKNOWN_ACTION = "unknown"  # what a request naming no action we know is counted
 
 
 class ApiMetrics:
+    """Requests by action and protocol, errors, latency and requests in progress.
+
+    Counted in plain dicts on the event loop and read by a collector at scrape time (which
+    exposes them as a Counter, Histogram and Gauge would): a request costs a few dict and
+    list updates, not a lock and a label check per sample. The scrape runs in a worker
+    thread; it copies each dict in one step (atomic under the GIL) before reading it."""
+
     def __init__(self, registry: CollectorRegistry, known_actions: frozenset[str]) -> None:
         # Labels come from a closed set: a client cannot grow the registry by inventing names.
         self.known_actions = known_actions
-        self.requests = Counter("sqsq_requests", "Requests answered, by action and protocol.",
-                                ["action", "protocol"], registry=registry)
-        self.errors = Counter("sqsq_request_errors",
-                              "Requests answered with an error, by action and SQS error code.",
-                              ["action", "code"], registry=registry)
-        self.latency = Histogram("sqsq_request_duration_seconds",
-                                 "Time from a request's arrival to its answer, by action.",
-                                 ["action"], buckets=LATENCY_BUCKETS_S, registry=registry)
-        self.in_progress = Gauge("sqsq_requests_in_progress",
-                                 "Requests being handled, by action (long polls included).",
-                                 ["action"], registry=registry)
+        self.in_progress: dict[str, int] = {}  # action -> requests being handled
+        # (action, protocol) -> [requests answered, created]
+        self.answered: dict[tuple[str, str], list[float]] = {}
+        # action -> [count per bucket (not cumulative; the last is +Inf), sum, created]
+        self.latency: dict[str, list[Any]] = {}
+        self.errors: dict[tuple[str, str], list[float]] = {}  # (action, code) -> [n, created]
+        registry.register(_ApiCollector(self))
         registry.register(_MishapCollector())
-        # Children looked up once (labels() costs a lock and a tuple of strings each call);
-        # bounded: actions and protocols come from closed sets.
-        self._gauges: dict[str, Any] = {}  # action -> its in-progress gauge
-        # (action, protocol) -> its request counter and latency histogram
-        self._answered: dict[tuple[str, str], tuple] = {}
 
     def action_label(self, action: str) -> str:
         return action if action in self.known_actions else UNKNOWN_ACTION
@@ -53,28 +59,30 @@ class ApiMetrics:
         fails."""
         return _TimedRequest(self, self.action_label(action), protocol)
 
-    def gauge(self, label: str) -> Any:
-        """The in-progress gauge of one action."""
-        found = self._gauges.get(label)
-        if found is None:
-            found = self._gauges[label] = self.in_progress.labels(action=label)
-        return found
-
-    def answered(self, label: str, protocol: str) -> tuple:
-        """The request counter and latency histogram of one action and protocol."""
+    def record(self, label: str, protocol: str, elapsed: float, code: str) -> None:
+        """One request answered: counted, its latency observed, its error counted."""
         key = (label, protocol)
-        found = self._answered.get(key)
-        if found is None:
-            found = self._answered[key] = (
-                self.requests.labels(action=label, protocol=protocol),
-                self.latency.labels(action=label))
-        return found
+        answered = self.answered.get(key)
+        if answered is None:
+            answered = self.answered[key] = [0, time.time()]
+        answered[0] += 1
+        latency = self.latency.get(label)
+        if latency is None:
+            latency = self.latency[label] = [[0] * (len(LATENCY_BUCKETS_S) + 1), 0.0,
+                                             time.time()]
+        latency[0][bisect.bisect_left(LATENCY_BUCKETS_S, elapsed)] += 1  # (le: inclusive)
+        latency[1] += elapsed
+        if code:
+            errors = self.errors.get((label, code))
+            if errors is None:
+                errors = self.errors[(label, code)] = [0, time.time()]
+            errors[0] += 1
 
 
 class _TimedRequest:
     """One request under way: counted in progress, then counted and timed when it ends."""
 
-    __slots__ = ("_metrics", "_protocol", "_outcome", "_gauge", "_started")
+    __slots__ = ("_metrics", "_protocol", "_outcome", "_started", "_label")
 
     def __init__(self, metrics: ApiMetrics, label: str, protocol: str) -> None:
         self._metrics = metrics
@@ -82,21 +90,18 @@ class _TimedRequest:
         self._outcome = RequestOutcome(label)
 
     def __enter__(self) -> RequestOutcome:
-        self._gauge = self._metrics.gauge(self._outcome.action)
-        self._gauge.inc()
+        in_progress = self._metrics.in_progress
+        self._label = label = self._outcome.action
+        in_progress[label] = in_progress.get(label, 0) + 1
         self._started = time.perf_counter()
         return self._outcome
 
     def __exit__(self, *exc_info: object) -> None:
         elapsed = time.perf_counter() - self._started
-        self._gauge.dec()
         metrics, outcome = self._metrics, self._outcome
+        metrics.in_progress[self._label] -= 1
         label = metrics.action_label(outcome.action)  # an HTTP action is known once decoded
-        requests, latency = metrics.answered(label, self._protocol)
-        requests.inc()
-        latency.observe(elapsed)
-        if outcome.code:
-            metrics.errors.labels(action=label, code=outcome.code).inc()
+        metrics.record(label, self._protocol, elapsed, outcome.code)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s %s in %.1f ms", label, outcome.code or "OK", elapsed * 1000)
 
@@ -107,6 +112,53 @@ class RequestOutcome:
     def __init__(self, action: str) -> None:
         self.action = action
         self.code = ""  # an SQS error code; empty: it succeeded
+
+
+_BUCKET_LABELS = [floatToGoString(b) for b in LATENCY_BUCKETS_S] + ["+Inf"]
+
+
+class _ApiCollector:
+    """``ApiMetrics``' counts at scrape time, as its Counter, Histogram and Gauge."""
+
+    def __init__(self, metrics: ApiMetrics) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    def _families(self) -> list[Metric]:
+        m = self._metrics
+        requests = CounterMetricFamily("sqsq_requests",
+                                       "Requests answered, by action and protocol.",
+                                       labels=["action", "protocol"])
+        for (action, protocol), (n, created) in sorted(list(m.answered.items())):
+            requests.add_metric([action, protocol], n, created=created)
+        errors = CounterMetricFamily(
+            "sqsq_request_errors",
+            "Requests answered with an error, by action and SQS error code.",
+            labels=["action", "code"])
+        for (action, code), (n, created) in sorted(list(m.errors.items())):
+            errors.add_metric([action, code], n, created=created)
+        latency = HistogramMetricFamily(
+            "sqsq_request_duration_seconds",
+            "Time from a request's arrival to its answer, by action.", labels=["action"])
+        for action, (counts, total, created) in sorted(list(m.latency.items())):
+            cumulative, buckets = 0, []
+            for le, n in zip(_BUCKET_LABELS, list(counts), strict=True):
+                cumulative += n
+                buckets.append((le, cumulative))
+            latency.add_metric([action], buckets, total)
+            latency.samples.append(Sample("sqsq_request_duration_seconds_created",
+                                          {"action": action}, created))
+        in_progress = GaugeMetricFamily(
+            "sqsq_requests_in_progress",
+            "Requests being handled, by action (long polls included).", labels=["action"])
+        for action, n in sorted(list(m.in_progress.items())):
+            in_progress.add_metric([action], n)
+        return [requests, errors, latency, in_progress]
 
 
 class RoutingMetrics:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -33,7 +35,6 @@ from sqsq.wire import MAX_FRAME_BYTES, NOT_RUN
 FRAME_OVERHEAD = 6  # per reply in a frame: its tag and length
 MAX_REPLY_BYTES = MAX_FRAME_BYTES - FRAME_OVERHEAD
 MAX_FRAME_REPLIES = 256
-_NOTHING = object()
 _DRAINING = object()  # in the reply queue: tell the client, in the next frame
 Metadata = Sequence[tuple[str, Any]]
 # kind (the oneof field, the unary method in snake case), request, context -> its reply
@@ -82,14 +83,26 @@ def too_large(reply: pb.StreamReply) -> pb.StreamReply:
 
 
 class StreamSession:
-    """One open stream: reads requests, runs each as a task, yields replies as they come."""
+    """One open stream: reads requests, runs each as a task, hands out replies as they come.
+
+    Replies wait in a deque. The gRPC stream's side takes them with ``reply_frames``; a frame
+    connection sets ``on_reply``, which is called when a reply is queued with none waiting
+    (the connection then writes the frame at the end of the event loop's turn, with every
+    reply ready by then: one write per turn, not a wake-up of a writer task per reply)."""
 
     def __init__(self, call: CallFn, metadata: Metadata) -> None:
         self._call = call
         self._metadata = tuple(metadata)
-        # (reply, its size) ready to send; None: the stream ends
-        self._replies: asyncio.Queue[tuple[pb.StreamReply, int] | None] = asyncio.Queue()
+        # (reply, its size) ready to send; _DRAINING; None: the stream ends
+        self._replies: deque[Any] = deque()
+        self._waiter: asyncio.Future | None = None  # reply_frames, waiting for a reply
+        self.on_reply: Callable[[], None] | None = None
         self._tasks: dict[int, asyncio.Task] = {}
+        # Calls with a deadline (loop time), and the one timer that cancels those past it:
+        # set for the nearest deadline (a timer per call would cost a heap entry each).
+        self._deadlines: dict[int, float] = {}
+        self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_at = math.inf
         self._read_all = False  # the client half-closed
         self._closing = False  # the server drains
 
@@ -108,34 +121,66 @@ class StreamSession:
         """Replies as they come, those ready together in one frame, until the session ends
         (the client half-closed and every call is answered). Closing it early cancels the
         calls still running: nobody is left to answer."""
-        held: Any = _NOTHING  # taken from the queue, but past the last frame's budget
         try:
             while True:
-                ready = await self._replies.get() if held is _NOTHING else held
-                held = _NOTHING
-                if ready is None:
+                if not self._replies:
+                    self._waiter = asyncio.get_running_loop().create_future()
+                    try:
+                        await self._waiter
+                    finally:
+                        self._waiter = None
+                frame, ended = self.take_frame()
+                if frame is not None:
+                    yield frame
+                if ended:
                     return
+        finally:
+            self.cancel_calls()
+
+    def has_replies(self) -> bool:
+        return bool(self._replies)
+
+    def take_frame(self) -> tuple[pb.StreamReplyFrame | None, bool]:
+        """The replies ready now that fit in one frame (None: none), and whether the session
+        has ended (nothing more will come)."""
+        replies = self._replies
+        frame = None
+        size = 0
+        count = 0
+        while replies:
+            ready = replies[0]
+            if ready is None:
+                return frame, True  # (left in place: the session stays ended)
+            if frame is None:
                 frame = pb.StreamReplyFrame()
                 size = FRAME_OVERHEAD
-                if ready is _DRAINING:
-                    frame.draining = True
-                else:
-                    frame.replies.append(ready[0])
-                    size += ready[1]
-                while len(frame.replies) < MAX_FRAME_REPLIES and not self._replies.empty():
-                    more = self._replies.get_nowait()
-                    if more is _DRAINING:
-                        frame.draining = True
-                        continue
-                    if more is None or size + more[1] + FRAME_OVERHEAD > MAX_FRAME_BYTES:
-                        held = more
-                        break
-                    frame.replies.append(more[0])
-                    size += more[1] + FRAME_OVERHEAD
-                yield frame
-        finally:
-            for task in list(self._tasks.values()):
-                task.cancel()
+            if ready is _DRAINING:
+                replies.popleft()
+                frame.draining = True
+                continue
+            if count and (count >= MAX_FRAME_REPLIES or
+                          size + ready[1] + FRAME_OVERHEAD > MAX_FRAME_BYTES):
+                break
+            replies.popleft()
+            frame.replies.append(ready[0])
+            size += ready[1] + FRAME_OVERHEAD
+            count += 1
+        return frame, False
+
+    def cancel_calls(self) -> None:
+        """Nobody is left to answer: the calls still running are cancelled."""
+        for task in list(self._tasks.values()):
+            task.cancel()
+
+    def _put(self, item: Any) -> None:
+        replies = self._replies
+        replies.append(item)
+        if len(replies) == 1:
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+            if self.on_reply is not None:
+                self.on_reply()
 
     @property
     def in_flight(self) -> int:
@@ -158,11 +203,11 @@ class StreamSession:
         ends once it has and every call is answered."""
         if not self._closing:
             self._closing = True
-            self._replies.put_nowait(_DRAINING)  # type: ignore[arg-type]
+            self._put(_DRAINING)
 
     def _end_if_idle(self) -> None:
         if self._read_all and not self._tasks:
-            self._replies.put_nowait(None)
+            self._put(None)
 
     async def _read(self, frames: AsyncIterator[pb.StreamRequestFrame]) -> None:
         try:
@@ -183,7 +228,7 @@ class StreamSession:
         refusal = self._refusal(request, kind)
         if refusal is not None:
             refusal.id = request.id
-            self._replies.put_nowait((refusal, refusal.ByteSize()))
+            self._put((refusal, refusal.ByteSize()))
             return
         metadata = self._metadata
         if request.metadata:
@@ -193,8 +238,33 @@ class StreamSession:
                                           CallContext(metadata)))
         self._tasks[request.id] = task
         if request.timeout_ms:  # the caller stops waiting then: so does the call
-            timer = loop.call_later(request.timeout_ms / 1000, task.cancel)
-            task.add_done_callback(lambda _, timer=timer: timer.cancel())
+            deadline = loop.time() + request.timeout_ms / 1000
+            self._deadlines[request.id] = deadline
+            if deadline < self._expiry_at:
+                self._expire_at(loop, deadline)
+
+    def _expire_at(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._expiry_at = when
+        self._expiry = loop.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        """Cancel the calls past their deadline; wait for the next one."""
+        self._expiry, self._expiry_at = None, math.inf
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        nearest = math.inf
+        for call_id, deadline in list(self._deadlines.items()):
+            if deadline <= now:
+                del self._deadlines[call_id]
+                task = self._tasks.get(call_id)
+                if task is not None:
+                    task.cancel()
+            elif deadline < nearest:
+                nearest = deadline
+        if nearest < math.inf:
+            self._expire_at(loop, nearest)
 
     def _refusal(self, request: pb.StreamRequest, kind: str | None) -> pb.StreamReply | None:
         if self._closing:
@@ -217,9 +287,14 @@ class StreamSession:
                 reply = too_large(reply)
                 reply.id = call_id
                 size = reply.ByteSize()
-            self._replies.put_nowait((reply, size))
+            self._put((reply, size))
         except asyncio.CancelledError:
             pass  # abandoned by its caller (deadline or cancel): nobody waits for a reply
         finally:
             del self._tasks[call_id]
+            deadlines = self._deadlines
+            if deadlines.pop(call_id, None) is not None and not deadlines and \
+                    self._expiry is not None:
+                self._expiry.cancel()  # (nothing left to expire: the session may go)
+                self._expiry, self._expiry_at = None, math.inf
             self._end_if_idle()

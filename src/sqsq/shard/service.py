@@ -257,6 +257,9 @@ def _check_batch_ids(ids: list[str]) -> None:
 def _select(m: c.ReceivedMessage, attribute_names: list[str],
             message_names: list[str]) -> c.ReceivedMessage:
     """Only the system and message attributes the receiver asked for, as SQS returns them."""
+    if not attribute_names and not message_names:  # the common receive: neither asked for
+        return c.ReceivedMessage(m.message_id, m.receipt_handle, m.body, m.md5_of_body,
+                                 None, (), ())
     want_all = "All" in attribute_names
     attrs = tuple((k, v) for k, v in m.attributes if want_all or k in attribute_names)
     mattrs = tuple((k, v) for k, v in m.message_attributes if wants_attribute(message_names, k))
