@@ -27,7 +27,7 @@ from sqsq.core.delivery import (
 )
 from sqsq.core.errors import ErrorCode, reject
 from sqsq.core.messages import message_size
-from sqsq.core.receipts import ReceiptHandle, encode_receipt_handle, queue_name_hash
+from sqsq.core.receipts import encode_receipt, queue_name_hash
 from sqsq.core.records import (
     IN_FLIGHT,
     TIMER_IN_FLIGHT,
@@ -84,8 +84,9 @@ def _received(
     st: ShardState, q: QueueRecord, seq: int, d: Delivery, m: MessageRecord, nonce: int,
 ) -> ReceivedMessage:
     """What the receiver gets for an in-flight message; equal inputs give an equal handle."""
-    handle = ReceiptHandle(st.config.shard_id, q.qid, seq, d.receive_count,
-                           queue_name_hash(q.name), (nonce ^ seq) & 0xFFFF_FFFF_FFFF_FFFF)
+    config = st.config
+    handle = encode_receipt(config.secret, config.shard_id, q.qid, seq, d.receive_count,
+                            queue_name_hash(q.name), (nonce ^ seq) & 0xFFFF_FFFF_FFFF_FFFF)
     attrs = [
         ("SenderId", st.config.account),
         ("SentTimestamp", str(m.sent_ms)),
@@ -105,7 +106,7 @@ def _received(
     if m.aws_trace_header is not None:
         attrs.append(("AWSTraceHeader", m.aws_trace_header))
     return ReceivedMessage(
-        m.message_id, encode_receipt_handle(st.config.secret, handle), m.body, m.md5_of_body,
+        m.message_id, handle, m.body, m.md5_of_body,
         m.md5_of_message_attributes, m.message_attributes, tuple(attrs),
     )
 
