@@ -14,6 +14,7 @@ from decimal import Decimal, InvalidOperation
 
 from sqsq.core import limits
 from sqsq.core.errors import ErrorCode, Rejection, reject
+from sqsq.core.frozen import quick_init
 
 _BASE_TYPES = ("String", "Number", "Binary")
 # SQS's Number: up to 38 significant digits, magnitude between 10^-128 and 10^126.
@@ -40,6 +41,7 @@ _STRING_TRANSPORT = b"\x01"
 _BINARY_TRANSPORT = b"\x02"
 
 
+@quick_init
 @dataclass(frozen=True)
 class MessageAttributeValue:
     data_type: str  # "String", "Number", "Binary", optionally "Type.customLabel"

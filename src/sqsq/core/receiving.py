@@ -67,16 +67,20 @@ def _claim(
     st: ShardState, q: QueueRecord, seq: int, d: Delivery, m: MessageRecord, now: int,
     timeout_s: int, nonce: int,
 ) -> ReceivedMessage:
+    qid = q.qid
     d.receive_count += 1
     d.first_receive_ms = d.first_receive_ms or now
     d.received_ms = now
-    d.state, d.visible_at_ms = IN_FLIGHT, now + timeout_s * 1000
-    st.put_delivery(q.qid, seq, d)
-    st.txn.put(r.timer_key(q.qid, d.visible_at_ms, seq), TIMER_IN_FLIGHT)
-    st.lower_floor(q.qid, "w_floor", d.visible_at_ms)
-    counters = st.counters(q.qid)
-    counters.add(VISIBLE, -1)
-    counters.add(IN_FLIGHT, 1)
+    deadline = now + timeout_s * 1000
+    d.state, d.visible_at_ms = IN_FLIGHT, deadline
+    put = st.txn.put
+    put(r.delivery_key(qid, seq), d.encode())
+    put(r.timer_key(qid, deadline, seq), TIMER_IN_FLIGHT)
+    counters = st.counters(qid)
+    if deadline < counters.w_floor:
+        counters.w_floor = deadline
+    counters.visible -= 1
+    counters.in_flight += 1
     return _received(st, q, seq, d, m, nonce)
 
 
