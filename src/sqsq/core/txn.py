@@ -58,7 +58,7 @@ class Txn:
     atomically. Not thread-safe (one command stream owns it).
     """
 
-    __slots__ = ("_base", "_base_get", "_ov", "_keys", "_undo", "_logging", "_ver")
+    __slots__ = ("_base", "_base_get", "_ov", "_keys", "_sorted", "_undo", "_logging", "_ver")
 
     def __init__(self, base: KVReader) -> None:
         self._base = base
@@ -69,7 +69,11 @@ class Txn:
         # merged scans ~2-3x faster than SortedDict for the small overlays of a
         # command or group; inserts are an O(n) memmove, ~2us/put at 10k
         # distinct random keys, ~12us at 100k (ascending keys stay cheap).
+        # Until the first scan (or rollback, or writes()) keys are only appended, then sorted
+        # once: a send's writes need no order until the batch is taken, and one sort costs
+        # about a third of the insorts.
         self._keys: list[bytes] = []
+        self._sorted = False
         # (key, previous overlay entry or _ABSENT); only kept once a savepoint
         # exists, so single-command txns pay nothing for it
         self._undo: list[tuple[bytes, object]] = []
@@ -90,7 +94,10 @@ class Txn:
         if self._logging:
             self._undo.append((key, ov.get(key, _ABSENT)))
         if key not in ov:
-            insort(self._keys, key)
+            if self._sorted:
+                insort(self._keys, key)
+            else:
+                self._keys.append(key)
         ov[key] = value
         self._ver += 1
 
@@ -101,7 +108,10 @@ class Txn:
         if self._logging:
             self._undo.append((key, ov.get(key, _ABSENT)))
         if key not in ov:
-            insort(self._keys, key)
+            if self._sorted:
+                insort(self._keys, key)
+            else:
+                self._keys.append(key)
         ov[key] = None
         self._ver += 1
 
@@ -116,6 +126,7 @@ class Txn:
         taken after it become invalid."""
         if not isinstance(sp, _Savepoint) or sp.owner is not self:
             raise ValueError("savepoint does not belong to this transaction")
+        self._keep_sorted()
         undo, ov, keys = self._undo, self._ov, self._keys
         if sp.mark > len(undo):
             raise ValueError("savepoint was invalidated by an earlier rollback")
@@ -137,8 +148,15 @@ class Txn:
         starts its skip-list search where the previous one ended (~40% less per key than the
         order the writes were made in, measured on 500-key batches).
         """
+        self._keep_sorted()
         ov = self._ov
         return {key: ov[key] for key in self._keys}
+
+    def _keep_sorted(self) -> None:
+        """Sort the overlay's keys, and keep them sorted from now on (scans bisect them)."""
+        if not self._sorted:
+            self._keys.sort()
+            self._sorted = True
 
     def __len__(self) -> int:
         return len(self._ov)
@@ -165,6 +183,7 @@ class Txn:
             yield from self._scan_fwd(start, end)
 
     def _scan_fwd(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        self._keep_sorted()
         ov, keys = self._ov, self._keys
         base_it = iter(self._base.scan(start, end))
         b = next(base_it, None)
@@ -201,6 +220,7 @@ class Txn:
                 yield o, v
 
     def _scan_rev(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        self._keep_sorted()
         ov, keys = self._ov, self._keys
         base_it = iter(self._base.scan(start, end, reverse=True))
         b = next(base_it, None)
