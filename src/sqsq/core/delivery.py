@@ -106,8 +106,7 @@ def remove(st: ShardState, q: QueueRecord, seq: int, d: Delivery, now: int) -> N
     qid = q.qid
     was_head = False
     if d.group_id is not None:
-        head = next(st.group_messages(qid, d.group_id), None)
-        was_head = head is not None and r.seq_of(head) == seq
+        was_head = st.group_head(qid, d.group_id) == seq
     delete = st.txn.delete
     delete(r.message_key(qid, seq))
     delete(r.delivery_key(qid, seq))
@@ -179,10 +178,7 @@ def refresh_group(st: ShardState, qid: int, group: str, since_ms: int) -> bool:
     became receivable (``since_ms``: when the head became visible, or became the head); a
     group that stays receivable keeps its place, one that was received from goes to the back.
     """
-    head_seq = None
-    for key in st.group_messages(qid, group):
-        head_seq = r.seq_of(key)
-        break
+    head_seq = st.group_head(qid, group)
     g = st.group(qid, group)
     want = None
     if head_seq is not None:

@@ -220,6 +220,17 @@ class ShardState:
         if first:
             set_floor(r.NO_FLOOR if until is None else max(floor, until + 1))
 
+    def group_head(self, qid: int, group: str) -> int | None:
+        """The seq of a FIFO group's oldest message (None: it has none), as the first key of
+        ``group_messages`` gives it. The group's floor is at or below every message of the
+        group, so when the floor's own message is there it is the head: one point read, not
+        a scan (the head is asked for on every send, receive and delete of a group)."""
+        floor = self.group(qid, group).floor
+        if self.txn.get(r.group_message_key(qid, group, floor)) is not None:
+            return floor
+        key = next(self.group_messages(qid, group), None)
+        return None if key is None else r.seq_of(key)
+
     def group_messages(self, qid: int, group: str) -> Iterator[bytes]:
         """Keys of a FIFO group's messages in send order, from the group's floor."""
         prefix = r.group_prefix(qid, group)
