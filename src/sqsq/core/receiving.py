@@ -188,6 +188,8 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
                     break
                 st.txn.delete(key)
                 out.append(_claim(st, q, seq, *got, now, timeout_s, cmd.nonce))
+                if len(out) >= want:
+                    break  # as the loop's own check would, without reading one key more
         return Outcome(Received(tuple(out)), tuple(effects))
     claimed: list[tuple[int, int]] = []  # (seq, receive count): what a retry must find
     for rkey, _ in st.scan_index("k", q.qid):

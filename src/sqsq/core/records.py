@@ -330,7 +330,7 @@ class MessageRecord:
         attrs = [
             [n, a.data_type, a.string_value, a.binary_value]
             for n, a in self.message_attributes
-        ]
+        ] if self.message_attributes else []
         return pack(
             [
                 self.message_id,
@@ -350,7 +350,8 @@ class MessageRecord:
     @classmethod
     def decode(cls, raw: bytes) -> MessageRecord:
         v = unpack(raw)
-        attrs = tuple((n, MessageAttributeValue(t, s, b)) for n, t, s, b in v[2])
+        attrs = tuple([(n, MessageAttributeValue(t, s, b)) for n, t, s, b in v[2]]) if v[2] \
+            else ()
         return cls(v[0], v[1], attrs, *v[3:])  # records from before a new field: its default
 
 
