@@ -77,8 +77,9 @@ class ShardState:
         return self._meta
 
     def next_seq(self) -> int:
-        seq = self.meta.next_seq
-        self.meta.next_seq += 1
+        meta = self.meta
+        seq = meta.next_seq
+        meta.next_seq = seq + 1
         return seq
 
     def next_qid(self) -> int:

@@ -175,12 +175,11 @@ class Txn:
         is not yielded; a key put ahead of it is). The base is pulled one pair at
         a time.
         """
+        # Not a generator itself: the one below runs nothing until it is first asked (the
+        # laziness is the same), and a scan's every pair passes one generator, not two.
         if start >= end:
-            return
-        if reverse:
-            yield from self._scan_rev(start, end)
-        else:
-            yield from self._scan_fwd(start, end)
+            return iter(())
+        return self._scan_rev(start, end) if reverse else self._scan_fwd(start, end)
 
     def _scan_fwd(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
         self._keep_sorted()
