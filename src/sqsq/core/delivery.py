@@ -92,7 +92,7 @@ def enqueue(
         if now < counters.v_floor:
             counters.v_floor = now
     if fifo:
-        if st.txn.get(r.group_key(qid, group)) is None:  # an empty group starts here
+        if st.txn.get(st.group_key(qid, group)) is None:  # an empty group starts here
             st.put_group(qid, group, GroupRecord(floor=seq))
         put(r.group_message_key(qid, group, seq), b"")
         if state == VISIBLE:
@@ -197,7 +197,7 @@ def refresh_group(st: ShardState, qid: int, group: str, since_ms: int) -> bool:
             st.txn.put(want, b"")
         g.ready_key = want
     if head_seq is None and g.in_flight == 0:
-        st.txn.delete(r.group_key(qid, group))
+        st.txn.delete(st.group_key(qid, group))
     else:
         st.put_group(qid, group, g)
     return want is not None
