@@ -72,3 +72,37 @@ def test_a_scan_sees_keys_put_before_it_and_ahead_of_its_cursor() -> None:
             t.put(b"a0", b"3")  # behind it: not
     assert seen == [b"a", b"b", b"bb", b"c", b"d", b"e"]
     assert list(t.writes()) == [b"a", b"a0", b"bb", b"c", b"e"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_runs_of_deleted_keys_skipped_by_later_scans_hide_nothing(data: st.DataObject) -> None:
+    """Receives take an index's keys from the front, entry after entry: later scans jump over
+    what earlier ones deleted. Whatever is put, deleted or rolled back in between, each scan
+    still answers exactly what is there."""
+    base = {bytes([1, i]): b"b" for i in range(0, 60, 2)}
+    t = Txn(DictStore(base))
+    model = dict(base)
+    stack: list[tuple[object, dict]] = []
+    for _ in range(data.draw(st.integers(1, 12))):
+        lo = bytes([1, data.draw(st.integers(0, 30))])
+        scanned = list(t.scan(lo, b"\x02"))
+        assert scanned == sorted((k, v) for k, v in model.items() if lo <= k < b"\x02")
+        for k, _ in scanned[: data.draw(st.integers(0, 8))]:  # take some from the front
+            t.delete(k)
+            model.pop(k)
+        for _ in range(data.draw(st.integers(0, 2))):
+            k = bytes([1, data.draw(st.integers(0, 60))])
+            if data.draw(st.booleans()):
+                t.put(k, b"p")
+                model[k] = b"p"
+            else:
+                t.delete(k)
+                model.pop(k, None)
+        action = data.draw(st.sampled_from(["none", "none", "sp", "rb"]))
+        if action == "sp":
+            stack.append((t.savepoint(), dict(model)))
+        elif action == "rb" and stack:
+            sp, model = stack.pop()
+            t.rollback(sp)
+    assert list(t.scan(b"\x01", b"\x02")) == sorted(model.items())

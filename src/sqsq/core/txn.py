@@ -58,7 +58,8 @@ class Txn:
     atomically. Not thread-safe (one command stream owns it).
     """
 
-    __slots__ = ("_base", "_base_get", "_ov", "_keys", "_sorted", "_undo", "_logging", "_ver")
+    __slots__ = ("_base", "_base_get", "_ov", "_keys", "_sorted", "_undo", "_logging", "_ver",
+                 "_dead")
 
     def __init__(self, base: KVReader) -> None:
         self._base = base
@@ -80,6 +81,13 @@ class Txn:
         self._logging = False
         # bumped on every overlay change so running scans know to re-bisect
         self._ver = 0
+        # first -> last key of a run of consecutive base keys that this transaction deleted,
+        # as a forward scan found them. A later scan that meets the first jumps past the last
+        # (when every overlay key in between is still a delete) instead of stepping through
+        # them: the receives of one entry each start where the index's floor is, and without
+        # this the n-th receive stepped over what the n-1 before it had taken. It relies on
+        # the base not changing while the transaction lives, as an applied entry's does not.
+        self._dead: dict[bytes, bytes] = {}
 
     # -- point operations ---------------------------------------------------
 
@@ -127,6 +135,7 @@ class Txn:
         if not isinstance(sp, _Savepoint) or sp.owner is not self:
             raise ValueError("savepoint does not belong to this transaction")
         self._keep_sorted()
+        self._dead.clear()  # a delete undone makes its base key live again
         undo, ov, keys = self._undo, self._ov, self._keys
         if sp.mark > len(undo):
             raise ValueError("savepoint was invalidated by an earlier rollback")
@@ -181,14 +190,23 @@ class Txn:
             return iter(())
         return self._scan_rev(start, end) if reverse else self._scan_fwd(start, end)
 
+    def _deleted_throughout(self, lo: bytes, hi: bytes) -> bool:
+        """Whether every overlay key in [lo, hi] is a delete."""
+        ov, keys = self._ov, self._keys
+        for i in range(bisect_left(keys, lo), bisect_right(keys, hi)):
+            if ov[keys[i]] is not None:
+                return False
+        return True
+
     def _scan_fwd(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
         self._keep_sorted()
-        ov, keys = self._ov, self._keys
-        base_it = iter(self._base.scan(start, end))
+        ov, keys, dead, base = self._ov, self._keys, self._dead, self._base
+        base_it = iter(base.scan(start, end))
         b = next(base_it, None)
         last: bytes | None = None
         o: bytes | None = None
         ver = -1  # overlay version `o` was computed at; -1 forces a lookup
+        run: bytes | None = None  # the first base key of the run of deleted ones we are in
         while True:
             if ver != self._ver:
                 # smallest overlay key in [start, end) beyond the cursor
@@ -202,20 +220,37 @@ class Txn:
                     return
                 # base keys beyond the cursor are not in the overlay (else o <= them)
                 last = b[0]
+                run = None
                 yield b
                 b = next(base_it, None)
                 continue
             if b is not None and b[0] < o:
                 last = b[0]
+                run = None
                 yield b
                 b = next(base_it, None)
                 continue
-            if b is not None and b[0] == o:
-                b = next(base_it, None)  # shadowed by the overlay
+            if b is not None and b[0] == o:  # shadowed by the overlay
+                if ov[o] is None:  # deleted here: in a run of such base keys
+                    if run is None:
+                        run = o
+                    skip_to = dead.get(o)
+                    if skip_to is not None:
+                        if skip_to > o and self._deleted_throughout(o, skip_to):
+                            base_it = iter(base.scan(skip_to + b"\x00", end))
+                            b = next(base_it, None)
+                            last, ver = skip_to, -1
+                            dead[run] = skip_to
+                            continue
+                        del dead[o]  # something in it was written since: step through it
+                    if o != run:
+                        dead[run] = o
+                b = next(base_it, None)
             last = o
             ver = -1  # o is consumed
             v = ov[o]
             if v is not None:
+                run = None
                 yield o, v
 
     def _scan_rev(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
