@@ -117,10 +117,13 @@ def _received(
 
 def _deliverable(
     st: ShardState, q: QueueRecord, dlq: QueueRecord | None, seq: int, now: int,
-    effects: list,
+    effects: list, d: Delivery | None = None,
 ) -> tuple[Delivery, MessageRecord] | None:
-    """The message if it may be handed out now; expired or dead-lettered ones are moved away."""
-    d, m = st.delivery(q.qid, seq), st.message(q.qid, seq)
+    """The message if it may be handed out now; expired or dead-lettered ones are moved away.
+    ``d``: its delivery record, if the caller has just read it."""
+    if d is None:
+        d = st.delivery(q.qid, seq)
+    m = st.message(q.qid, seq)
     if d is None or m is None:
         raise AssertionError(f"index points at a missing message {q.qid}/{seq}")
     if d.sent_ms + q.attributes.message_retention_period_s * 1000 <= now:
@@ -204,7 +207,7 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
             d = st.delivery(q.qid, seq)
             if d is None or d.state != VISIBLE:
                 break  # strict order: nothing behind a delayed or in-flight message
-            got = _deliverable(st, q, dlq, seq, now, effects)
+            got = _deliverable(st, q, dlq, seq, now, effects, d)
             if got is not None and not size.fits(got[1]):
                 budget = 0  # the reply is full: this group and every other wait
                 break
@@ -214,7 +217,11 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
                 g = st.group(q.qid, group)
                 g.in_flight += 1
                 st.put_group(q.qid, group, g)
+                if len(out) >= want:
+                    break  # as the loop's own check would, without reading one key more
         refresh_group(st, q.qid, group, now)
+        if len(out) >= want or budget <= 0:
+            break  # likewise
     if attempt_id and claimed:
         key = r.attempt_key(q.qid, attempt_id)
         expires = now + limits.DEDUPLICATION_WINDOW_MS
