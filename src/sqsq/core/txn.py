@@ -56,6 +56,12 @@ class Txn:
 
     Nothing reaches the reader: the owner takes `writes()` and commits them
     atomically. Not thread-safe (one command stream owns it).
+
+    Forward scans skip runs of base keys that this transaction deleted and an
+    earlier scan walked (see `_dead`), so a base that changes while the Txn
+    lives may go unseen inside such a run. An applied entry's base does not
+    change; a scratch Txn over a live store (a leader's look or proof) sees at
+    worst what a scan started a moment earlier would have seen.
     """
 
     __slots__ = ("_base", "_base_get", "_ov", "_keys", "_sorted", "_undo", "_logging", "_ver",
