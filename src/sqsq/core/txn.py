@@ -204,6 +204,17 @@ class Txn:
                 return False
         return True
 
+    def _run_after(self, key: bytes, run: bytes | None) -> bytes | None:
+        """The run a forward scan is in once the caller is done with the base key it was
+        given: a receive deletes what it takes, and a key deleted so is as dead as one the
+        scan found deleted."""
+        if self._ov.get(key, _ABSENT) is not None:
+            return None
+        if run is None:
+            return key
+        self._dead[run] = key
+        return run
+
     def _scan_fwd(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
         self._keep_sorted()
         ov, keys, dead, base = self._ov, self._keys, self._dead, self._base
@@ -226,14 +237,14 @@ class Txn:
                     return
                 # base keys beyond the cursor are not in the overlay (else o <= them)
                 last = b[0]
-                run = None
                 yield b
+                run = self._run_after(last, run)
                 b = next(base_it, None)
                 continue
             if b is not None and b[0] < o:
                 last = b[0]
-                run = None
                 yield b
+                run = self._run_after(last, run)
                 b = next(base_it, None)
                 continue
             if b is not None and b[0] == o:  # shadowed by the overlay
