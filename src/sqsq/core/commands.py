@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sqsq.core.errors import Rejection
+from sqsq.core.frozen import quick_init
 from sqsq.core.messages import MessageAttributeValue
 
 Pairs = tuple[tuple[str, str], ...]
@@ -57,6 +58,7 @@ class UntagQueue:
 # ---- delivery ---------------------------------------------------------------------------
 
 
+@quick_init
 @dataclass(frozen=True)
 class SendEntry:
     entry_id: str
@@ -68,6 +70,7 @@ class SendEntry:
     aws_trace_header: str | None = None  # the one message system attribute SQS takes
 
 
+@quick_init
 @dataclass(frozen=True)
 class SendMessages:
     """SendMessage is a batch of one. ``message_ids`` is stamped by the leader, one per entry.
@@ -82,6 +85,7 @@ class SendMessages:
     message_ids: tuple[str, ...] = ()
 
 
+@quick_init
 @dataclass(frozen=True)
 class ReceiveMessages:
     queue: str
@@ -91,12 +95,14 @@ class ReceiveMessages:
     receive_request_attempt_id: str = ""  # FIFO: a retry within 5 minutes gets the same answer
 
 
+@quick_init
 @dataclass(frozen=True)
 class DeleteMessages:
     queue: str
     entries: tuple[tuple[str, str], ...]  # (entry id, receipt handle)
 
 
+@quick_init
 @dataclass(frozen=True)
 class ChangeVisibilities:
     queue: str
@@ -145,6 +151,7 @@ class QueueCreated:
     name: str
 
 
+@quick_init
 @dataclass(frozen=True)
 class SentMessage:
     entry_id: str
@@ -155,18 +162,21 @@ class SentMessage:
     md5_of_message_system_attributes: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True)
 class EntryFailed:
     entry_id: str
     rejection: Rejection
 
 
+@quick_init
 @dataclass(frozen=True)
 class BatchResult:
     successful: tuple = ()  # SentMessage for sends, entry ids (str) otherwise
     failed: tuple[EntryFailed, ...] = ()
 
 
+@quick_init
 @dataclass(frozen=True)
 class ReceivedMessage:
     message_id: str
@@ -178,6 +188,7 @@ class ReceivedMessage:
     attributes: Pairs  # every system attribute; the edge filters by AttributeNames
 
 
+@quick_init
 @dataclass(frozen=True)
 class Received:
     messages: tuple[ReceivedMessage, ...]
@@ -194,6 +205,7 @@ Result = Ok | QueueCreated | BatchResult | Received | Swept | Rejection
 # ---- effects: run by the leader only, after the entry is durable ------------------------
 
 
+@quick_init
 @dataclass(frozen=True)
 class WakeReceivers:
     """Messages became visible in this queue: long polls waiting on it should try again."""
@@ -201,6 +213,7 @@ class WakeReceivers:
     queue: str
 
 
+@quick_init
 @dataclass(frozen=True)
 class Outcome:
     result: Result

@@ -63,34 +63,41 @@ def enqueue(
     """
     enqueued = m.sent_ms if enqueued_ms is None else enqueued_ms
     seq = st.next_seq()
+    qid = q.qid
     fifo = q.attributes.fifo_queue
     group = m.group_id if fifo else None
     state = DELAYED if visible_at > now else VISIBLE
-    st.txn.put(r.message_key(q.qid, seq), m.encode())
+    put = st.txn.put
+    put(r.message_key(qid, seq), m.encode())
     d = Delivery(state, visible_at if state == DELAYED else now, receive_count, first_receive_ms,
                  group, enqueued)
-    st.put_delivery(q.qid, seq, d)
-    st.txn.put(r.retention_key(q.qid, enqueued, seq), b"")
-    st.lower_floor(q.qid, "r_floor", enqueued)
+    put(r.delivery_key(qid, seq), d.encode())
+    put(r.retention_key(qid, enqueued, seq), b"")
+    counters = st.counters(qid)  # the index floors below: each only ever lowered here
+    if enqueued < counters.r_floor:
+        counters.r_floor = enqueued
     if state == DELAYED and fifo:
         # A FIFO queue's delay is retroactive in SQS: index by send time, and let the queue's
         # delay as it is when the timer is looked at decide when that is due.
         assert enqueued == now, "only a send delays a FIFO message"
-        st.txn.put(r.fifo_delay_key(q.qid, now, seq), b"")
-        st.lower_floor(q.qid, "y_floor", now)
+        put(r.fifo_delay_key(qid, now, seq), b"")
+        if now < counters.y_floor:
+            counters.y_floor = now
     elif state == DELAYED:
-        st.txn.put(r.timer_key(q.qid, visible_at, seq), TIMER_DELAYED)
-        st.lower_floor(q.qid, "w_floor", visible_at)
+        put(r.timer_key(qid, visible_at, seq), TIMER_DELAYED)
+        if visible_at < counters.w_floor:
+            counters.w_floor = visible_at
     elif not fifo:
-        st.txn.put(r.visible_key(q.qid, now, seq), b"")
-        st.lower_floor(q.qid, "v_floor", now)
+        put(r.visible_key(qid, now, seq), b"")
+        if now < counters.v_floor:
+            counters.v_floor = now
     if fifo:
-        if st.txn.get(r.group_key(q.qid, group)) is None:  # an empty group starts here
-            st.put_group(q.qid, group, GroupRecord(floor=seq))
-        st.txn.put(r.group_message_key(q.qid, group, seq), b"")
+        if st.txn.get(st.group_key(qid, group)) is None:  # an empty group starts here
+            st.put_group(qid, group, GroupRecord(floor=seq))
+        put(r.group_message_key(qid, group, seq), b"")
         if state == VISIBLE:
-            refresh_group(st, q.qid, group, now)
-    st.counters(q.qid).add(state, 1)
+            refresh_group(st, qid, group, now)
+    counters.add(state, 1)
     return seq
 
 
@@ -99,18 +106,18 @@ def remove(st: ShardState, q: QueueRecord, seq: int, d: Delivery, now: int) -> N
     qid = q.qid
     was_head = False
     if d.group_id is not None:
-        head = next(st.group_messages(qid, d.group_id), None)
-        was_head = head is not None and r.seq_of(head) == seq
-    st.txn.delete(r.message_key(qid, seq))
-    st.txn.delete(r.delivery_key(qid, seq))
-    st.txn.delete(r.retention_key(qid, d.sent_ms, seq))
+        was_head = st.group_head(qid, d.group_id) == seq
+    delete = st.txn.delete
+    delete(r.message_key(qid, seq))
+    delete(r.delivery_key(qid, seq))
+    delete(r.retention_key(qid, d.sent_ms, seq))
     if d.state == VISIBLE:
         if d.group_id is None:
-            st.txn.delete(r.visible_key(qid, d.visible_at_ms, seq))
+            delete(r.visible_key(qid, d.visible_at_ms, seq))
     elif d.state == DELAYED and d.group_id is not None:
-        st.txn.delete(r.fifo_delay_key(qid, d.sent_ms, seq))
+        delete(r.fifo_delay_key(qid, d.sent_ms, seq))
     else:
-        st.txn.delete(r.timer_key(qid, d.visible_at_ms, seq))
+        delete(r.timer_key(qid, d.visible_at_ms, seq))
     st.counters(qid).add(d.state, -1)
     if d.group_id is not None:
         st.txn.delete(r.group_message_key(qid, d.group_id, seq))
@@ -171,10 +178,7 @@ def refresh_group(st: ShardState, qid: int, group: str, since_ms: int) -> bool:
     became receivable (``since_ms``: when the head became visible, or became the head); a
     group that stays receivable keeps its place, one that was received from goes to the back.
     """
-    head_seq = None
-    for key in st.group_messages(qid, group):
-        head_seq = r.seq_of(key)
-        break
+    head_seq = st.group_head(qid, group)
     g = st.group(qid, group)
     want = None
     if head_seq is not None:
@@ -193,7 +197,7 @@ def refresh_group(st: ShardState, qid: int, group: str, since_ms: int) -> bool:
             st.txn.put(want, b"")
         g.ready_key = want
     if head_seq is None and g.in_flight == 0:
-        st.txn.delete(r.group_key(qid, group))
+        st.txn.delete(st.group_key(qid, group))
     else:
         st.put_group(qid, group, g)
     return want is not None

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from sqsq.core import commands as c
+from sqsq.core.frozen import quick_init
 from sqsq.core.messages import MessageAttributeValue
 from sqsq.core.redrive import CancelMoveTask, StartMoveTask
 
@@ -47,6 +48,7 @@ ENTRY_VERSION = 1
 Command = c.Command | StartMoveTask | CancelMoveTask
 
 
+@quick_init
 @dataclass(frozen=True)
 class Entry:
     """One log entry: the leader's time and the commands applied at it, in order. An entry

@@ -24,19 +24,20 @@ from sqsq.core.commands import (
 )
 from sqsq.core.delivery import hide, make_visible, move_deadline, remove
 from sqsq.core.errors import ErrorCode, Rejection, reject
-from sqsq.core.receipts import ReceiptHandle, decode_receipt_handle, queue_name_hash
+from sqsq.core.receipts import decode_receipt, queue_name_hash
 from sqsq.core.records import IN_FLIGHT, VISIBLE, QueueRecord
 from sqsq.core.state import ShardState
 
 
-def _handle_for(st: ShardState, q: QueueRecord, text: str) -> ReceiptHandle | Rejection:
-    h = decode_receipt_handle(st.config.secret, text)
-    if h is None or h.name_hash != queue_name_hash(q.name) or h.shard_id != st.config.shard_id:
+def _handle_for(st: ShardState, q: QueueRecord, text: str) -> tuple[int, int, int] | Rejection:
+    """(queue id, seq, epoch) of a handle issued by this shard for this queue's name."""
+    h = decode_receipt(st.config.secret, text)
+    if h is None or h[4] != queue_name_hash(q.name) or h[0] != st.config.shard_id:
         return reject(
             ErrorCode.RECEIPT_HANDLE_IS_INVALID,
             f'The input receipt handle "{text}" is not a valid receipt handle.',
         )
-    return h
+    return h[1], h[2], h[3]
 
 
 def _expired(text: str) -> Rejection:
@@ -56,8 +57,9 @@ def delete(st: ShardState, q: QueueRecord, cmd: DeleteMessages, now: int) -> Out
         if isinstance(h, Rejection):
             failed.append(EntryFailed(entry_id, h))
             continue
-        d = st.delivery(q.qid, h.seq) if h.queue_id == q.qid else None
-        if d is not None and d.receive_count != h.epoch:
+        queue_id, seq, epoch = h
+        d = st.delivery(q.qid, seq) if queue_id == q.qid else None
+        if d is not None and d.receive_count != epoch:
             failed.append(EntryFailed(entry_id, _expired(text)))
             continue
         if d is not None and q.attributes.fifo_queue and \
@@ -65,7 +67,7 @@ def delete(st: ShardState, q: QueueRecord, cmd: DeleteMessages, now: int) -> Out
             failed.append(EntryFailed(entry_id, _expired(text)))  # its timeout ran out
             continue
         if d is not None:  # already gone (deleted, purged, expired): deleting again succeeds
-            remove(st, q, h.seq, d, now)
+            remove(st, q, seq, d, now)
             if d.group_id is not None:
                 effects.append(WakeReceivers(q.name))
         ok.append(entry_id)
@@ -88,14 +90,15 @@ def change_visibility(st: ShardState, q: QueueRecord, cmd: ChangeVisibilities, n
         if isinstance(h, Rejection):
             failed.append(EntryFailed(entry_id, h))
             continue
-        d = st.delivery(q.qid, h.seq) if h.queue_id == q.qid else None
+        queue_id, seq, epoch = h
+        d = st.delivery(q.qid, seq) if queue_id == q.qid else None
         if d is None:
             failed.append(EntryFailed(entry_id, reject(
                 ErrorCode.INVALID_PARAMETER_VALUE,
                 f"Value {text} for parameter ReceiptHandle is invalid. Reason: Message does not "
                 "exist or is not available for visibility timeout change.")))
             continue
-        if d.receive_count != h.epoch:
+        if d.receive_count != epoch:
             failed.append(EntryFailed(entry_id, _expired(text)))
             continue
         timed_out = not q.attributes.fifo_queue and (d.state == VISIBLE or (
@@ -113,13 +116,13 @@ def change_visibility(st: ShardState, q: QueueRecord, cmd: ChangeVisibilities, n
             continue
         if d.state == VISIBLE:  # a standard message whose timeout ran out
             if timeout_s > 0:
-                hide(st, q, h.seq, d, now + timeout_s * 1000)
+                hide(st, q, seq, d, now + timeout_s * 1000)
         elif timeout_s == 0:
-            st.txn.delete(r.timer_key(q.qid, d.visible_at_ms, h.seq))
+            st.txn.delete(r.timer_key(q.qid, d.visible_at_ms, seq))
             # Timed out but not yet swept: visible since its deadline, as the sweep would say.
-            make_visible(st, q, h.seq, d, min(now, d.visible_at_ms))
+            make_visible(st, q, seq, d, min(now, d.visible_at_ms))
             effects.append(WakeReceivers(q.name))
         else:
-            move_deadline(st, q, h.seq, d, now + timeout_s * 1000)
+            move_deadline(st, q, seq, d, now + timeout_s * 1000)
         ok.append(entry_id)
     return Outcome(BatchResult(tuple(ok), tuple(failed)), tuple(set(effects)))

@@ -14,6 +14,7 @@ from decimal import Decimal, InvalidOperation
 
 from sqsq.core import limits
 from sqsq.core.errors import ErrorCode, Rejection, reject
+from sqsq.core.frozen import quick_init
 
 _BASE_TYPES = ("String", "Number", "Binary")
 # SQS's Number: up to 38 significant digits, magnitude between 10^-128 and 10^126.
@@ -40,6 +41,7 @@ _STRING_TRANSPORT = b"\x01"
 _BINARY_TRANSPORT = b"\x02"
 
 
+@quick_init
 @dataclass(frozen=True)
 class MessageAttributeValue:
     data_type: str  # "String", "Number", "Binary", optionally "Type.customLabel"
@@ -52,7 +54,10 @@ class MessageAttributeValue:
 
 
 def _has_invalid_chars(text: str) -> bool:
-    return _INVALID_CHAR_RE.search(text) is not None
+    # A printable string (no control, surrogate, private-use or unassigned character; U+FFFE
+    # and U+FFFF are unassigned) has only allowed characters: str.isprintable runs ~20x faster
+    # than the pattern, which decides only for the rest (newlines and tabs among them).
+    return not text.isprintable() and _INVALID_CHAR_RE.search(text) is not None
 
 
 def validate_body(body: str) -> Rejection | None:

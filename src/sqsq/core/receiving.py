@@ -27,7 +27,7 @@ from sqsq.core.delivery import (
 )
 from sqsq.core.errors import ErrorCode, reject
 from sqsq.core.messages import message_size
-from sqsq.core.receipts import ReceiptHandle, encode_receipt_handle, queue_name_hash
+from sqsq.core.receipts import encode_receipt, queue_name_hash
 from sqsq.core.records import (
     IN_FLIGHT,
     TIMER_IN_FLIGHT,
@@ -67,16 +67,20 @@ def _claim(
     st: ShardState, q: QueueRecord, seq: int, d: Delivery, m: MessageRecord, now: int,
     timeout_s: int, nonce: int,
 ) -> ReceivedMessage:
+    qid = q.qid
     d.receive_count += 1
     d.first_receive_ms = d.first_receive_ms or now
     d.received_ms = now
-    d.state, d.visible_at_ms = IN_FLIGHT, now + timeout_s * 1000
-    st.put_delivery(q.qid, seq, d)
-    st.txn.put(r.timer_key(q.qid, d.visible_at_ms, seq), TIMER_IN_FLIGHT)
-    st.lower_floor(q.qid, "w_floor", d.visible_at_ms)
-    counters = st.counters(q.qid)
-    counters.add(VISIBLE, -1)
-    counters.add(IN_FLIGHT, 1)
+    deadline = now + timeout_s * 1000
+    d.state, d.visible_at_ms = IN_FLIGHT, deadline
+    put = st.txn.put
+    put(r.delivery_key(qid, seq), d.encode())
+    put(r.timer_key(qid, deadline, seq), TIMER_IN_FLIGHT)
+    counters = st.counters(qid)
+    if deadline < counters.w_floor:
+        counters.w_floor = deadline
+    counters.visible -= 1
+    counters.in_flight += 1
     return _received(st, q, seq, d, m, nonce)
 
 
@@ -84,8 +88,9 @@ def _received(
     st: ShardState, q: QueueRecord, seq: int, d: Delivery, m: MessageRecord, nonce: int,
 ) -> ReceivedMessage:
     """What the receiver gets for an in-flight message; equal inputs give an equal handle."""
-    handle = ReceiptHandle(st.config.shard_id, q.qid, seq, d.receive_count,
-                           queue_name_hash(q.name), (nonce ^ seq) & 0xFFFF_FFFF_FFFF_FFFF)
+    config = st.config
+    handle = encode_receipt(config.secret, config.shard_id, q.qid, seq, d.receive_count,
+                            queue_name_hash(q.name), (nonce ^ seq) & 0xFFFF_FFFF_FFFF_FFFF)
     attrs = [
         ("SenderId", st.config.account),
         ("SentTimestamp", str(m.sent_ms)),
@@ -105,17 +110,20 @@ def _received(
     if m.aws_trace_header is not None:
         attrs.append(("AWSTraceHeader", m.aws_trace_header))
     return ReceivedMessage(
-        m.message_id, encode_receipt_handle(st.config.secret, handle), m.body, m.md5_of_body,
+        m.message_id, handle, m.body, m.md5_of_body,
         m.md5_of_message_attributes, m.message_attributes, tuple(attrs),
     )
 
 
 def _deliverable(
     st: ShardState, q: QueueRecord, dlq: QueueRecord | None, seq: int, now: int,
-    effects: list,
+    effects: list, d: Delivery | None = None,
 ) -> tuple[Delivery, MessageRecord] | None:
-    """The message if it may be handed out now; expired or dead-lettered ones are moved away."""
-    d, m = st.delivery(q.qid, seq), st.message(q.qid, seq)
+    """The message if it may be handed out now; expired or dead-lettered ones are moved away.
+    ``d``: its delivery record, if the caller has just read it."""
+    if d is None:
+        d = st.delivery(q.qid, seq)
+    m = st.message(q.qid, seq)
     if d is None or m is None:
         raise AssertionError(f"index points at a missing message {q.qid}/{seq}")
     if d.sent_ms + q.attributes.message_retention_period_s * 1000 <= now:
@@ -183,6 +191,8 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
                     break
                 st.txn.delete(key)
                 out.append(_claim(st, q, seq, *got, now, timeout_s, cmd.nonce))
+                if len(out) >= want:
+                    break  # as the loop's own check would, without reading one key more
         return Outcome(Received(tuple(out)), tuple(effects))
     claimed: list[tuple[int, int]] = []  # (seq, receive count): what a retry must find
     for rkey, _ in st.scan_index("k", q.qid):
@@ -197,7 +207,7 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
             d = st.delivery(q.qid, seq)
             if d is None or d.state != VISIBLE:
                 break  # strict order: nothing behind a delayed or in-flight message
-            got = _deliverable(st, q, dlq, seq, now, effects)
+            got = _deliverable(st, q, dlq, seq, now, effects, d)
             if got is not None and not size.fits(got[1]):
                 budget = 0  # the reply is full: this group and every other wait
                 break
@@ -207,7 +217,11 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
                 g = st.group(q.qid, group)
                 g.in_flight += 1
                 st.put_group(q.qid, group, g)
+                if len(out) >= want:
+                    break  # as the loop's own check would, without reading one key more
         refresh_group(st, q.qid, group, now)
+        if len(out) >= want or budget <= 0:
+            break  # likewise
     if attempt_id and claimed:
         key = r.attempt_key(q.qid, attempt_id)
         expires = now + limits.DEDUPLICATION_WINDOW_MS

@@ -43,6 +43,7 @@ _U64 = struct.Struct(">Q")
 # and keys are built several times per message.
 _ID_SEQ = struct.Struct(">cQQ")  # prefix qid seq
 _ID_AT_SEQ = struct.Struct(">cQQQ")  # prefix qid n seq
+_ID = struct.Struct(">cQ")  # prefix qid (or a time)
 
 DELAYED, VISIBLE, IN_FLIGHT = 0, 1, 2
 TIMER_DELAYED, TIMER_IN_FLIGHT = b"d", b"i"
@@ -58,7 +59,7 @@ def read_u64(b: bytes, offset: int = 0) -> int:
 
 def seq_of(key: bytes) -> int:
     """The message seq that ends every per-message index key."""
-    return read_u64(key, len(key) - 8)
+    return _U64.unpack_from(key, len(key) - 8)[0]
 
 
 # One Packer for every record: ``msgpack.packb`` builds a new Packer per call, which costs
@@ -90,7 +91,7 @@ def deleted_key(name: str) -> bytes:
 
 
 def counters_key(qid: int) -> bytes:
-    return b"c" + u64(qid)
+    return _ID.pack(b"c", qid)
 
 
 def message_key(qid: int, seq: int) -> bytes:
@@ -118,20 +119,20 @@ def retention_key(qid: int, enqueued_ms: int, seq: int) -> bytes:
 
 
 def group_message_key(qid: int, group: str, seq: int) -> bytes:
-    return b"f" + u64(qid) + group.encode() + b"\x00" + u64(seq)
+    return _ID.pack(b"f", qid) + group.encode() + b"\x00" + _U64.pack(seq)
 
 
 def group_prefix(qid: int, group: str) -> bytes:
-    return b"f" + u64(qid) + group.encode() + b"\x00"
+    return _ID.pack(b"f", qid) + group.encode() + b"\x00"
 
 
 def group_key(qid: int, group: str) -> bytes:
-    return b"g" + u64(qid) + group.encode()
+    return _ID.pack(b"g", qid) + group.encode()
 
 
 def ready_group_key(qid: int, since_ms: int, head_seq: int, group: str) -> bytes:
     """A receivable FIFO group, ordered by when it became receivable (then its head)."""
-    return b"k" + u64(qid) + u64(since_ms) + u64(head_seq) + group.encode()
+    return _ID_AT_SEQ.pack(b"k", qid, since_ms, head_seq) + group.encode()
 
 
 def ready_group_of(key: bytes) -> tuple[int, str]:
@@ -140,25 +141,25 @@ def ready_group_of(key: bytes) -> tuple[int, str]:
 
 
 def dedup_key(qid: int, scope: str, dedup_id: str) -> bytes:
-    return b"u" + u64(qid) + scope.encode() + b"\x00" + dedup_id.encode()
+    return _ID.pack(b"u", qid) + scope.encode() + b"\x00" + dedup_id.encode()
 
 
 def attempt_key(qid: int, attempt_id: str) -> bytes:
-    return b"a" + u64(qid) + attempt_id.encode()
+    return _ID.pack(b"a", qid) + attempt_id.encode()
 
 
 def dedup_expiry_key(at_ms: int, ukey: bytes) -> bytes:
-    return b"e" + u64(at_ms) + ukey
+    return _ID.pack(b"e", at_ms) + ukey
 
 
 def garbage_key(qid: int) -> bytes:
-    return b"z" + u64(qid)
+    return _ID.pack(b"z", qid)
 
 
 def sweep_key(due_ms: int, qid: int) -> bytes:
     """The sweep schedule: a queue is looked at once ``due_ms`` has come (the value is its
     name). One entry per queue, so the sweep visits only queues with timers due, never all."""
-    return b"S" + u64(due_ms) + u64(qid)
+    return _ID_SEQ.pack(b"S", due_ms, qid)
 
 
 NO_FLOOR = 2**63  # an empty index: any insert lowers the floor again
@@ -329,7 +330,7 @@ class MessageRecord:
         attrs = [
             [n, a.data_type, a.string_value, a.binary_value]
             for n, a in self.message_attributes
-        ]
+        ] if self.message_attributes else []
         return pack(
             [
                 self.message_id,
@@ -349,7 +350,8 @@ class MessageRecord:
     @classmethod
     def decode(cls, raw: bytes) -> MessageRecord:
         v = unpack(raw)
-        attrs = tuple((n, MessageAttributeValue(t, s, b)) for n, t, s, b in v[2])
+        attrs = tuple([(n, MessageAttributeValue(t, s, b)) for n, t, s, b in v[2]]) if v[2] \
+            else ()
         return cls(v[0], v[1], attrs, *v[3:])  # records from before a new field: its default
 
 

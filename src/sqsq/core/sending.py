@@ -174,7 +174,9 @@ def send(st: ShardState, q: QueueRecord, cmd: SendMessages, now: int) -> Outcome
 def expire_window_at(st: ShardState, key: bytes, expires_ms: int) -> None:
     """Index a windowed record (a dedup record or a receive attempt) for expire_dedup."""
     st.txn.put(r.dedup_expiry_key(expires_ms, key), b"")
-    st.meta.e_floor = min(st.meta.e_floor, expires_ms)
+    meta = st.meta
+    if expires_ms < meta.e_floor:
+        meta.e_floor = expires_ms
 
 
 def due_dedup(st: ShardState, now: int) -> Iterator[tuple[bytes, bytes]]:

@@ -68,6 +68,12 @@ class ShardState:
         self._meta: Meta | None = None
         self._counters: dict[int, Counters] = {}
         self._queues: dict[int, QueueRecord] = {}  # the records this command has seen, by qid
+        # FIFO group records are read and written several times for each message a command
+        # touches (head, floor, in-flight count): their keys, and their fields by the bytes
+        # last read or written, are kept for the command. Each read still builds a record
+        # of its own from the bytes the transaction holds now.
+        self._group_keys: dict[tuple[int, str], bytes] = {}
+        self._group_fields: dict[bytes, tuple[bytes, list]] = {}
 
     # ---- meta ----
     @property
@@ -77,8 +83,9 @@ class ShardState:
         return self._meta
 
     def next_seq(self) -> int:
-        seq = self.meta.next_seq
-        self.meta.next_seq += 1
+        meta = self.meta
+        seq = meta.next_seq
+        meta.next_seq = seq + 1
         return seq
 
     def next_qid(self) -> int:
@@ -174,11 +181,27 @@ class ShardState:
     def put_delivery(self, qid: int, seq: int, d: Delivery) -> None:
         self.txn.put(r.delivery_key(qid, seq), d.encode())
 
+    def group_key(self, qid: int, group: str) -> bytes:
+        key = self._group_keys.get((qid, group))
+        if key is None:
+            key = self._group_keys[qid, group] = r.group_key(qid, group)
+        return key
+
     def group(self, qid: int, group: str) -> GroupRecord:
-        return GroupRecord.decode(self.txn.get(r.group_key(qid, group)))
+        key = self.group_key(qid, group)
+        raw = self.txn.get(key)
+        if not raw:
+            return GroupRecord()
+        known = self._group_fields.get(key)
+        if known is None or known[0] != raw:
+            known = self._group_fields[key] = (raw, r.unpack(raw))
+        return GroupRecord(*known[1])
 
     def put_group(self, qid: int, group: str, g: GroupRecord) -> None:
-        self.txn.put(r.group_key(qid, group), g.encode())
+        key = self.group_key(qid, group)
+        raw = g.encode()
+        self.txn.put(key, raw)
+        self._group_fields[key] = (raw, [g.in_flight, g.ready_key, g.floor, g.head_since_ms])
 
     def scan_prefix(
         self, prefix: bytes, start: bytes | None = None
@@ -219,6 +242,17 @@ class ShardState:
             yield key, value
         if first:
             set_floor(r.NO_FLOOR if until is None else max(floor, until + 1))
+
+    def group_head(self, qid: int, group: str) -> int | None:
+        """The seq of a FIFO group's oldest message (None: it has none), as the first key of
+        ``group_messages`` gives it. The group's floor is at or below every message of the
+        group, so when the floor's own message is there it is the head: one point read, not
+        a scan (the head is asked for on every send, receive and delete of a group)."""
+        floor = self.group(qid, group).floor
+        if self.txn.get(r.group_message_key(qid, group, floor)) is not None:
+            return floor
+        key = next(self.group_messages(qid, group), None)
+        return None if key is None else r.seq_of(key)
 
     def group_messages(self, qid: int, group: str) -> Iterator[bytes]:
         """Keys of a FIFO group's messages in send order, from the group's floor."""
