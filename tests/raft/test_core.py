@@ -25,8 +25,31 @@ def test_a_leader_is_elected_and_its_entries_reach_every_replica() -> None:
     for i in range(5):
         assert leader.propose(b"e%d" % i) is not None
     g.flush()
+    g.tick()  # the followers learn the last commit with the next heartbeat
     assert g.payloads("a") == g.payloads("b") == g.payloads("c") == [
         b"e0", b"e1", b"e2", b"e3", b"e4"]
+
+
+def test_a_commit_rides_on_the_next_append_or_goes_on_the_next_tick() -> None:
+    """A commit costs no round of its own while entries keep coming: the next append
+    carries it. When none comes, the followers learn it on the leader's next tick, a
+    heartbeat or not."""
+    g = Group(config=RaftConfig(election_ticks=10, heartbeat_ticks=5))
+    leader = g.elect("a")
+    sent: list[Message] = []
+    step = g.nodes["b"].step
+    g.nodes["b"].step = lambda m: (sent.append(m), step(m))  # type: ignore[method-assign]
+    leader.propose(b"e0")
+    g.flush()
+    assert g.payloads("a") == [b"e0"] and g.payloads("b") == []
+    assert [bool(m.entries) for m in sent] == [True]  # no commit-only append
+    leader.propose(b"e1")
+    g.flush()
+    assert g.payloads("b") == [b"e0"]  # e0's commit came with e1
+    assert leader.heartbeat_elapsed == 0
+    g.tick(only=["a"])  # not a heartbeat tick
+    assert not any(m.type is MsgType.HEARTBEAT for m in sent)
+    assert g.payloads("a") == g.payloads("b") == g.payloads("c") == [b"e0", b"e1"]
 
 
 def test_a_follower_refuses_to_propose_and_names_the_leader() -> None:
@@ -194,6 +217,7 @@ def _old_snapshot_after_commit(safeguards: Safeguards) -> Group:
     for i in range(10):
         leader.propose(b"e%d" % i)
     g.flush()
+    g.tick()
     b = g.nodes["b"]
     assert b.log.commit == 12
     old = SnapshotMeta(5, leader.term, g.conf)

@@ -137,9 +137,9 @@ class RaftNode(Leading):
             self.applied = max(self.applied, rd.committed[-1].index)
         if self.role is Role.LEADER and self.id in self.progress:
             # A leader counts its own entries only once they are durable on its own disk.
+            # The commit this finds goes with the next append or tick (``_send_commit``).
             self.progress[self.id].maybe_update(self.log.stable)
-            if self._maybe_commit():
-                self._broadcast_append()
+            self._maybe_commit()
 
     # ---- inputs ----------------------------------------------------------------------------
 

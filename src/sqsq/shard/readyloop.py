@@ -116,6 +116,7 @@ class ReadyLoop:
             self._note_role(core)
             while core.has_ready() and self.fatal is None:
                 rd = core.ready()
+                self.readies += 1
                 later = rd.committed
                 if rd.snapshot is None and rd.committed:
                     new = rd.entries[0].index if rd.entries else rd.committed[-1].index + 1
@@ -168,6 +169,7 @@ class ReadyLoop:
         # commit only along with a new term or vote): no worker thread, no sync.
         if rd.entries or changes_vote:
             started = time.monotonic()
+            self.persists += 1
             await asyncio.to_thread(self.storage.persist, rd.entries, hs)
             if self.on_sync is not None:
                 self.on_sync(time.monotonic() - started)

@@ -89,6 +89,7 @@ class RaftReplica(ReadyLoop):
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
         self.snapshots_written = 0
+        self.readies = self.persists = 0  # Readys handled, and those that wrote the disk
         self.snapshot_bytes = 0
         self._catching_up = False
         self._to_apply: list[Entry] = []  # committed, handed to the applier, not yet applied
