@@ -302,6 +302,8 @@ def _quiet_group() -> Group:
 def test_an_idle_group_goes_quiet_and_a_proposal_wakes_it() -> None:
     g = _quiet_group()
     assert all(n.quiesced for n in g.nodes.values())
+    # Quiet only once every replica knows the commit (no append will bring it later).
+    assert {n.log.commit for n in g.nodes.values()} == {g.nodes["a"].log.last_index()}
     for node in g.nodes.values():
         for _ in range(50):
             node.tick()
@@ -310,6 +312,18 @@ def test_an_idle_group_goes_quiet_and_a_proposal_wakes_it() -> None:
     g.flush()
     assert g.payloads("c")[-1] == b"y"
     assert not any(n.quiesced for n in g.nodes.values())
+
+
+def test_a_group_with_rare_heartbeats_goes_quiet_knowing_the_commit() -> None:
+    g = Group(config=RaftConfig(election_ticks=10, heartbeat_ticks=3, quiesce_after_ticks=9))
+    leader = g.elect("a")
+    for i in range(3):
+        leader.propose(b"x%d" % i)
+        g.flush()
+    g.tick(30)
+    assert all(n.quiesced for n in g.nodes.values())
+    assert {n.log.commit for n in g.nodes.values()} == {leader.log.last_index()}
+    assert g.payloads("b") == g.payloads("c") == [b"x0", b"x1", b"x2"]
 
 
 def test_a_quiet_follower_woken_by_its_host_replaces_a_dead_leader() -> None:

@@ -163,12 +163,26 @@ class Writes:
         batch, self._queue = self._queue, []
         self.batches += 1
         self.writes += len(batch)
-        call = asyncio.get_running_loop().run_in_executor(
-            None, _run_all, [write for write, _ in batch])
+        try:
+            call = asyncio.get_running_loop().run_in_executor(
+                None, _run_all, [write for write, _ in batch])
+        except RuntimeError as exc:  # the executor is shut down (the loop is closing)
+            outcomes: list[tuple[bool, Any]] = [(False, exc)] * len(batch)
+            self._settle(batch, outcomes)
+            return
         call.add_done_callback(lambda f: self._finished(batch, f))
 
     def _finished(self, batch: list[_Write], call: asyncio.Future[list[Any]]) -> None:
-        outcomes = call.result()
+        if call.cancelled():  # the loop is closing
+            for _, done in batch:
+                done.cancel()
+            self._busy = False
+        elif (exc := call.exception()) is not None:
+            self._settle(batch, [(False, exc)] * len(batch))
+        else:
+            self._settle(batch, call.result())
+
+    def _settle(self, batch: list[_Write], outcomes: list[tuple[bool, Any]]) -> None:
         for (_, done), (ok, value) in zip(batch, outcomes, strict=True):
             if done.done():
                 continue  # its waiter was cancelled (a replica stopping)
