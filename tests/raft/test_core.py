@@ -52,6 +52,37 @@ def test_a_commit_rides_on_the_next_append_or_goes_on_the_next_tick() -> None:
     assert g.payloads("a") == g.payloads("b") == g.payloads("c") == [b"e0", b"e1"]
 
 
+def test_appends_and_answers_made_between_two_readys_go_as_one() -> None:
+    """Three proposals made while the leader's last Ready was being written: one append to
+    each follower carries all three, and each follower answers once."""
+    g = Group(config=RaftConfig(election_ticks=10, heartbeat_ticks=1, max_append_bytes=20))
+    leader = g.elect("a")
+    for i in range(3):
+        leader.propose(b"e%d" % i)
+    leader.propose(b"x" * 20)  # past the bound: an append of its own
+    rd = leader.ready()
+    appends = [m for m in rd.messages if m.type is MsgType.APPEND]
+    assert sorted((m.to, [e.data for e in m.entries]) for m in appends) == [
+        ("b", [b"e0", b"e1", b"e2"]), ("b", [b"x" * 20]),
+        ("c", [b"e0", b"e1", b"e2"]), ("c", [b"x" * 20])]
+    leader.advance(rd)
+    b = g.nodes["b"]
+    for m in appends:
+        if m.to == "b":
+            b.step(m)
+    rd_b = b.ready()
+    answers = rd_b.messages
+    g.applied["b"].extend(rd_b.committed)
+    b.advance(rd_b)
+    assert [(m.type, m.index) for m in answers] == [(MsgType.APPEND_RESP,
+                                                     leader.log.last_index())]
+    g.inbox.extend(m for m in [*appends, *answers] if m.to != "b")
+    g.flush()
+    g.tick()
+    assert g.payloads("a") == g.payloads("b") == g.payloads("c") == [
+        b"e0", b"e1", b"e2", b"x" * 20]
+
+
 def test_a_follower_refuses_to_propose_and_names_the_leader() -> None:
     g = Group()
     g.elect("a")

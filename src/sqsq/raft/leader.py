@@ -15,6 +15,40 @@ if TYPE_CHECKING:
     from sqsq.raft.types import RaftConfig
 
 
+def coalesced(msgs: list[Message], max_append_bytes: int) -> tuple[Message, ...]:
+    """A Ready's messages with those that say the same thing once: appends to one follower
+    that continue each other (proposals made while the last Ready was written) as one
+    append, up to ``max_append_bytes`` of entries; of a follower's accepting answers to the
+    leader in a row, the last (it acknowledges everything the earlier ones did). Each peer
+    still gets its messages in order. One message instead of several saves an encode, a
+    decode, a step and, for an append, the follower's answer to each."""
+    if len(msgs) < 2:
+        return tuple(msgs)
+    out: list[Message] = []
+    last: dict[str, int] = {}  # peer -> where in ``out`` the last message to it is
+    for m in msgs:
+        i = last.get(m.to)
+        if i is not None:
+            prev = out[i]
+            if (m.type is MsgType.APPEND and prev.type is MsgType.APPEND and m.entries
+                    and prev.entries and m.term == prev.term
+                    and m.index == prev.entries[-1].index
+                    and m.log_term == prev.entries[-1].term
+                    and sum(len(e.data) for e in prev.entries) + sum(
+                        len(e.data) for e in m.entries) <= max_append_bytes):
+                out[i] = Message(MsgType.APPEND, m.to, m.frm, m.term, prev.log_term,
+                                 prev.index, prev.entries + m.entries, max(m.commit, prev.commit))
+                continue
+            if (m.type is MsgType.APPEND_RESP and prev.type is MsgType.APPEND_RESP
+                    and not m.reject and not prev.reject and m.term == prev.term
+                    and m.index >= prev.index):
+                out[i] = m
+                continue
+        last[m.to] = len(out)
+        out.append(m)
+    return tuple(out)
+
+
 class Leading:
     """What a leader does; the state it reads is ``RaftNode``'s."""
 
