@@ -25,8 +25,62 @@ def test_a_leader_is_elected_and_its_entries_reach_every_replica() -> None:
     for i in range(5):
         assert leader.propose(b"e%d" % i) is not None
     g.flush()
+    g.tick()  # the followers learn the last commit with the next heartbeat
     assert g.payloads("a") == g.payloads("b") == g.payloads("c") == [
         b"e0", b"e1", b"e2", b"e3", b"e4"]
+
+
+def test_a_commit_rides_on_the_next_append_or_goes_on_the_next_tick() -> None:
+    """A commit costs no round of its own while entries keep coming: the next append
+    carries it. When none comes, the followers learn it on the leader's next tick, a
+    heartbeat or not."""
+    g = Group(config=RaftConfig(election_ticks=10, heartbeat_ticks=5))
+    leader = g.elect("a")
+    sent: list[Message] = []
+    step = g.nodes["b"].step
+    g.nodes["b"].step = lambda m: (sent.append(m), step(m))  # type: ignore[method-assign]
+    leader.propose(b"e0")
+    g.flush()
+    assert g.payloads("a") == [b"e0"] and g.payloads("b") == []
+    assert [bool(m.entries) for m in sent] == [True]  # no commit-only append
+    leader.propose(b"e1")
+    g.flush()
+    assert g.payloads("b") == [b"e0"]  # e0's commit came with e1
+    assert leader.heartbeat_elapsed == 0
+    g.tick(only=["a"])  # not a heartbeat tick
+    assert not any(m.type is MsgType.HEARTBEAT for m in sent)
+    assert g.payloads("a") == g.payloads("b") == g.payloads("c") == [b"e0", b"e1"]
+
+
+def test_appends_and_answers_made_between_two_readys_go_as_one() -> None:
+    """Three proposals made while the leader's last Ready was being written: one append to
+    each follower carries all three, and each follower answers once."""
+    g = Group(config=RaftConfig(election_ticks=10, heartbeat_ticks=1, max_append_bytes=20))
+    leader = g.elect("a")
+    for i in range(3):
+        leader.propose(b"e%d" % i)
+    leader.propose(b"x" * 20)  # past the bound: an append of its own
+    rd = leader.ready()
+    appends = [m for m in rd.messages if m.type is MsgType.APPEND]
+    assert sorted((m.to, [e.data for e in m.entries]) for m in appends) == [
+        ("b", [b"e0", b"e1", b"e2"]), ("b", [b"x" * 20]),
+        ("c", [b"e0", b"e1", b"e2"]), ("c", [b"x" * 20])]
+    leader.advance(rd)
+    b = g.nodes["b"]
+    for m in appends:
+        if m.to == "b":
+            b.step(m)
+    rd_b = b.ready()
+    answers = rd_b.messages
+    g.applied["b"].extend(rd_b.committed)
+    b.advance(rd_b)
+    assert [(m.type, m.index) for m in answers] == [(MsgType.APPEND_RESP,
+                                                     leader.log.last_index())]
+    g.inbox.extend(m for m in [*appends, *answers] if m.to != "b")
+    g.flush()
+    g.tick()
+    assert g.payloads("a") == g.payloads("b") == g.payloads("c") == [
+        b"e0", b"e1", b"e2", b"x" * 20]
 
 
 def test_a_follower_refuses_to_propose_and_names_the_leader() -> None:
@@ -194,6 +248,7 @@ def _old_snapshot_after_commit(safeguards: Safeguards) -> Group:
     for i in range(10):
         leader.propose(b"e%d" % i)
     g.flush()
+    g.tick()
     b = g.nodes["b"]
     assert b.log.commit == 12
     old = SnapshotMeta(5, leader.term, g.conf)
@@ -278,6 +333,8 @@ def _quiet_group() -> Group:
 def test_an_idle_group_goes_quiet_and_a_proposal_wakes_it() -> None:
     g = _quiet_group()
     assert all(n.quiesced for n in g.nodes.values())
+    # Quiet only once every replica knows the commit (no append will bring it later).
+    assert {n.log.commit for n in g.nodes.values()} == {g.nodes["a"].log.last_index()}
     for node in g.nodes.values():
         for _ in range(50):
             node.tick()
@@ -286,6 +343,18 @@ def test_an_idle_group_goes_quiet_and_a_proposal_wakes_it() -> None:
     g.flush()
     assert g.payloads("c")[-1] == b"y"
     assert not any(n.quiesced for n in g.nodes.values())
+
+
+def test_a_group_with_rare_heartbeats_goes_quiet_knowing_the_commit() -> None:
+    g = Group(config=RaftConfig(election_ticks=10, heartbeat_ticks=3, quiesce_after_ticks=9))
+    leader = g.elect("a")
+    for i in range(3):
+        leader.propose(b"x%d" % i)
+        g.flush()
+    g.tick(30)
+    assert all(n.quiesced for n in g.nodes.values())
+    assert {n.log.commit for n in g.nodes.values()} == {leader.log.last_index()}
+    assert g.payloads("b") == g.payloads("c") == [b"x0", b"x1", b"x2"]
 
 
 def test_a_quiet_follower_woken_by_its_host_replaces_a_dead_leader() -> None:

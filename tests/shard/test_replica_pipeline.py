@@ -144,7 +144,9 @@ async def send_early(tmp_path: Path) -> None:
                             entries=(RaftEntry(index=2, term=3, data=b"y"),),
                             messages=(message(MsgType.APPEND, peer),), role=Role.LEADER))
         assert handled.calls[1] == [] and len(sent.messages) == 1
-        # A follower's answer waits for its write.
+        # A follower's answer waits for its write. (Held at the gate, it must not be written
+        # on the event loop: the disk is slow, so it goes to a worker thread too.)
+        replica._write_s = 1.0
         sent.messages.clear()
         await handled(Ready(entries=(RaftEntry(index=3, term=3, data=b"z"),),
                             messages=(message(MsgType.APPEND_RESP, peer),)))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sqsq.raft.leader import Leading
+from sqsq.raft.leader import Leading, coalesced
 from sqsq.raft.log import RaftLog
 from sqsq.raft.progress import Progress, ProgressState
 from sqsq.raft.types import (
@@ -109,7 +109,7 @@ class RaftNode(Leading):
             hard_state=hs if hs != self._persisted else None,
             entries=self.log.take_unstable(),
             snapshot=snapshot,
-            messages=tuple(self.msgs),
+            messages=coalesced(self.msgs, self.cfg.max_append_bytes),
             committed=self._committed(),
             read_states=tuple(self.read_states),
             leader=self.lead,
@@ -137,9 +137,9 @@ class RaftNode(Leading):
             self.applied = max(self.applied, rd.committed[-1].index)
         if self.role is Role.LEADER and self.id in self.progress:
             # A leader counts its own entries only once they are durable on its own disk.
+            # The commit this finds goes with the next append or tick (``_send_commit``).
             self.progress[self.id].maybe_update(self.log.stable)
-            if self._maybe_commit():
-                self._broadcast_append()
+            self._maybe_commit()
 
     # ---- inputs ----------------------------------------------------------------------------
 

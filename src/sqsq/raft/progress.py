@@ -20,7 +20,7 @@ class ProgressState(enum.IntEnum):
 
 class Progress:
     __slots__ = ("match", "next", "state", "paused", "pending_snapshot", "recent_active",
-                 "inflight", "max_inflight", "snapshot_ticks")
+                 "inflight", "max_inflight", "snapshot_ticks", "commit_sent")
 
     def __init__(self, next_index: int, max_inflight: int) -> None:
         self.match = 0
@@ -32,6 +32,7 @@ class Progress:
         self.inflight: deque[int] = deque()  # last index of each unanswered append
         self.max_inflight = max_inflight
         self.snapshot_ticks = 0
+        self.commit_sent = 0  # the highest commit index sent to it (append or heartbeat)
 
     def become_probe(self) -> None:
         if self.state is ProgressState.SNAPSHOT:

@@ -25,6 +25,7 @@ from sqsq.shard.clock import Ms, wall_clock_ms
 from sqsq.shard.durable import fsync_path
 from sqsq.shard.engine import ShardEngine
 from sqsq.shard.peers import PeerTransport
+from sqsq.shard.raftstorage import Writes
 from sqsq.shard.replica import HostSettings, RaftReplica, Replicas
 from sqsq.shard.statemachine import ShardMachine
 from sqsq.shard.sweeps import SweepScheduler
@@ -96,6 +97,7 @@ class PeerNetwork:
             f"{me.host}:{me.raft_port}", bind_host, me.raft_port, key,
             self.replicas.on_messages, self.replicas.on_snapshot,
             snapshot_dir=directory / "incoming-snapshots")
+        self.writes = Writes()  # every replica's Raft writes, batched per loop turn
         self._clock: asyncio.Task | None = None
         self.sweeps = SweepScheduler(TICK_S * SWEEP_EVERY_TICKS, own_timer=False)
 
@@ -182,7 +184,8 @@ def open_replica(
         voters=[p.raft(shard_id) for p in peers], bootstrap=options.bootstrap,
         settings=settings, on_fatal=options.on_fatal,
         heard=network.heard if network is not None else None,
-        ticked_by_host=network is not None)
+        ticked_by_host=network is not None,
+        writes=network.writes if network is not None else None)
     if network is not None:
         network.replicas.by_shard[shard_id] = replica
     by_raft = {p.raft(shard_id): p.grpc for p in peers}

@@ -3,8 +3,10 @@ persisted, sent and applied, the proposals it carries answered, the Raft clock t
 snapshots taken. Two steps overlap where Raft allows it: committed entries that are already
 durable here are applied while the Ready's new entries are being fsynced (an applier task
 takes them in order), and a leader sends its appends while it writes its own copy (it counts
-itself only once that is durable). Disk and large RocksDB batches run in worker threads; the
-core is only ever touched on the event loop.
+itself only once that is durable). Large RocksDB batches run in worker threads, and so do a
+leader's writes, batched with the node's other replicas' (``raftstorage.Writes``); a
+follower's small write runs on the event loop while the disk is fast (``_write_inline``).
+The core is only ever touched on the event loop.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import functools
 import logging
 import shutil
 import tempfile
@@ -20,7 +23,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from sqsq.raft import Entry, EntryKind, Message, MsgType, RaftNode, Ready, Role, SnapshotMeta
+from sqsq.raft import (
+    Entry,
+    EntryKind,
+    HardState,
+    Message,
+    MsgType,
+    RaftNode,
+    Ready,
+    Role,
+    SnapshotMeta,
+)
 
 log = logging.getLogger("sqsq.raft")
 
@@ -40,6 +53,10 @@ MAX_APPLY_BACKLOG = 1024
 # round trip (two wake-ups across threads, the GIL handed back and forth) costs more than
 # applying a few small commands, and the loop would mostly wait for it anyway.
 INLINE_APPLY_BYTES = 4096
+# A follower's write of a Ready this small is done on the event loop while the disk's recent
+# writes took no longer than this on average (``_write_inline``).
+INLINE_WRITE_BYTES = 64 << 10
+INLINE_WRITE_S = 0.001
 # What a leader may send before its own write of the same Ready is durable (``_sent_early``).
 _EARLY = frozenset({MsgType.APPEND, MsgType.HEARTBEAT})
 
@@ -116,6 +133,7 @@ class ReadyLoop:
             self._note_role(core)
             while core.has_ready() and self.fatal is None:
                 rd = core.ready()
+                self.readies += 1
                 later = rd.committed
                 if rd.snapshot is None and rd.committed:
                     new = rd.entries[0].index if rd.entries else rd.committed[-1].index + 1
@@ -167,14 +185,35 @@ class ReadyLoop:
         # A Ready that only moves the commit index writes nothing (the storage keeps the
         # commit only along with a new term or vote): no worker thread, no sync.
         if rd.entries or changes_vote:
-            started = time.monotonic()
-            await asyncio.to_thread(self.storage.persist, rd.entries, hs)
+            self.persists += 1
+            if self._write_inline(rd):
+                took = self._persist(rd.entries, hs)
+            else:
+                took = await self.writes.run(functools.partial(self._persist, rd.entries, hs))
+            self._write_s += (took - self._write_s) / 8
             if self.on_sync is not None:
-                self.on_sync(time.monotonic() - started)
+                self.on_sync(took)
         if hs is not None:
             self._term_vote = (hs.term, hs.vote)
         for m in rest:
             self._send(m)
+
+    def _write_inline(self, rd: Ready) -> bool:
+        """Whether to write this Ready on the event loop rather than in a worker thread: a
+        replica that does not lead, a small write, a fast disk. A worker thread's round trip
+        (two wake-ups across threads, the GIL handed back and forth) costs a node more CPU
+        than a fast fsync keeps its loop waiting, and a follower's answers wait for the
+        write either way. A leader's loop has more to do meanwhile (its appends left before
+        its write), and a slow disk (the recent writes' average past ``INLINE_WRITE_S``)
+        would stall every shard of the node."""
+        return (rd.role is not Role.LEADER and self._write_s <= INLINE_WRITE_S
+                and sum(len(e.data) for e in rd.entries) <= INLINE_WRITE_BYTES)
+
+    def _persist(self, entries: Sequence[Entry], hs: HardState | None) -> float:
+        """Write and sync; the seconds it took (on the loop or in a worker thread)."""
+        started = time.monotonic()
+        self.storage.persist(entries, hs)
+        return time.monotonic() - started
 
     def _send_early(self, rd: Ready, changes_vote: bool) -> Sequence[Message]:
         """A leader's appends go out before its own entries are durable: the leader writes

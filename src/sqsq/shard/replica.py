@@ -31,7 +31,7 @@ from sqsq.raft import (
     bootstrap,
 )
 from sqsq.shard.peers import PeerTransport
-from sqsq.shard.raftstorage import RaftStorage
+from sqsq.shard.raftstorage import RaftStorage, Writes
 from sqsq.shard.reads import Confirmed, ReadIndexReads
 from sqsq.shard.readyloop import Done, Proposal, ReadyLoop, node_of
 from sqsq.shard.statemachine import ShardMachine
@@ -62,10 +62,12 @@ class RaftReplica(ReadyLoop):
                  settings: HostSettings = HostSettings(),
                  on_fatal: Callable[[BaseException], None] | None = None,
                  heard: Callable[[str], float | None] | None = None,
-                 ticked_by_host: bool = False) -> None:
+                 ticked_by_host: bool = False, writes: Writes | None = None) -> None:
         """``heard(node)``: when anything last came from that node (monotonic seconds), for
         a quiet follower to tell a dead leader's node from an idle one. ``ticked_by_host``:
-        the process calls ``tick`` for all its replicas (one timer, not one per shard)."""
+        the process calls ``tick`` for all its replicas (one timer, not one per shard).
+        ``writes``: the process's batched Raft writes, shared by its replicas (default: this
+        replica's own)."""
         self.shard_id = shard_id
         self.id = member_id
         self.directory = directory
@@ -79,6 +81,7 @@ class RaftReplica(ReadyLoop):
         self.ticked_by_host = ticked_by_host
         self.fatal: BaseException | None = None
         self.storage = RaftStorage(directory / "raft", durable=settings.durable)
+        self.writes = writes if writes is not None else Writes()
         self.on_sync: Callable[[float], None] | None = None  # seconds per persisted Ready
         self.core: RaftNode | None = None
         self._proposals: dict[int, tuple[int, Done]] = {}  # index -> (term, callback)
@@ -89,6 +92,8 @@ class RaftReplica(ReadyLoop):
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
         self.snapshots_written = 0
+        self.readies = self.persists = 0  # Readys handled, and those that wrote the disk
+        self._write_s = 0.0  # how long a write of a Ready took, recent ones' moving average
         self.snapshot_bytes = 0
         self._catching_up = False
         self._to_apply: list[Entry] = []  # committed, handed to the applier, not yet applied
@@ -143,7 +148,8 @@ class RaftReplica(ReadyLoop):
             done(Proposal.UNKNOWN, None)
         self._proposals.clear()
         self._reads.fail_all()
-        await asyncio.to_thread(self.storage.close)
+        # After any write still in the batch it was in (a cancelled wait does not stop it).
+        await asyncio.shield(self.writes.run(self.storage.close))
 
     def _die(self, exc: BaseException) -> None:
         """A replica that cannot persist or apply stops: skipping or retrying a broken apply
