@@ -77,25 +77,6 @@ def describe(command: c.Command) -> str:
     return f"{kind} on queue {queue!r}" if queue else kind
 
 
-_STORE_CODE = os.path.normcase(os.path.abspath(store_module.__file__))
-_ENVIRONMENTAL = (MemoryError, RecursionError, OSError)
-
-
-def contained(exc: BaseException) -> bool:
-    """Whether every replica applying the same entry over the same state raises ``exc``
-    too, so answering InternalError keeps them identical: true of the pure core's own
-    failures, not of the store's (a disk or RocksDB error on this replica only) nor of
-    memory, recursion depth or the OS."""
-    if isinstance(exc, (_ENVIRONMENTAL, Installing)):
-        return False
-    tb = exc.__traceback__
-    while tb is not None:
-        if os.path.normcase(os.path.abspath(tb.tb_frame.f_code.co_filename)) == _STORE_CODE:
-            return False
-        tb = tb.tb_next
-    return True
-
-
 class Installing(RuntimeError):
     """The store is being replaced by a snapshot's: read again in a moment."""
 
@@ -159,6 +140,31 @@ class CurrentStore:
 
     def close(self) -> None:
         self.inner.close()
+
+
+_STORE_CODE = os.path.normcase(os.path.abspath(store_module.__file__))
+# RocksStore.get is rocksdict's own (C): a read it fails has no frame in store.py, only
+# its caller's, this one.
+_STORE_READS = frozenset({CurrentStore.get.__code__})
+_ENVIRONMENTAL = (MemoryError, RecursionError, OSError)
+
+
+def contained(exc: BaseException) -> bool:
+    """Whether every replica applying the same entry over the same state raises ``exc``
+    too, so answering InternalError keeps them identical: true of the pure core's own
+    failures, not of the store's (a disk or RocksDB error on this replica only: a frame
+    of ``shard/store.py`` or of ``CurrentStore.get`` in the traceback) nor of memory,
+    recursion depth or the OS."""
+    if isinstance(exc, (_ENVIRONMENTAL, Installing)):
+        return False
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code in _STORE_READS or \
+                os.path.normcase(os.path.abspath(code.co_filename)) == _STORE_CODE:
+            return False
+        tb = tb.tb_next
+    return True
 
 
 class ShardMachine:
