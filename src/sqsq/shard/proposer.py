@@ -44,7 +44,6 @@ class Proposer:
         self.not_leader = not_leader
         self.wake = wake
         self.on_group_commit: Callable[[int], None] | None = None  # commands per entry
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: deque[tuple[Any, asyncio.Future]] = deque()  # not yet proposed
         self._flush_due = False  # a flush runs at the end of the loop's turn
         self._in_flight = 0  # entries proposed and not yet answered
@@ -61,10 +60,8 @@ class Proposer:
         """Queue ``command`` for the next entry; ``fut`` gets its result."""
         self._pending.append((command, fut))
         if not self._flush_due and self._may_propose():
-            if self._loop is None:
-                self._loop = asyncio.get_running_loop()
             self._flush_due = True
-            self._loop.call_soon(self._flush)
+            asyncio.get_running_loop().call_soon(self._flush)
 
     async def close(self) -> None:
         """Answer what is queued (ServiceUnavailable), and wait until every entry out is
@@ -88,7 +85,7 @@ class Proposer:
             self._propose([pending.popleft() for _ in range(min(len(pending), MAX_GROUP))])
 
     def _propose(self, batch: list) -> None:
-        loop = self._loop = self._loop or asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         data, batch = _encode(self.stamp_now(), batch)
         if self.on_group_commit is not None:
             self.on_group_commit(len(batch))
