@@ -60,7 +60,7 @@ class Txn:
     Forward scans skip runs of base keys that this transaction deleted and an
     earlier scan walked (see `_dead`), so a base that changes while the Txn
     lives may go unseen inside such a run. An applied entry's base does not
-    change; a scratch Txn over a live store (a leader's look or proof) sees at
+    change; a scratch Txn over a live store (a leader's look at a receive) sees at
     worst what a scan started a moment earlier would have seen.
     """
 
