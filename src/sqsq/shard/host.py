@@ -96,7 +96,8 @@ class PeerNetwork:
         self.transport = PeerTransport(
             f"{me.host}:{me.raft_port}", bind_host, me.raft_port, key,
             self.replicas.on_messages, self.replicas.on_snapshot,
-            snapshot_dir=directory / "incoming-snapshots")
+            snapshot_dir=directory / "incoming-snapshots",
+            on_write_sets=self.replicas.on_write_sets)
         self.writes = Writes()  # every replica's Raft writes, batched per loop turn
         self._clock: asyncio.Task | None = None
         self.sweeps = SweepScheduler(TICK_S * SWEEP_EVERY_TICKS, own_timer=False)

@@ -16,6 +16,7 @@ KIND_MESSAGES = 1  # raftwire.encode_messages
 KIND_CHUNK = 2  # raftwire.encode_chunk
 KIND_ACK = 3  # receiver -> sender: raftwire.encode_ack(transfer, whole)
 KIND_ABORT = 4  # sender -> receiver: the sender gave the transfer up; same payload
+KIND_WRITE_SETS = 5  # raftwire.encode_write_sets
 _HEADER = struct.Struct(">IB")
 
 
@@ -86,6 +87,9 @@ class PeerState:
         self.address: tuple[str, int] | None = None
         self.queue: deque[tuple[int, Message, int]] = deque()  # (shard, message, size)
         self.queued_bytes = 0
+        # write sets (shard, index, term, packed) to go ahead of the queue's messages
+        self.write_sets: list[tuple[int, int, int, bytes | None]] = []
+        self.write_set_bytes = 0
         self.links: dict[bool, Link] = {}
         self.connected = asyncio.Event()
         self.dialer: asyncio.Task | None = None

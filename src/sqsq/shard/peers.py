@@ -48,17 +48,26 @@ from sqsq.shard.peerlink import (
     KIND_ACK,
     KIND_CHUNK,
     KIND_MESSAGES,
+    KIND_WRITE_SETS,
     Link,
     PeerState,
     message_size,
 )
 from sqsq.shard.peersnap import CONNECT_TIMEOUT_S, SnapshotTransfers
-from sqsq.shard.raftwire import decode_ack, decode_chunk, decode_messages, encode_messages
+from sqsq.shard.raftwire import (
+    decode_ack,
+    decode_chunk,
+    decode_messages,
+    decode_write_sets,
+    encode_messages,
+    encode_write_sets,
+)
 
 log = logging.getLogger("sqsq.peers")
 
 OnMessages = Callable[[str, list[tuple[int, Message]]], None]
 OnSnapshot = Callable[[str, int, Message, Path], None]
+OnWriteSets = Callable[[str, list[tuple[int, int, int, bytes | None]]], None]
 
 _EMPTY_BATCH = encode_messages([])
 MAX_FRAME_BYTES = 64 << 20
@@ -83,12 +92,14 @@ class PeerTransport(SnapshotTransfers):
                  max_frame_bytes: int = MAX_FRAME_BYTES,
                  chunk_bytes: int = SNAPSHOT_CHUNK_BYTES,
                  max_write_buffer_bytes: int = MAX_WRITE_BUFFER_BYTES,
-                 backoff_s: tuple[float, float] = BACKOFF_S) -> None:
+                 backoff_s: tuple[float, float] = BACKOFF_S,
+                 on_write_sets: OnWriteSets | None = None) -> None:
         """``node_id``: this node's name among its peers (each proves it with ``secret``).
         ``on_messages(peer, [(shard, message), ...])`` gets each batch as it arrives;
         ``on_snapshot(peer, shard, message, path)`` each snapshot file once whole and
         durable in ``snapshot_dir`` (the transport's own directory: unfinished transfers
-        found there at start are removed; finished ones are the host's to move or delete)."""
+        found there at start are removed; finished ones are the host's to move or delete);
+        ``on_write_sets(peer, [(shard, index, term, packed), ...])`` a leader's write sets."""
         if not host:
             # An empty host would listen on every interface; say so explicitly if meant.
             raise ValueError("the Raft transport needs the address to listen on")
@@ -99,6 +110,7 @@ class PeerTransport(SnapshotTransfers):
         self.node_id, self.host, self.port = node_id, host, port
         self._secret = secret
         self.on_messages, self.on_snapshot = on_messages, on_snapshot
+        self.on_write_sets = on_write_sets
         self.snapshot_dir = snapshot_dir
         self.max_queue_messages, self.max_queue_bytes = max_queue_messages, max_queue_bytes
         self.max_frame_bytes, self.chunk_bytes = max_frame_bytes, chunk_bytes
@@ -187,11 +199,31 @@ class PeerTransport(SnapshotTransfers):
             peer.flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush, peer)
 
+    def send_write_sets(self, peer_id: str, address: tuple[str, int], shard_id: int,
+                        sets: list[tuple[int, int, bytes | None]]) -> None:
+        """Queue a leader's write sets (index, term, packed) for ``peer_id``; they leave
+        ahead of this turn's messages. Only to a connected peer, and bounded like the
+        queue: a write set is only ever a saving, its loss costs the follower an apply."""
+        peer = self._peer(peer_id, address)
+        if self._stopped or peer.active() is None or \
+                peer.write_set_bytes > self.max_queue_bytes:
+            return
+        for index, term, blob in sets:
+            peer.write_sets.append((shard_id, index, term, blob))
+            peer.write_set_bytes += 0 if blob is None else len(blob)
+        if not peer.flush_scheduled:
+            peer.flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush, peer)
+
     def _flush(self, peer: PeerState) -> None:
         peer.flush_scheduled = False
+        link = peer.active()
+        if peer.write_sets:
+            if link is not None:
+                self._write(link, KIND_WRITE_SETS, encode_write_sets(peer.write_sets))
+            peer.write_sets, peer.write_set_bytes = [], 0
         if not peer.queue:
             return
-        link = peer.active()
         if link is None:
             self._dial_soon(peer)  # the queue waits (bounded) for the connection
             return
@@ -397,5 +429,12 @@ class PeerTransport(SnapshotTransfers):
             self._ack_arrived(link, *decode_ack(payload))
         elif kind == KIND_ABORT:
             self._abort_arrived(link, decode_ack(payload)[0])
+        elif kind == KIND_WRITE_SETS:
+            sets = decode_write_sets(payload)
+            if self.on_write_sets is not None:
+                try:
+                    self.on_write_sets(peer.id, sets)
+                except Exception:
+                    log.exception("the host failed on write sets from %s", peer.id)
         else:
             raise ValueError(f"a frame of unknown kind {kind}")

@@ -1,5 +1,5 @@
 """What Raft puts on the wire between two nodes: batches of (shard, message), snapshot
-chunks and their acknowledgements, as msgpack of plain arrays.
+chunks and their acknowledgements, a leader's write sets, as msgpack of plain arrays.
 
 Never pickle: a frame comes from the network, and unpickling runs what it is told to. Every
 payload starts with ``FORMAT_VERSION``, so a node can refuse a format it does not know rather
@@ -173,6 +173,25 @@ def encode_ack(transfer: int, ok: bool) -> bytes:
 def decode_ack(data: bytes) -> tuple[int, bool]:
     _, transfer, ok = _versioned(data, 3, "snapshot acknowledgement")
     return _uint(transfer, "transfer"), _bool(ok, "ok")
+
+
+# ---- write sets ----------------------------------------------------------------------------
+
+def encode_write_sets(batch: list[tuple[int, int, int, bytes | None]]) -> bytes:
+    """A leader's write sets (``sqsq.shard.writesets``) for one peer: (shard, index, term,
+    packed writes or None for "not shared") each."""
+    return _PACKER.pack([FORMAT_VERSION, batch])
+
+
+def decode_write_sets(data: bytes) -> list[tuple[int, int, int, bytes | None]]:
+    """``encode_write_sets``' inverse (the writes stay packed until applied)."""
+    out = []
+    for item in _list(_versioned(data, 2, "write sets")[1], "write sets"):
+        shard, index, term, blob = _list(item, "write set", 4)
+        if blob is not None:
+            _bytes(blob, "write set")
+        out.append((_uint(shard, "shard"), _uint(index, "index"), _uint(term, "term"), blob))
+    return out
 
 
 # ---- checks --------------------------------------------------------------------------------

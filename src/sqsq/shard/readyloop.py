@@ -1,31 +1,29 @@
 """The host's side of the Ready contract, for ``RaftReplica``: each ``Ready`` installed,
 persisted, sent and applied, the proposals it carries answered, the Raft clock ticked, and
 snapshots taken. Two steps overlap where Raft allows it: committed entries that are already
-durable here are applied while the Ready's new entries are being fsynced (an applier task
-takes them in order), and a leader sends its appends while it writes its own copy (it counts
-itself only once that is durable). Large RocksDB batches run in worker threads, and so do a
-leader's writes, batched with the node's other replicas' (``raftstorage.Writes``); a
-follower's small write runs on the event loop while the disk is fast (``_write_inline``).
-The core is only ever touched on the event loop.
+durable here are applied while the Ready's new entries are being fsynced (an applier task,
+``sqsq.shard.applier``, takes them in order), and a leader sends its appends while it writes
+its own copy (it counts itself only once that is durable). Large RocksDB batches run in
+worker threads, and so do a leader's writes, batched with the node's other replicas'
+(``raftstorage.Writes``); a follower's small write runs on the event loop while the disk is
+fast (``_write_inline``). The core is only ever touched on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
 import functools
 import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from sqsq.raft import (
     Entry,
-    EntryKind,
     HardState,
     Message,
     MsgType,
@@ -34,25 +32,11 @@ from sqsq.raft import (
     Role,
     SnapshotMeta,
 )
+from sqsq.shard.applier import MAX_APPLY_BACKLOG, Applier, Proposal
 
 log = logging.getLogger("sqsq.raft")
 
 
-class Proposal(enum.Enum):
-    COMMITTED = "committed"
-    NOT_LEADER = "not leader"
-    UNKNOWN = "outcome unknown"  # may or may not be committed: the caller must retry
-
-
-Done = Callable[[Proposal, Any], None]
-
-# Committed entries waiting for the applier past which the Ready loop waits for it (so a
-# state machine slower than the disk does not let them pile up without bound).
-MAX_APPLY_BACKLOG = 1024
-# A batch of committed entries this small is applied on the event loop: a worker thread's
-# round trip (two wake-ups across threads, the GIL handed back and forth) costs more than
-# applying a few small commands, and the loop would mostly wait for it anyway.
-INLINE_APPLY_BYTES = 4096
 # A follower's write of a Ready this small is done on the event loop while the disk's recent
 # writes took no longer than this on average (``_write_inline``).
 INLINE_WRITE_BYTES = 64 << 10
@@ -68,7 +52,7 @@ def node_of(member: str, shard_id: int) -> tuple[str, tuple[str, int]]:
     return f"{host}:{base}", (host, base)
 
 
-class ReadyLoop:
+class ReadyLoop(Applier):
     """Mixed into ``RaftReplica``, whose state it works on."""
 
     # ---- the Ready loop ------------------------------------------------------------------
@@ -155,23 +139,18 @@ class ReadyLoop:
                     self._note_catch_up(core)
                 await self._maybe_snapshot()
 
-    def _hand_over(self, committed: Sequence[Entry]) -> None:
-        if not committed or self.fatal is not None:
-            return
-        self._to_apply.extend(committed)
-        if self._applier is None or self._applier.done():
-            self._applier = asyncio.create_task(self._apply_all(),
-                                                name=f"apply-{self.shard_id}")
-
     def _note_role(self, core: RaftNode) -> None:
         """Proposals are answered once this replica stops leading, however it stopped. A
         leader cut off from its group stands down on a tick (check-quorum) that changes no
         hard state and sends nothing: no Ready marks it, and its proposals used to wait out
         the engine's 10 s (the chaos suite's partition-leader: calls held 5-10 s at the
         deposed leader while a new one served)."""
-        if self._led and not core.is_leader():
+        leads = core.is_leader()
+        if self._led and not leads:
             self._lost_leadership()
-        self._led = core.is_leader()
+        elif leads and not self._led:
+            self.write_sets.wake()  # a new leader's applier waits for no one's write sets
+        self._led = leads
 
     async def _handle(self, rd: Ready) -> None:
         """Install, persist, send: what must be done before the core may ``advance``."""
@@ -232,49 +211,6 @@ class ReadyLoop:
             else:
                 rest.append(m)
         return rest
-
-    async def _apply_all(self) -> None:
-        """Apply what was handed over, oldest first, a batch per worker-thread call; answer
-        the proposals as their entries are applied."""
-        while self._to_apply and self.fatal is None and not self._stopped:
-            batch, self._to_apply = self._to_apply, []
-            try:
-                if sum(len(e.data) for e in batch) <= INLINE_APPLY_BYTES:
-                    results = self._apply_batch(batch)
-                else:
-                    results = await asyncio.to_thread(self._apply_batch, batch)
-            except Exception as exc:  # a replica that cannot apply stops
-                self._die(exc)
-                return
-            self._applied = max(self._applied, batch[-1].index)
-            if self._reads.waiting:
-                self._serve_reads()  # reads that waited for this apply
-            for e in batch:
-                pending = self._proposals.pop(e.index, None)
-                if pending is not None:
-                    term, done = pending
-                    ok = term == e.term and self.core is not None and \
-                        self.core.is_leader() and self.core.term == term
-                    done(Proposal.COMMITTED if ok else Proposal.UNKNOWN,
-                         results.get(e.index))
-                waiter = self._conf_waiters.pop(e.index, None)
-                if waiter is not None:
-                    waiter[1](waiter[0] == e.term)
-            if self._catching_up and self.core is not None:
-                self._note_catch_up(self.core)
-
-    def _apply_batch(self, batch: list[Entry]) -> dict[int, Any]:
-        """The state machine's outcomes by index, for the entries that carry commands (in a
-        worker thread, or on the loop for a small batch)."""
-        apply = self.machine.apply_entry
-        return {e.index: apply(e.index, e.data) for e in batch
-                if e.kind is EntryKind.NORMAL and e.data}
-
-    async def _applied_all(self) -> None:
-        """Wait until everything handed to the applier is applied."""
-        applier = self._applier
-        if applier is not None and not applier.done():
-            await asyncio.wait([applier])
 
     def _note_catch_up(self, core: RaftNode) -> None:
         if self._catch_up_to is None:

@@ -30,10 +30,12 @@ from sqsq.raft import (
     SnapshotMeta,
     bootstrap,
 )
+from sqsq.shard import writesets
+from sqsq.shard.applier import Done, Proposal
 from sqsq.shard.peers import PeerTransport
 from sqsq.shard.raftstorage import RaftStorage, Writes
 from sqsq.shard.reads import Confirmed, ReadIndexReads
-from sqsq.shard.readyloop import Done, Proposal, ReadyLoop, node_of
+from sqsq.shard.readyloop import ReadyLoop, node_of
 from sqsq.shard.statemachine import ShardMachine
 
 log = logging.getLogger("sqsq.raft")
@@ -101,6 +103,7 @@ class RaftReplica(ReadyLoop):
         self._applied = 0  # what the state machine applied (the core's ``applied`` is ahead)
         self._term_vote: tuple[int, str | None] = (0, None)  # as last persisted
         self._reads = ReadIndexReads()
+        self.write_sets = writesets.Received()  # the leader's, while this replica follows
         self._watch: tuple[Any, str | None, bool, tuple[str, ...]] | None = None
         self._nodes: tuple[Any, frozenset[tuple[str, tuple[str, int]]]] | None = None
 
@@ -183,6 +186,11 @@ class RaftReplica(ReadyLoop):
             return
         self._staged[(meta.index, meta.term)] = path
         self.step(message)
+
+    def on_write_set(self, index: int, term: int, blob: bytes | None) -> None:
+        """The leader's write set of entry ``index`` (None: not shared), kept for the applier."""
+        if self.fatal is None and not self._stopped:
+            self.write_sets.add(index, term, blob, self._applied)
 
     def propose(self, data: bytes, done: Done) -> None:
         """Append ``data`` as one entry; ``done(status, outcomes)`` on the event loop."""
@@ -329,6 +337,12 @@ class Replicas:
             replica = self.by_shard.get(shard_id)
             if replica is not None:
                 replica.step(message)
+
+    def on_write_sets(self, peer: str, sets: list[tuple[int, int, int, bytes | None]]) -> None:
+        for shard_id, index, term, blob in sets:
+            replica = self.by_shard.get(shard_id)
+            if replica is not None:
+                replica.on_write_set(index, term, blob)
 
     def on_snapshot(self, peer: str, shard_id: int, message: Message, path: Path) -> None:
         replica = self.by_shard.get(shard_id)

@@ -206,6 +206,13 @@ class ShardMachine:
                 f"account) differs from the one recorded in the shard's state")
 
     def apply_entry(self, index: int, data: bytes) -> list[c.Outcome] | None:
+        applied = self.apply_entry_writes(index, data)
+        return None if applied is None else applied[0]
+
+    def apply_entry_writes(self, index: int, data: bytes
+                           ) -> tuple[list[c.Outcome], Mapping[bytes, bytes | None]] | None:
+        """``apply_entry``, and what it wrote (the write set a leader shares); None for an
+        entry already applied."""
         if index <= self.applied_index:
             return None  # replayed after a restart: already in the store
         entry = decode_entry(data)
@@ -221,11 +228,24 @@ class ShardMachine:
         meta.applied_index = index
         meta.last_now_ms = max(meta.last_now_ms, entry.now_ms)
         txn.put(records.META_KEY, meta.encode())
-        self.store.write(txn.writes(), sync=False)
+        writes = txn.writes()
+        self.store.write(writes, sync=False)
         self.applied_index, self.last_now_ms = index, meta.last_now_ms
         if any(isinstance(command, c.Configure) for command in entry.commands):
             self.check_configuration()  # a mismatch stops this replica, never diverges it
-        return outcomes
+        return outcomes, writes
+
+    def apply_writes(self, index: int, writes: Mapping[bytes, bytes | None]) -> None:
+        """Entry ``index`` applied by writing what applying it wrote on another replica (a
+        leader's shared write set, ``sqsq.shard.writesets``, checked to be that entry's):
+        the same store as ``apply_entry`` would leave, without running the commands."""
+        if index <= self.applied_index:
+            return
+        meta = records.Meta.decode(writes[records.META_KEY])
+        self.store.write(writes, sync=False)
+        self.applied_index, self.last_now_ms = index, meta.last_now_ms
+        if records.CONFIG_KEY in writes:
+            self.check_configuration()
 
     def _apply_each(self, txn: Txn, index: int, commands: tuple[c.Command, ...],
                     now_ms: int) -> list[c.Outcome]:

@@ -1,0 +1,154 @@
+"""The applier, for ``RaftReplica``: committed entries handed over by the Ready loop are
+applied to the state machine in order, a batch at a time (small batches on the event loop,
+larger ones in a worker thread), and the proposals they carry answered.
+
+A leader shares each entry's write set with its followers, and a follower writes the leader's
+where it has it instead of applying the commands again (``sqsq.shard.writesets`` says why
+that is the same store, and what a follower refuses).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqsq.raft import Entry, EntryKind
+from sqsq.shard import writesets
+
+log = logging.getLogger("sqsq.raft")
+
+
+class Proposal(enum.Enum):
+    COMMITTED = "committed"
+    NOT_LEADER = "not leader"
+    UNKNOWN = "outcome unknown"  # may or may not be committed: the caller must retry
+
+
+Done = Callable[[Proposal, Any], None]
+
+# Committed entries waiting for the applier past which the Ready loop waits for it (so a
+# state machine slower than the disk does not let them pile up without bound).
+MAX_APPLY_BACKLOG = 1024
+# A batch of committed entries this small is applied on the event loop: a worker thread's
+# round trip (two wake-ups across threads, the GIL handed back and forth) costs more than
+# applying a few small commands, and the loop would mostly wait for it anyway.
+INLINE_APPLY_BYTES = 4096
+
+
+class Applier:
+    """Mixed into ``RaftReplica`` (through ``ReadyLoop``), whose state it works on."""
+
+    def _hand_over(self, committed: Sequence[Entry]) -> None:
+        if not committed or self.fatal is not None:
+            return
+        self._to_apply.extend(committed)
+        if self._applier is None or self._applier.done():
+            self._applier = asyncio.create_task(self._apply_all(),
+                                                name=f"apply-{self.shard_id}")
+
+    async def _apply_all(self) -> None:
+        """Apply what was handed over, oldest first, a batch per worker-thread call; answer
+        the proposals as their entries are applied. A leader shares each entry's write set
+        with its followers; a follower writes the leader's where it has it, waiting a little
+        for those it expects (``sqsq.shard.writesets``)."""
+        while self._to_apply and self.fatal is None and not self._stopped:
+            share = self._share_with()
+            if not share:
+                await self._await_write_sets()
+            batch, self._to_apply = self._to_apply, []
+            received = {} if share else self._received_write_sets(batch)
+            try:
+                if sum(len(e.data) for e in batch) <= INLINE_APPLY_BYTES:
+                    results, sets = self._apply_batch(batch, bool(share), received)
+                else:
+                    results, sets = await asyncio.to_thread(self._apply_batch, batch,
+                                                            bool(share), received)
+            except Exception as exc:  # a replica that cannot apply stops
+                self._die(exc)
+                return
+            self._applied = max(self._applied, batch[-1].index)
+            self.write_sets.forget_to(self._applied)
+            if sets and self.transport is not None:
+                for node, address in share:
+                    self.transport.send_write_sets(node, address, self.shard_id, sets)
+            if self._reads.waiting:
+                self._serve_reads()  # reads that waited for this apply
+            for e in batch:
+                pending = self._proposals.pop(e.index, None)
+                if pending is not None:
+                    term, done = pending
+                    ok = term == e.term and self.core is not None and \
+                        self.core.is_leader() and self.core.term == term
+                    done(Proposal.COMMITTED if ok else Proposal.UNKNOWN,
+                         results.get(e.index))
+                waiter = self._conf_waiters.pop(e.index, None)
+                if waiter is not None:
+                    waiter[1](waiter[0] == e.term)
+            if self._catching_up and self.core is not None:
+                self._note_catch_up(self.core)
+
+    def _share_with(self) -> frozenset[tuple[str, tuple[str, int]]]:
+        """The nodes a leader shares its write sets with (none unless leading)."""
+        core = self.core
+        if core is None or self.transport is None or not core.is_leader():
+            return frozenset()
+        return self.nodes()
+
+    async def _await_write_sets(self) -> None:
+        """While the leader shares write sets: until the one of the newest entry waiting
+        that should have one has come, or ``writesets.WAIT_S`` passed."""
+        if not self.write_sets.sharing():
+            return
+        for e in reversed(self._to_apply):
+            if e.kind is EntryKind.NORMAL and writesets.expected(e.data):
+                await self.write_sets.wait(e.index)
+                return
+
+    def _received_write_sets(self, batch: list[Entry]) -> dict[int, bytes]:
+        take = self.write_sets.take
+        out = {}
+        for e in batch:
+            if e.kind is EntryKind.NORMAL and e.data:
+                blob = take(e.index, e.term)
+                if blob is not None:
+                    out[e.index] = blob
+        return out
+
+    def _apply_batch(self, batch: list[Entry], share: bool, received: dict[int, bytes]
+                     ) -> tuple[dict[int, Any], list[writesets.Shared]]:
+        """Apply the entries that carry commands (in a worker thread, or on the loop for a
+        small batch): the outcomes by index, and the write sets to share (a leader's)."""
+        machine, counts = self.machine, self.write_sets
+        results: dict[int, Any] = {}
+        sets: list[writesets.Shared] = []
+        for e in batch:
+            if e.kind is not EntryKind.NORMAL or not e.data:
+                continue
+            if share:
+                applied = machine.apply_entry_writes(e.index, e.data)
+                if applied is not None:
+                    results[e.index] = applied[0]
+                    if writesets.expected(e.data):
+                        sets.append((e.index, e.term, writesets.pack(applied[1])))
+                continue
+            blob = received.get(e.index)
+            if blob is not None:
+                try:
+                    machine.apply_writes(e.index, writesets.unpack(blob, e.index))
+                    counts.used += 1
+                    continue
+                except ValueError as exc:
+                    log.warning("shard %d: the leader's write set of entry %d is not usable "
+                                "(%s); applying the entry", self.shard_id, e.index, exc)
+            results[e.index] = machine.apply_entry(e.index, e.data)
+            counts.applied_self += 1
+        return results, sets
+
+    async def _applied_all(self) -> None:
+        """Wait until everything handed to the applier is applied."""
+        applier = self._applier
+        if applier is not None and not applier.done():
+            await asyncio.wait([applier])
