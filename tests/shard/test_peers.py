@@ -22,7 +22,9 @@ from peersupport import (
 )
 from sqsq.raft.types import Entry, Message, MsgType
 from sqsq.shard import peerauth, peers
+from sqsq.shard.peerlink import KIND_MESSAGES
 from sqsq.shard.peers import MAX_FRAME_BYTES
+from sqsq.shard.raftwire import encode_messages
 
 
 def test_every_shards_messages_share_one_connection_in_order(tmp_path: Path) -> None:
@@ -341,5 +343,37 @@ def test_while_a_peer_is_down_the_queue_keeps_the_newest_within_its_bound(
             async with running(b):
                 await b.inbox.wait(lambda: len(b.inbox.messages()) == 10)
                 assert [m.commit for _, _, m in b.inbox.messages()] == list(range(15, 25))
+
+    run(scenario)
+
+
+def test_a_frame_of_a_kind_this_node_does_not_know_is_skipped(tmp_path: Path) -> None:
+    """A newer node's frame kind must not cut the connection: nodes are upgraded in turn."""
+    async def scenario() -> None:
+        a = Node("a", tmp_path)
+        async with running(a):
+            reader, writer = await authenticated_socket(a)
+            writer.write(struct.pack(">IB", 5, 200) + b"\x93\x01\x02\x03")
+            batch = encode_messages([(7, Message(MsgType.HEARTBEAT, "a", "z", 1))])
+            writer.write(struct.pack(">IB", len(batch) + 1, KIND_MESSAGES) + batch)
+            await until(lambda: a.inbox.events != [])
+            assert a.t.unknown_frames == 1 and a.t.bad_frames == 0
+            writer.close()
+
+    run(scenario)
+
+
+def test_write_sets_reach_the_peer_ahead_of_the_turns_messages(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        got: list[tuple[str, list]] = []
+        a = Node("a", tmp_path)
+        b = Node("b", tmp_path, on_write_sets=lambda peer, sets: got.append((peer, sets)))
+        async with running(a, b):
+            a.send(b, 1, heartbeat(b, a))  # connects
+            await until(lambda: len(b.inbox.events) == 1)
+            a.t.send_write_sets(b.id, b.address, 3, [(10, 2, b"writes"), (11, 2, None)])
+            a.send(b, 3, heartbeat(b, a, commit=11))
+            await until(lambda: len(b.inbox.events) == 2)
+            assert got == [("a", [(3, 10, 2, b"writes"), (3, 11, 2, None)])]
 
     run(scenario)

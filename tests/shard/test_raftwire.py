@@ -15,9 +15,11 @@ from sqsq.shard.raftwire import (
     decode_ack,
     decode_chunk,
     decode_messages,
+    decode_write_sets,
     encode_ack,
     encode_chunk,
     encode_messages,
+    encode_write_sets,
 )
 
 U64 = st.integers(min_value=0, max_value=(1 << 64) - 1)
@@ -158,3 +160,12 @@ def test_the_quick_and_full_checks_agree_on_several_odd_fields(
     for position, value in changes:
         fields[position] = value
     _quick_and_full_agree(fields)
+
+
+def test_write_sets_round_trip_and_a_malformed_one_is_refused() -> None:
+    sets = [(1, 10, 2, b"\x81\xa1s\xc4\x00"), (1, 11, 2, None)]
+    assert decode_write_sets(encode_write_sets(sets)) == sets
+    for bad in ([1, [[1, 10, 2, "text"]]], [1, [[1, -1, 2, None]]], [1, [[1, 10, 2]]],
+                [2, []]):
+        with pytest.raises(ValueError):
+            decode_write_sets(msgpack.packb(bad, use_bin_type=True))

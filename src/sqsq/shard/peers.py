@@ -7,7 +7,9 @@ connection per peer, and what the node's shards send a peer during one event-loo
 out as one frame: heartbeats of many shards coalesce into one write.
 
 Frames are ``[u32 length][u8 kind][payload]`` (``sqsq.shard.raftwire`` for the payloads):
-a batch of (shard, message) pairs, a snapshot chunk, a snapshot acknowledgement or abort.
+a batch of (shard, message) pairs, a snapshot chunk, a snapshot acknowledgement or abort, a
+leader's write sets (``sqsq.shard.writesets``). A frame of a kind this node does not know (a
+newer node's) is skipped.
 Everything is bounded: a frame's size (a larger length prefix closes the connection before
 any of it is read), the queue per peer (count and bytes; when full the oldest messages go:
 Raft tolerates loss, and after an outage the newest are the ones worth delivering), what a
@@ -130,6 +132,7 @@ class PeerTransport(SnapshotTransfers):
         self.messages_sent = self.messages_received = self.messages_dropped = 0
         self.connects = self.reconnects = self.connect_failures = 0
         self.auth_failures = self.oversized_frames = self.bad_frames = 0
+        self.unknown_frames = 0
         self.snapshots_sent = self.snapshots_failed = 0
         self.snapshots_received = self.snapshots_discarded = 0
 
@@ -437,4 +440,6 @@ class PeerTransport(SnapshotTransfers):
                 except Exception:
                     log.exception("the host failed on write sets from %s", peer.id)
         else:
-            raise ValueError(f"a frame of unknown kind {kind}")
+            # A newer peer's kind: skipped, so that adding one never splits a cluster that is
+            # being upgraded one node at a time.
+            self.unknown_frames += 1
