@@ -74,6 +74,9 @@ def test_server_metrics_match_the_workload(metered: ServerProcess) -> None:
     # send never reached the log, and sweeps may add their own.
     assert delta("sqsq_raft_group_commit_commands_sum", shard="0") >= 8
     assert m.value("sqsq_raft_snapshots_total", shard="0") == 0
+    # A leader runs every entry's commands itself; a group of one has no write sets to write.
+    assert delta("sqsq_raft_entries_applied_total", shard="0", by="commands") >= 2
+    assert m.value("sqsq_raft_entries_applied_total", shard="0", by="write_set") == 0
 
 
 def test_a_long_poll_is_counted_while_parked(metered: ServerProcess) -> None:

@@ -130,6 +130,7 @@ class Applier:
             if share:
                 applied = machine.apply_entry_writes(e.index, e.data)
                 if applied is not None:
+                    counts.applied_self += 1
                     results[e.index] = applied[0]
                     if writesets.expected(e.data):
                         sets.append((e.index, e.term, writesets.pack(applied[1])))
@@ -143,8 +144,10 @@ class Applier:
                 except ValueError as exc:
                     log.warning("shard %d: the leader's write set of entry %d is not usable "
                                 "(%s); applying the entry", self.shard_id, e.index, exc)
-            results[e.index] = machine.apply_entry(e.index, e.data)
-            counts.applied_self += 1
+            outcomes = machine.apply_entry(e.index, e.data)
+            if outcomes is not None:
+                counts.applied_self += 1
+                results[e.index] = outcomes
         return results, sets
 
     async def _applied_all(self) -> None:

@@ -76,6 +76,10 @@ class _ReplicaCollector(Collector):
         snaps = CounterMetricFamily("sqsq_raft_snapshots",
                                     "Snapshots the replica wrote since it started.",
                                     labels=shard)
+        by_way = CounterMetricFamily(
+            "sqsq_raft_entries_applied",
+            "Log entries the replica applied since it started, by how: running their "
+            "commands, or writing the leader's write set.", labels=["shard", "by"])
         snap_size = GaugeMetricFamily("sqsq_raft_snapshot_size_bytes",
                                       "Size of the replica's last snapshot.", labels=shard)
         parked = GaugeMetricFamily("sqsq_long_polls_parked",
@@ -99,6 +103,8 @@ class _ReplicaCollector(Collector):
             leader.add_metric(s, 1 if leads else 0)
             known.add_metric(s, 1 if r.leader_in_touch() is not None else 0)
             snaps.add_metric(s, r.snapshots_written)
+            by_way.add_metric([s[0], "commands"], r.write_sets.applied_self)
+            by_way.add_metric([s[0], "write_set"], r.write_sets.used)
             snap_size.add_metric(s, r.snapshot_bytes)
             parked.add_metric(s, engine.waiters.parked)
             if leads:
@@ -111,8 +117,8 @@ class _ReplicaCollector(Collector):
                         messages.add_metric([g.name, s[0], state], n)
                     age_ms = 0 if g.oldest_enqueued_ms is None else now - g.oldest_enqueued_ms
                     oldest.add_metric([g.name, s[0]], max(age_ms, 0) / 1000)
-        yield from (term, commit, applied, leader, known, snaps, snap_size, parked, messages,
-                    oldest)
+        yield from (term, commit, applied, leader, known, snaps, by_way, snap_size, parked,
+                    messages, oldest)
 
 
 def replica_problems(shard_id: int, engine: ShardEngine) -> list[str]:

@@ -85,7 +85,8 @@ class Received:
         self._bytes = 0
         self._last = float("-inf")  # when the last one came (monotonic)
         self._waiter: tuple[int, asyncio.Future[None]] | None = None
-        self.used = self.applied_self = self.dropped = 0  # counters
+        # entries applied from a write set, and by running their commands; write sets dropped
+        self.used = self.applied_self = self.dropped = 0
 
     def add(self, index: int, term: int, blob: bytes | None, applied: int) -> None:
         """One write set (None: the leader did not share that entry's), received when
