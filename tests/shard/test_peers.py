@@ -377,3 +377,18 @@ def test_write_sets_reach_the_peer_ahead_of_the_turns_messages(tmp_path: Path) -
             assert got == [("a", [(3, 10, 2, b"writes"), (3, 11, 2, None)])]
 
     run(scenario)
+
+
+def test_write_sets_leave_on_their_own_when_no_message_follows(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        got: list[tuple[str, list]] = []
+        a = Node("a", tmp_path)
+        b = Node("b", tmp_path, on_write_sets=lambda peer, sets: got.append((peer, sets)))
+        async with running(a, b):
+            a.send(b, 1, heartbeat(b, a))  # connects
+            await until(lambda: len(b.inbox.events) == 1)
+            a.t.send_write_sets(b.id, b.address, 3, [(10, 2, b"writes")])
+            await until(lambda: got != [])
+            assert got == [("a", [(3, 10, 2, b"writes")])]
+
+    run(scenario)

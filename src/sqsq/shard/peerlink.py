@@ -20,6 +20,10 @@ KIND_WRITE_SETS = 5  # raftwire.encode_write_sets
 _HEADER = struct.Struct(">IB")
 
 
+def frame(kind: int, payload: bytes) -> bytes:
+    return _HEADER.pack(len(payload) + 1, kind) + payload
+
+
 def message_size(m: Message) -> int:
     """An upper bound on ``m``'s encoded size, for the queue's byte bound (encoding each
     message as it is queued would cost what the batch encoding saves)."""
@@ -45,10 +49,16 @@ class Link:
         self.outgoing: dict[int, asyncio.Future[bool]] = {}  # transfers awaiting their ack
         self.receiving = receiving
 
-    def write(self, kind: int, payload: bytes) -> int:
-        """Queue a frame on the socket (never waits); its size on the wire."""
-        self._writer.write(_HEADER.pack(len(payload) + 1, kind) + payload)
-        return _HEADER.size + len(payload)
+    def write(self, kind: int, payload: bytes, ahead: bytes = b"") -> int:
+        """Queue a frame on the socket, after ``ahead`` (frames already made, so that both
+        go in one system call); never waits. The size on the wire."""
+        self._writer.write(ahead + _HEADER.pack(len(payload) + 1, kind) + payload)
+        return len(ahead) + _HEADER.size + len(payload)
+
+    def write_bytes(self, frames: bytes) -> int:
+        """Queue frames already made (``frame``) on the socket; their size."""
+        self._writer.write(frames)
+        return len(frames)
 
     async def read(self, max_bytes: int) -> tuple[int, bytes]:
         """The next frame's kind and payload; ``FrameTooLarge`` on a length prefix over
@@ -90,6 +100,7 @@ class PeerState:
         # write sets (shard, index, term, packed) to go ahead of the queue's messages
         self.write_sets: list[tuple[int, int, int, bytes | None]] = []
         self.write_set_bytes = 0
+        self.write_sets_due = False  # a flush of them is set for when no message took them
         self.links: dict[bool, Link] = {}
         self.connected = asyncio.Event()
         self.dialer: asyncio.Task | None = None

@@ -53,6 +53,7 @@ from sqsq.shard.peerlink import (
     KIND_WRITE_SETS,
     Link,
     PeerState,
+    frame,
     message_size,
 )
 from sqsq.shard.peersnap import CONNECT_TIMEOUT_S, SnapshotTransfers
@@ -80,6 +81,8 @@ MAX_WRITE_BUFFER_BYTES = 32 << 20  # past this, a peer that does not read loses 
 MAX_PENDING_HANDSHAKES = 64
 MAX_INCOMING_TRANSFERS = 8  # per connection
 MAX_SNAPSHOT_BYTES = 1 << 40
+# How long a leader's write sets wait for messages to the same peer to ride with.
+WRITE_SETS_LINGER_S = 0.005
 BACKOFF_S = (0.05, 2.0)  # the first retry's wait, doubled per failure up to the second
 
 
@@ -214,18 +217,30 @@ class PeerTransport(SnapshotTransfers):
         for index, term, blob in sets:
             peer.write_sets.append((shard_id, index, term, blob))
             peer.write_set_bytes += 0 if blob is None else len(blob)
-        if not peer.flush_scheduled:
-            peer.flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush, peer)
+        if not peer.write_sets_due:
+            # They ride with the next messages to this peer (one system call for both,
+            # which on loopback is most of a send's cost), or leave on their own shortly.
+            peer.write_sets_due = True
+            asyncio.get_running_loop().call_later(WRITE_SETS_LINGER_S, self._flush_write_sets,
+                                                  peer)
+
+    def _flush_write_sets(self, peer: PeerState) -> None:
+        peer.write_sets_due = False
+        if peer.write_sets and not peer.flush_scheduled:
+            self._flush(peer)
 
     def _flush(self, peer: PeerState) -> None:
         peer.flush_scheduled = False
         link = peer.active()
+        ahead = b""
         if peer.write_sets:
             if link is not None:
-                self._write(link, KIND_WRITE_SETS, encode_write_sets(peer.write_sets))
+                ahead = frame(KIND_WRITE_SETS, encode_write_sets(peer.write_sets))
+                self.frames_sent += 1
             peer.write_sets, peer.write_set_bytes = [], 0
         if not peer.queue:
+            if link is not None and ahead:
+                self.bytes_sent += link.write_bytes(ahead)
             return
         if link is None:
             self._dial_soon(peer)  # the queue waits (bounded) for the connection
@@ -236,7 +251,7 @@ class PeerTransport(SnapshotTransfers):
             return
         batch = [(shard, m) for shard, m, _ in peer.queue]
         peer.clear_queue()
-        self._write(link, KIND_MESSAGES, encode_messages(batch))
+        self._write(link, KIND_MESSAGES, encode_messages(batch), ahead)
         self.messages_sent += len(batch)
 
     def ping(self, peer_id: str, address: tuple[str, int]) -> None:
@@ -252,8 +267,8 @@ class PeerTransport(SnapshotTransfers):
         elif not peer.queue and link.buffered() <= self.max_write_buffer_bytes:
             self._write(link, KIND_MESSAGES, _EMPTY_BATCH)
 
-    def _write(self, link: Link, kind: int, payload: bytes) -> None:
-        self.bytes_sent += link.write(kind, payload)
+    def _write(self, link: Link, kind: int, payload: bytes, ahead: bytes = b"") -> None:
+        self.bytes_sent += link.write(kind, payload, ahead)
         self.frames_sent += 1
 
     # ---- connections -------------------------------------------------------------------
