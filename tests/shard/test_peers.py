@@ -371,10 +371,10 @@ def test_write_sets_reach_the_peer_ahead_of_the_turns_messages(tmp_path: Path) -
         async with running(a, b):
             a.send(b, 1, heartbeat(b, a))  # connects
             await until(lambda: len(b.inbox.events) == 1)
-            a.t.send_write_sets(b.id, b.address, 3, [(10, 2, b"writes"), (11, 2, None)])
+            a.t.send_write_sets(b.id, b.address, 3, [(10, 2, 99, b"writes"), (11, 2, 98, None)])
             a.send(b, 3, heartbeat(b, a, commit=11))
             await until(lambda: len(b.inbox.events) == 2)
-            assert got == [("a", [(3, 10, 2, b"writes"), (3, 11, 2, None)])]
+            assert got == [("a", [(3, 10, 2, 99, b"writes"), (3, 11, 2, 98, None)])]
 
     run(scenario)
 
@@ -387,8 +387,8 @@ def test_write_sets_leave_on_their_own_when_no_message_follows(tmp_path: Path) -
         async with running(a, b):
             a.send(b, 1, heartbeat(b, a))  # connects
             await until(lambda: len(b.inbox.events) == 1)
-            a.t.send_write_sets(b.id, b.address, 3, [(10, 2, b"writes")])
+            a.t.send_write_sets(b.id, b.address, 3, [(10, 2, 99, b"writes")])
             await until(lambda: got != [])
-            assert got == [("a", [(3, 10, 2, b"writes")])]
+            assert got == [("a", [(3, 10, 2, 99, b"writes")])]
 
     run(scenario)

@@ -163,9 +163,9 @@ def test_the_quick_and_full_checks_agree_on_several_odd_fields(
 
 
 def test_write_sets_round_trip_and_a_malformed_one_is_refused() -> None:
-    sets = [(1, 10, 2, b"\x81\xa1s\xc4\x00"), (1, 11, 2, None)]
+    sets = [(1, 10, 2, 77, b"\x81\xa1s\xc4\x00"), (1, 11, 2, 78, None)]
     assert decode_write_sets(encode_write_sets(sets)) == sets
-    for bad in ([1, [[1, 10, 2, "text"]]], [1, [[1, -1, 2, None]]], [1, [[1, 10, 2]]],
-                [2, []]):
+    for bad in ([1, [[1, 10, 2, 7, "text"]]], [1, [[1, -1, 2, 7, None]]],
+                [1, [[1, 10, 2, None]]], [1, [[1, 10, 2, -7, None]]], [2, []]):
         with pytest.raises(ValueError):
             decode_write_sets(msgpack.packb(bad, use_bin_type=True))

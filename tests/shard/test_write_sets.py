@@ -114,15 +114,18 @@ def test_a_write_set_of_another_entry_is_refused(tmp_path: Path) -> None:
         writesets.unpack(writesets._PACKER.pack(without_meta), 2)
 
 
-def test_a_write_set_is_used_only_for_the_entry_of_its_term() -> None:
+def test_a_write_set_is_used_only_for_the_entry_it_names() -> None:
     received = writesets.Received()
-    received.add(7, 3, b"set", applied=5)
-    assert received.take(7, 4) is None  # the entry at 7 is another term's: apply it
-    received.add(7, 3, b"set", applied=5)
-    assert received.take(7, 3) == b"set"
-    assert received.take(7, 3) is None  # taken once
-    received.add(5, 3, b"old", applied=5)  # already applied: not kept
-    assert received.take(5, 3) is None and received.dropped == 1
+    mine, other = writesets.check(b"entry"), writesets.check(b"another shard's entry")
+    received.add(7, 3, mine, b"set", applied=5)
+    assert received.take(7, 4, mine) is None  # the entry at 7 is another term's: apply it
+    received.add(7, 3, other, b"set", applied=5)
+    assert received.take(7, 3, mine) is None  # same index and term, other bytes: apply it
+    received.add(7, 3, mine, b"set", applied=5)
+    assert received.take(7, 3, mine) == b"set"
+    assert received.take(7, 3, mine) is None  # taken once
+    received.add(5, 3, mine, b"old", applied=5)  # already applied: not kept
+    assert received.take(5, 3, mine) is None and received.dropped == 1
 
 
 def test_a_follower_keeps_what_it_has_not_applied_within_bounds(
@@ -130,10 +133,10 @@ def test_a_follower_keeps_what_it_has_not_applied_within_bounds(
     monkeypatch.setattr(writesets, "MAX_KEPT", 3)
     received = writesets.Received()
     for index in range(10, 15):
-        received.add(index, 1, b"x", applied=0)
+        received.add(index, 1, 0, b"x", applied=0)
     assert received.dropped == 2
     received.forget_to(11)
-    assert [received.take(i, 1) for i in (10, 11, 12)] == [None, None, b"x"]
+    assert [received.take(i, 1, 0) for i in (10, 11, 12)] == [None, None, b"x"]
 
 
 def test_a_follower_waits_for_an_expected_write_set_only_so_long() -> None:
@@ -145,7 +148,7 @@ def test_a_follower_waits_for_an_expected_write_set_only_so_long() -> None:
         assert loop.time() - started >= 0.05
         waiting = asyncio.create_task(received.wait(4, timeout_s=30))
         await asyncio.sleep(0)
-        received.add(4, 1, b"x", applied=0)
+        received.add(4, 1, 0, b"x", applied=0)
         await asyncio.wait_for(waiting, 5)  # it came: the wait ends at once
 
     asyncio.run(scenario())

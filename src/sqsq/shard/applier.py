@@ -112,7 +112,7 @@ class Applier:
         out = {}
         for e in batch:
             if e.kind is EntryKind.NORMAL and e.data:
-                blob = take(e.index, e.term)
+                blob = take(e.index, e.term, writesets.check(e.data))
                 if blob is not None:
                     out[e.index] = blob
         return out
@@ -133,7 +133,8 @@ class Applier:
                     counts.applied_self += 1
                     results[e.index] = applied[0]
                     if writesets.expected(e.data):
-                        sets.append((e.index, e.term, writesets.pack(applied[1])))
+                        sets.append((e.index, e.term, writesets.check(e.data),
+                                     writesets.pack(applied[1])))
                 continue
             blob = received.get(e.index)
             if blob is not None:

@@ -97,8 +97,8 @@ class PeerState:
         self.address: tuple[str, int] | None = None
         self.queue: deque[tuple[int, Message, int]] = deque()  # (shard, message, size)
         self.queued_bytes = 0
-        # write sets (shard, index, term, packed) to go ahead of the queue's messages
-        self.write_sets: list[tuple[int, int, int, bytes | None]] = []
+        # write sets (shard, index, term, check, packed) to go ahead of the queue's messages
+        self.write_sets: list[tuple[int, int, int, int, bytes | None]] = []
         self.write_set_bytes = 0
         self.write_sets_due = False  # a flush of them is set for when no message took them
         self.links: dict[bool, Link] = {}

@@ -70,7 +70,7 @@ log = logging.getLogger("sqsq.peers")
 
 OnMessages = Callable[[str, list[tuple[int, Message]]], None]
 OnSnapshot = Callable[[str, int, Message, Path], None]
-OnWriteSets = Callable[[str, list[tuple[int, int, int, bytes | None]]], None]
+OnWriteSets = Callable[[str, list[tuple[int, int, int, int, bytes | None]]], None]
 
 _EMPTY_BATCH = encode_messages([])
 MAX_FRAME_BYTES = 64 << 20
@@ -104,7 +104,8 @@ class PeerTransport(SnapshotTransfers):
         ``on_snapshot(peer, shard, message, path)`` each snapshot file once whole and
         durable in ``snapshot_dir`` (the transport's own directory: unfinished transfers
         found there at start are removed; finished ones are the host's to move or delete);
-        ``on_write_sets(peer, [(shard, index, term, packed), ...])`` a leader's write sets."""
+        ``on_write_sets(peer, [(shard, index, term, check, packed), ...])`` a leader's write
+        sets."""
         if not host:
             # An empty host would listen on every interface; say so explicitly if meant.
             raise ValueError("the Raft transport needs the address to listen on")
@@ -206,16 +207,17 @@ class PeerTransport(SnapshotTransfers):
             asyncio.get_running_loop().call_soon(self._flush, peer)
 
     def send_write_sets(self, peer_id: str, address: tuple[str, int], shard_id: int,
-                        sets: list[tuple[int, int, bytes | None]]) -> None:
-        """Queue a leader's write sets (index, term, packed) for ``peer_id``; they leave
+                        sets: list[tuple[int, int, int, bytes | None]]) -> None:
+        """Queue a leader's write sets (index, term, entry checksum, packed) for ``peer_id``;
+        they leave
         ahead of this turn's messages. Only to a connected peer, and bounded like the
         queue: a write set is only ever a saving, its loss costs the follower an apply."""
         peer = self._peer(peer_id, address)
         if self._stopped or peer.active() is None or \
                 peer.write_set_bytes > self.max_queue_bytes:
             return
-        for index, term, blob in sets:
-            peer.write_sets.append((shard_id, index, term, blob))
+        for index, term, entry_check, blob in sets:
+            peer.write_sets.append((shard_id, index, term, entry_check, blob))
             peer.write_set_bytes += 0 if blob is None else len(blob)
         if not peer.write_sets_due:
             # They ride with the next messages to this peer (one system call for both,

@@ -177,20 +177,21 @@ def decode_ack(data: bytes) -> tuple[int, bool]:
 
 # ---- write sets ----------------------------------------------------------------------------
 
-def encode_write_sets(batch: list[tuple[int, int, int, bytes | None]]) -> bytes:
+def encode_write_sets(batch: list[tuple[int, int, int, int, bytes | None]]) -> bytes:
     """A leader's write sets (``sqsq.shard.writesets``) for one peer: (shard, index, term,
-    packed writes or None for "not shared") each."""
+    entry checksum, packed writes or None for "not shared") each."""
     return _PACKER.pack([FORMAT_VERSION, batch])
 
 
-def decode_write_sets(data: bytes) -> list[tuple[int, int, int, bytes | None]]:
+def decode_write_sets(data: bytes) -> list[tuple[int, int, int, int, bytes | None]]:
     """``encode_write_sets``' inverse (the writes stay packed until applied)."""
     out = []
     for item in _list(_versioned(data, 2, "write sets")[1], "write sets"):
-        shard, index, term, blob = _list(item, "write set", 4)
+        shard, index, term, entry_check, blob = _list(item, "write set", 5)
         if blob is not None:
             _bytes(blob, "write set")
-        out.append((_uint(shard, "shard"), _uint(index, "index"), _uint(term, "term"), blob))
+        out.append((_uint(shard, "shard"), _uint(index, "index"), _uint(term, "term"),
+                    _uint(entry_check, "entry checksum"), blob))
     return out
 
 

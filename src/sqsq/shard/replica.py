@@ -187,10 +187,11 @@ class RaftReplica(ReadyLoop):
         self._staged[(meta.index, meta.term)] = path
         self.step(message)
 
-    def on_write_set(self, index: int, term: int, blob: bytes | None) -> None:
+    def on_write_set(self, index: int, term: int, entry_check: int,
+                     blob: bytes | None) -> None:
         """The leader's write set of entry ``index`` (None: not shared), kept for the applier."""
         if self.fatal is None and not self._stopped:
-            self.write_sets.add(index, term, blob, self._applied)
+            self.write_sets.add(index, term, entry_check, blob, self._applied)
 
     def propose(self, data: bytes, done: Done) -> None:
         """Append ``data`` as one entry; ``done(status, outcomes)`` on the event loop."""
@@ -338,11 +339,12 @@ class Replicas:
             if replica is not None:
                 replica.step(message)
 
-    def on_write_sets(self, peer: str, sets: list[tuple[int, int, int, bytes | None]]) -> None:
-        for shard_id, index, term, blob in sets:
+    def on_write_sets(self, peer: str,
+                      sets: list[tuple[int, int, int, int, bytes | None]]) -> None:
+        for shard_id, index, term, entry_check, blob in sets:
             replica = self.by_shard.get(shard_id)
             if replica is not None:
-                replica.on_write_set(index, term, blob)
+                replica.on_write_set(index, term, entry_check, blob)
 
     def on_snapshot(self, peer: str, shard_id: int, message: Message, path: Path) -> None:
         replica = self.by_shard.get(shard_id)

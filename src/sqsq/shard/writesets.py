@@ -5,12 +5,12 @@ Applying the commands is most of what a follower spends on an entry (the queue l
 three quarters of its apply), and the result is known in advance: the core is deterministic,
 every replica applies the same committed entries to the same state, so the leader's writes
 for entry ``i`` are the follower's, byte for byte (an entry committed at ``i`` is the same
-entry on every replica, whichever leader applied it). A write set names its index and term;
-a follower uses it only for the entry of that index and term, and only if the write set's
-own ``Meta`` record says it applied that index. Anything else (no write set yet, one lost
-with a connection, a leader that stopped sharing, a payload that does not decode) and the
-follower applies the entry's commands itself, as it always did: a write set saves work and
-never decides anything.
+entry on every replica, whichever leader applied it). A write set names its entry's index,
+term and checksum (``check``); a follower uses it only for the entry it names, and only if
+the write set's own ``Meta`` record says it applied that index. Anything else (no write set
+yet, one lost with a connection, a leader that stopped sharing, a payload that does not
+decode) and the follower applies the entry's commands itself, as it always did: a write set
+saves work and never decides anything.
 
 The leader shares write sets of small entries only (``SHARED_ENTRY_BYTES``): a large
 message's body would cross the network twice. A follower waits a little (``WAIT_S``) for the
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from collections.abc import Mapping
 
 import msgpack
@@ -44,8 +45,8 @@ MAX_KEPT_BYTES = 4 << 20
 
 _PACKER = msgpack.Packer(use_bin_type=True)
 
-# An entry's write set as sent: (index, term, packed writes), or None for "not shared".
-Shared = tuple[int, int, "bytes | None"]
+# An entry's write set as sent: (index, term, check, packed writes or None: "not shared").
+Shared = tuple[int, int, int, "bytes | None"]
 
 
 def pack(writes: Mapping[bytes, bytes | None]) -> bytes | None:
@@ -72,6 +73,12 @@ def unpack(blob: bytes, index: int) -> dict[bytes, bytes | None]:
     return writes
 
 
+def check(data: bytes) -> int:
+    """The checksum that ties a write set to its entry's bytes: one routed to the wrong
+    shard's replica, or meant for another entry at the same index, is not used."""
+    return zlib.crc32(data)
+
+
 def expected(data: bytes) -> bool:
     """Whether the leader shares the write set of an entry carrying ``data``."""
     return 0 < len(data) <= SHARED_ENTRY_BYTES
@@ -81,14 +88,15 @@ class Received:
     """A follower's write sets from the leader, by index, until it applies their entries."""
 
     def __init__(self) -> None:
-        self._by_index: dict[int, tuple[int, bytes | None]] = {}
+        self._by_index: dict[int, tuple[int, int, bytes | None]] = {}
         self._bytes = 0
         self._last = float("-inf")  # when the last one came (monotonic)
         self._waiter: tuple[int, asyncio.Future[None]] | None = None
         # entries applied from a write set, and by running their commands; write sets dropped
         self.used = self.applied_self = self.dropped = 0
 
-    def add(self, index: int, term: int, blob: bytes | None, applied: int) -> None:
+    def add(self, index: int, term: int, entry_check: int, blob: bytes | None,
+            applied: int) -> None:
         """One write set (None: the leader did not share that entry's), received when
         ``applied`` was the state machine's index."""
         self._last = time.monotonic()
@@ -98,27 +106,28 @@ class Received:
             self.dropped += 1
         else:
             old = self._by_index.get(index)
-            if old is not None and old[1] is not None:
-                self._bytes -= len(old[1])
-            self._by_index[index] = (term, blob)
+            if old is not None and old[2] is not None:
+                self._bytes -= len(old[2])
+            self._by_index[index] = (term, entry_check, blob)
             self._bytes += size
         waiter = self._waiter
         if waiter is not None and index >= waiter[0] and not waiter[1].done():
             waiter[1].set_result(None)
 
-    def take(self, index: int, term: int) -> bytes | None:
-        """The write set of entry (``index``, ``term``), if one came; it is forgotten."""
+    def take(self, index: int, term: int, entry_check: int) -> bytes | None:
+        """The write set of the entry at ``index`` of ``term`` whose bytes have the checksum
+        ``entry_check``, if one came; it is forgotten."""
         kept = self._by_index.pop(index, None)
         if kept is None:
             return None
-        if kept[1] is not None:
-            self._bytes -= len(kept[1])
-        return kept[1] if kept[0] == term else None
+        if kept[2] is not None:
+            self._bytes -= len(kept[2])
+        return kept[2] if kept[:2] == (term, entry_check) else None
 
     def forget_to(self, applied: int) -> None:
         """Drop what is kept for entries up to ``applied`` (applied another way)."""
         for index in [i for i in self._by_index if i <= applied]:
-            self.take(index, -1)
+            self.take(index, -1, -1)
 
     def sharing(self) -> bool:
         return time.monotonic() - self._last < SHARING_LAPSES_S
