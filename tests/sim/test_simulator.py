@@ -13,6 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
+from sqsq.sim.replica import SimReplica
 from sqsq.sim.runs import run_one
 from sqsq.sim.scenarios import FINDINGS, SCENARIOS
 
@@ -36,6 +37,24 @@ def test_a_million_steps_over_every_scenario_end_without_a_violation() -> None:
     # The runs did work: clients were answered and leaders changed under the faults.
     assert all(r.stats["acks"] > (5 if r.scenario == "idle" else 100) for r in results)
     assert sum(r.stats["terms"] for r in results) > len(results)
+    # Followers wrote the leader's write sets (and ran commands where they had none).
+    assert sum(r.stats["written"] for r in results) > sum(r.stats["committed"]
+                                                          for r in results)
+
+
+def test_a_follower_that_writes_something_else_than_its_leader_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write chain: a write set that differs from what running the entry writes (here
+    one key left out) is a state-machine-safety violation, as a different entry is."""
+    real = SimReplica._write_set_of
+
+    def one_key_short(self: SimReplica, e: object) -> dict[bytes, bytes | None] | None:
+        writes = real(self, e)
+        return None if writes is None else dict(list(writes.items())[1:])
+
+    monkeypatch.setattr(SimReplica, "_write_set_of", one_key_short)
+    result = run_one("random", 1, 5000)
+    assert "state-machine-safety" in {v.kind for v in result.violations}
 
 
 # Scenario -> violations that show the loss its safeguard prevents.

@@ -32,12 +32,14 @@ class Checker:
     chain: dict[int, tuple[int, bytes]] = field(default_factory=dict)  # index -> (term, chain)
     outcomes: dict[int, tuple[c.Outcome, ...] | None] = field(default_factory=dict)
     commands: dict[int, tuple] = field(default_factory=dict)  # index -> the entry's commands
+    writes_chain: dict[int, bytes] = field(default_factory=dict)  # index -> what was written
     applied: dict[str, int] = field(default_factory=dict)  # node -> last applied index
     max_applied: int = 0
     acked_sends: dict[str, int] = field(default_factory=dict)  # message id -> acked index
     ack_times: list[tuple[int, int]] = field(default_factory=list)  # (ms, index) of acks
     acks: int = 0
     reads: int = 0
+    written: int = 0  # entries a follower applied from the leader's write set
 
     def violation(self, kind: str, detail: str) -> None:
         if len(self.violations) < 50:
@@ -73,13 +75,20 @@ class Checker:
         known = self.chain.get(a.index)
         if known is None:
             self.chain[a.index] = (a.term, a.chain)
-            self.outcomes[a.index] = a.outcomes
-            self.commands[a.index] = a.commands
             self.max_applied = max(self.max_applied, a.index)
         elif known != (a.term, a.chain):
             self.violation("state-machine-safety",
                            f"{node} applied a different entry at {a.index} "
                            f"(term {a.term}, committed term {known[0]})")
+            return
+        if a.writes is not None and a.outcomes is None:
+            self.written += 1
+        if self.outcomes.get(a.index) is None:  # a write set's apply has no outcomes
+            self.outcomes[a.index] = a.outcomes
+            self.commands[a.index] = a.commands
+        if self.writes_chain.setdefault(a.index, a.writes_chain) != a.writes_chain:
+            self.violation("state-machine-safety",
+                           f"{node} wrote something else than another replica at {a.index}")
 
     def on_install(self, node: str, data: MachineSnapshot) -> None:
         known = self.chain.get(data.applied)

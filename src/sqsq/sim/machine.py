@@ -4,6 +4,10 @@ Each applied entry extends a hash chain (index, term, data), as hashicorp/raft's
 two replicas that applied the same sequence have the same chain at every index, and a
 replica that skipped, repeated or altered an entry has a different one from there on. The
 chain and the applied index live in the state, so a snapshot carries them.
+
+A second chain covers what each entry wrote: a follower writes the leader's write set instead
+of running the commands (as ``sqsq.shard.writesets`` has it), and two replicas whose stores
+were written differently at some index have different write chains from there on.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ class MachineSnapshot:
     applied: int
     chain: bytes
     items: tuple[tuple[bytes, bytes], ...]
+    writes_chain: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -56,8 +61,10 @@ class Applied:
     index: int
     term: int
     chain: bytes
-    outcomes: tuple[c.Outcome, ...] | None  # None: a no-op or membership entry
-    commands: tuple = ()
+    outcomes: tuple[c.Outcome, ...] | None  # None: a no-op or membership entry, or written
+    commands: tuple = ()                      # from a write set
+    writes_chain: bytes = b""
+    writes: dict[bytes, bytes | None] | None = None  # what it wrote (a command entry's)
 
 
 class SimMachine:
@@ -67,30 +74,44 @@ class SimMachine:
         self.store = DictStore(dict(snapshot.items))
         self.applied = snapshot.applied
         self.chain = snapshot.chain
+        self.writes_chain = snapshot.writes_chain
 
-    def apply(self, entry: Entry) -> Applied:
+    def apply(self, entry: Entry, shared: dict[bytes, bytes | None] | None = None) -> Applied:
+        """Apply ``entry``: run its commands, or write ``shared`` (the leader's write set of
+        this very entry) instead."""
         if entry.index != self.applied + 1:
             raise AssertionError(f"applying {entry.index} after {self.applied}")
         self.chain = hashlib.blake2b(
             self.chain + entry.index.to_bytes(8, "big") + entry.term.to_bytes(8, "big")
             + bytes([entry.kind]) + entry.data, digest_size=16).digest()
         self.applied = entry.index
-        outcomes, commands = None, ()
+        outcomes, commands, writes = None, (), None
         if entry.kind is EntryKind.NORMAL and entry.data:
-            decoded = decode_entry(entry.data)
-            commands = decoded.commands
-            txn = Txn(self.store)
-            outcomes = tuple(apply(txn, CONFIG, command, decoded.now_ms)
-                             for command in commands)
-            for k, v in txn.writes().items():
+            if shared is not None:
+                writes = shared
+            else:
+                decoded = decode_entry(entry.data)
+                commands = decoded.commands
+                txn = Txn(self.store)
+                outcomes = tuple(apply(txn, CONFIG, command, decoded.now_ms)
+                                 for command in commands)
+                writes = txn.writes()
+            for k, v in writes.items():
                 if v is None:
                     self.store.d.pop(k, None)
                 else:
                     self.store.d[k] = v
-        return Applied(entry.index, entry.term, self.chain, outcomes, commands)
+            self.writes_chain = hashlib.blake2b(
+                self.writes_chain + entry.index.to_bytes(8, "big")
+                + b"".join(len(k).to_bytes(4, "big") + k + (b"-" if v is None else
+                           len(v).to_bytes(4, "big") + v) for k, v in sorted(writes.items())),
+                digest_size=16).digest()
+        return Applied(entry.index, entry.term, self.chain, outcomes, commands,
+                       self.writes_chain, writes)
 
     def snapshot(self) -> MachineSnapshot:
-        return MachineSnapshot(self.applied, self.chain, tuple(self.store.d.items()))
+        return MachineSnapshot(self.applied, self.chain, tuple(self.store.d.items()),
+                               self.writes_chain)
 
     def last_now_ms(self) -> int:
         return effective_now(Txn(self.store), 0)

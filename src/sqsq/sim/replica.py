@@ -3,7 +3,10 @@ the way a node hosts them: for every ``Ready``, persist, then send, then apply.
 
 The host also plays the shard's leader: it stamps client commands (time, message ids,
 receipt nonces) into log entries, answers a client once its entry is applied at the index
-and term it was proposed at, serves reads after a ReadIndex round, and proposes sweeps.
+and term it was proposed at, serves reads after a ReadIndex round, and proposes sweeps. As a
+node's host does, a leader shares what applying each entry wrote, and a follower writes that
+write set instead of running the entry's commands when it has it (``sqsq.shard.writesets``):
+only for the entry of its index, term and checksum.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from sqsq.core.entry import encode_entry
 from sqsq.core.machine import effective_now, sweep_needed
 from sqsq.core.state import ShardState
 from sqsq.raft import Message, MsgType, RaftConfig, RaftNode, Ready, Role, Safeguards
+from sqsq.shard.writesets import check as entry_check
 from sqsq.sim.disk import ReplicaUnrecoverable, SimDisk
 from sqsq.sim.machine import CONFIG, MachineSnapshot, SimMachine
 
@@ -30,6 +34,7 @@ SWEEP_EVERY_MS = 1000
 PING_EVERY_MS = 100  # the node's own heartbeat, one per peer node for all its groups
 LIVENESS_MS = 400  # a quiet follower wakes when the leader's node is silent this long
 SNAPSHOT_CHUNK = 4  # items per chunk: a snapshot crosses the network in pieces
+MAX_WRITE_SETS = 256  # what a follower keeps of the leader's write sets not applied yet
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,15 @@ class SnapshotChunk:
     part: int
     parts: int
     data: MachineSnapshot
+
+
+@dataclass(frozen=True)
+class WriteSet:
+    frm: str
+    index: int
+    term: int
+    check: int
+    writes: dict[bytes, bytes | None]
 
 
 def _sweep_needed(txn: object, now_ms: int) -> bool:
@@ -113,6 +127,7 @@ class SimReplica:
         self.ready_reads: list[tuple[int, Request]] = []
         self.chunks: dict[tuple[str, int, int], dict[int, SnapshotChunk]] = {}
         self.staged: dict[tuple[int, int], MachineSnapshot] = {}  # whole, not yet installed
+        self.write_sets: dict[int, WriteSet] = {}  # the leader's, by index, not applied yet
         self.last_sweep_ms = self.wall_ms()
         self.heard: dict[str, int] = {}  # node -> when anything last came from it (ms)
         self.last_ping_ms = -PING_EVERY_MS
@@ -160,6 +175,11 @@ class SimReplica:
             return
         if isinstance(packet, NodePing):
             self.heard[packet.frm] = self.world.now_ms
+            return
+        if isinstance(packet, WriteSet):
+            self.heard[packet.frm] = self.world.now_ms
+            if packet.index > self.machine.applied and len(self.write_sets) < MAX_WRITE_SETS:
+                self.write_sets[packet.index] = packet
             return
         if isinstance(packet, SnapshotChunk):
             self.heard[packet.message.frm] = self.world.now_ms
@@ -286,6 +306,13 @@ class SimReplica:
                 self.ready_reads.append((rs.index, req))
         return True
 
+    def _write_set_of(self, e: object) -> dict[bytes, bytes | None] | None:
+        ws = self.write_sets.pop(e.index, None)  # type: ignore[attr-defined]
+        if ws is None or (ws.term, ws.check) != (
+                e.term, entry_check(e.data)):  # type: ignore[attr-defined]
+            return None
+        return ws.writes
+
     def _install(self, rd: Ready) -> bool:
         meta = rd.snapshot
         assert meta is not None
@@ -309,14 +336,25 @@ class SimReplica:
         return True
 
     def _apply(self, e: object) -> bool:
+        assert self.core is not None
+        leads = self.core.is_leader()
+        shared = None if leads else self._write_set_of(e)
         try:
-            applied = self.machine.apply(e)  # type: ignore[arg-type]
+            applied = self.machine.apply(e, shared)  # type: ignore[arg-type]
         except Exception as exc:  # a replica that cannot apply stops; the checker counts it
             self.world.checker.violation("replica-stopped", f"{self.id}: {exc!r:.200}")
             self.crash()
             self.unrecoverable = True
             return False
         self.world.checker.on_apply(self.id, applied)
+        for index in [i for i in self.write_sets if i <= applied.index]:
+            del self.write_sets[index]
+        if leads and applied.writes is not None:
+            ws = WriteSet(self.id, applied.index, applied.term,
+                          entry_check(e.data), applied.writes)  # type: ignore[attr-defined]
+            for peer in self.world.node_ids:
+                if peer != self.id:
+                    self.world.send(self.id, peer, ws)
         pending = self.proposals.pop(applied.index, None)
         if pending is not None:
             term, req = pending

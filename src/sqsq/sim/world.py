@@ -205,7 +205,8 @@ class World:
                 "committed": self.checker.max_applied, "terms": len(self.checker.leaders),
                 "packets": self.network.sent, "dropped": self.network.dropped,
                 "replicas": len(self.replicas),
-                "retired": sum(r.retired for r in self.replicas.values())}
+                "retired": sum(r.retired for r in self.replicas.values()),
+                "written": self.checker.written}
 
 
 def ticks_ms(ticks: int) -> int:
