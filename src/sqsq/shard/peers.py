@@ -209,9 +209,8 @@ class PeerTransport(SnapshotTransfers):
     def send_write_sets(self, peer_id: str, address: tuple[str, int], shard_id: int,
                         sets: list[tuple[int, int, int, bytes | None]]) -> None:
         """Queue a leader's write sets (index, term, entry checksum, packed) for ``peer_id``;
-        they leave
-        ahead of this turn's messages. Only to a connected peer, and bounded like the
-        queue: a write set is only ever a saving, its loss costs the follower an apply."""
+        they go ahead of the next messages to it. Only to a connected peer, and bounded like
+        the queue: a write set is only ever a saving, its loss costs the follower an apply."""
         peer = self._peer(peer_id, address)
         if self._stopped or peer.active() is None or \
                 peer.write_set_bytes > self.max_queue_bytes:

@@ -1,7 +1,8 @@
 """One replica's state machine: committed log entries applied to the shard's store, and
 snapshots of that store for Raft's log compaction and catch-up.
 
-Every replica applies the same entries in log order through ``core.apply`` and writes the
+Every replica applies the same entries in log order, through ``core.apply`` or by writing
+what that wrote on the leader (``apply_writes``, ``sqsq.shard.writesets``), and writes the
 entry's Raft index in the same atomic batch (``Meta.applied_index``), so an entry replayed
 after a restart (the Raft log is replayed from the store's applied index) is skipped, never
 applied twice. The writes are not fsynced: the Raft log and the snapshot files are what is
