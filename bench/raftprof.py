@@ -3,6 +3,7 @@ target starts them) under cProfile, one workload, then each node's CPU by thread
 ``/proc/<pid>/task``) and the functions that took its event loop's time.
 
     python -m bench.raftprof [--workload steady-10x100B] [--duration 5] [--top 25]
+    python -m bench.raftprof --no-profile   # CPU per message by node and thread only
 
 cProfile sees only a node's main thread (the event loop: the frame server, the engine, the
 Raft core and host, the peer transport); the worker threads (fsync, RocksDB writes) show up
@@ -76,10 +77,13 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--sort", default="tottime")
+    ap.add_argument("--no-profile", action="store_true",
+                    help="no cProfile (it slows the event loop, not the worker threads, so "
+                    "it skews loop against threads): the CPU figures only")
     args = ap.parse_args()
     (w,) = select(catalogue(), args.workload)
     with tempfile.TemporaryDirectory(prefix="sqsq-raftprof-") as tmp:
-        system = SqsqR3(profile_dir=Path(tmp))
+        system = SqsqR3(profile_dir=None if args.no_profile else Path(tmp))
         spec = system.start(Path(tmp))
         try:
             before = {pid: thread_cpu(pid) for pid in system.pids()}
@@ -98,7 +102,7 @@ def main() -> None:
                               sorted(used.items(), key=lambda kv: -kv[1]) if v > 0)
             print(f"node{i} (pid {pid}): {1e6 * total / max(msgs, 1):.0f} us/msg CPU: {parts}")
         del system_pids
-        for i in range(3):
+        for i in range(0 if args.no_profile else 3):
             path = Path(tmp) / f"node{i}.prof"
             if not path.exists():
                 print(f"node{i}: no profile written")
