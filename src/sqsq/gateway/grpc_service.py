@@ -33,7 +33,13 @@ from sqsq.gateway.convert import (
     sent_fields,
 )
 from sqsq.gateway.metrics import ApiMetrics
-from sqsq.gateway.streaming import Aborted, CallContext, Metadata, StreamSession
+from sqsq.gateway.streaming import (
+    Aborted,
+    CallContext,
+    Metadata,
+    StreamSession,
+    result_bytes,
+)
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.v1 import queues_pb2_grpc as pb_grpc
 from sqsq.wire import ERROR_CODE_KEY, NOT_RUN, task_to_pb
@@ -181,17 +187,14 @@ class QueuesService(pb_grpc.QueuesServicer):
         for session in self._streams:
             session.drain()
 
-    async def _stream_call(self, kind: str, request: Any, context: CallContext
-                           ) -> pb.StreamReply:
+    async def _stream_call(self, kind: str, request: Any, context: CallContext) -> bytes:
         """One call off a stream, through its unary method: the same checks, metrics and
-        errors (``context.abort`` raises ``Aborted`` here)."""
+        errors (``context.abort`` raises ``Aborted`` here). Its reply, serialized."""
         try:
             response = await getattr(self, STREAM_CALLS[kind])(request, context)
         except Aborted as e:
-            return e.reply(ERROR_CODE_KEY)
-        reply = pb.StreamReply()
-        getattr(reply, kind).CopyFrom(response)
-        return reply
+            return e.reply(ERROR_CODE_KEY).SerializeToString()
+        return result_bytes(kind, response)
 
     def api_for(self, context: grpc.aio.ServicerContext) -> QueueService:
         return self.api if self._select is None else self._select(context)
