@@ -83,7 +83,12 @@ def _about(request: object, action: str) -> tuple[str, str, str]:
     request_id = (getattr(request, request_id_field) if request_id_field else "") or \
         f"{_ID_PREFIX}{next(_ID_COUNT):016x}"
     queue = getattr(request, queue_field) if queue_field else ""
-    return request_id, action, queue.rstrip("/").rsplit("/", 1)[-1][:80]
+    return request_id, action, _queue_named(queue)
+
+
+@functools.lru_cache(maxsize=KEY_CACHE_SIZE)  # a client names the same few queues
+def _queue_named(queue: str) -> str:
+    return queue.rstrip("/").rsplit("/", 1)[-1][:80]
 
 
 def _about_fields(method: Any) -> tuple[str, str]:
@@ -104,22 +109,25 @@ def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
     @functools.wraps(method)
     async def run(self, request, context):  # noqa: ANN001, ANN202
         token = logs.bind(*_about(request, action))  # the request's line names it too
+        metrics = self.metrics
+        label = metrics.action_label(action)
+        started = metrics.begin(label)  # (metrics.request's counting, without its objects)
+        code = ""
         try:
-            with self.metrics.request(action, "grpc") as outcome:
-                try:
-                    return await method(self, request, context)
-                except QueueError as e:
-                    outcome.code = e.code
-                    await context.abort(_status(e.error_code), e.message,
-                                        trailing_metadata=((ERROR_CODE_KEY, e.code),))
-                except Exception as e:  # noqa: BLE001 - every failure leaves with an SQS code
-                    if isinstance(e, (grpc.aio.AbortError, Aborted)):  # the method's own
-                        raise
-                    outcome.code = "InternalError"
-                    log.exception("internal error in %s", action)
-                    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {e}",
-                                        trailing_metadata=((ERROR_CODE_KEY, "InternalError"),))
+            return await method(self, request, context)
+        except QueueError as e:
+            code = e.code
+            await context.abort(_status(e.error_code), e.message,
+                                trailing_metadata=((ERROR_CODE_KEY, e.code),))
+        except Exception as e:  # noqa: BLE001 - every failure leaves with an SQS code
+            if isinstance(e, (grpc.aio.AbortError, Aborted)):  # the method's own
+                raise
+            code = "InternalError"
+            log.exception("internal error in %s", action)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {e}",
+                                trailing_metadata=((ERROR_CODE_KEY, "InternalError"),))
         finally:
+            metrics.end(label, "grpc", started, code)
             logs.unbind(token)
 
     return run

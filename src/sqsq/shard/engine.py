@@ -198,6 +198,12 @@ class ShardEngine:
         hint = self.leader_hint(self.replica.leader_address())
         return Rejection(ErrorCode.NOT_LEADER, not_leader_message(hint))
 
+    def _admitted(self) -> bool:
+        """Whether ``_admit`` admits a request at once (it leads, and neither hands over nor
+        stops): the usual case, checked without a coroutine to run."""
+        return self._handing_over is None and not self._closing and self._loop is not None \
+            and self.replica.fatal is None and self.replica.is_leader()
+
     async def _admit(self) -> Rejection | None:
         if self._handing_over is not None:
             await asyncio.shield(self._handing_over)  # then it leads no more, or still does
@@ -214,9 +220,10 @@ class ShardEngine:
         return None if self.replica.is_leader() else self.not_leader()
 
     async def execute(self, command: c.Command) -> c.Result:
-        rejection = await self._admit()
-        if rejection is not None:
-            return rejection
+        if not self._admitted():
+            rejection = await self._admit()
+            if rejection is not None:
+                return rejection
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self.proposer.submit(stamp(command), fut)
         return await fut
@@ -225,9 +232,10 @@ class ShardEngine:
         """Wait until this replica has confirmed that it still leads and has applied
         everything committed before this call (ReadIndex: no log entry). A Rejection if it
         does not lead (NotLeader) or cannot confirm it in time (ServiceUnavailable)."""
-        rejection = await self._admit()
-        if rejection is not None:
-            return rejection
+        if not self._admitted():
+            rejection = await self._admit()
+            if rejection is not None:
+                return rejection
         loop = asyncio.get_running_loop()
         confirmed: asyncio.Future = loop.create_future()
         self.replica.read_index(lambda ok: loop.call_soon(settle, confirmed, ok))
@@ -269,9 +277,10 @@ class ShardEngine:
         one, answer a retried attempt). One that finds nothing is answered as a read: after
         a barrier, a look at the applied state that would change nothing is the answer,
         with no log entry."""
-        rejection = await self._admit()
-        if rejection is not None:
-            return rejection
+        if not self._admitted():
+            rejection = await self._admit()
+            if rejection is not None:
+                return rejection
         if not self._counted_visible(command.queue):  # maybe nothing: confirm it is current
             rejection = await self.barrier()
             if rejection is not None:
