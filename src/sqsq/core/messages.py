@@ -256,7 +256,10 @@ def md5_of_message_attributes(attrs: Mapping[str, MessageAttributeValue]) -> str
 
 def validate_batch_entry_ids(ids: Sequence[str]) -> Rejection | None:
     n = len(ids)
-    if 0 < n <= limits.BATCH_MAX_ENTRIES:  # the usual batch, valid: one match, one set
+    if n == 1:  # a lone call's batch of one
+        if _BATCH_ID_RE.fullmatch(ids[0]):
+            return None
+    elif 0 < n <= limits.BATCH_MAX_ENTRIES:  # the usual batch, valid: one match, one set
         joined = ",".join(ids)
         if joined.count(",") == n - 1 and _BATCH_IDS_RE.fullmatch(joined) and \
                 len(set(ids)) == n:
