@@ -1,4 +1,5 @@
 import hashlib
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -251,6 +252,33 @@ def test_batch_entry_ids() -> None:
     for bad in ("", "x" * 81, "a b", "a.b", "é"):
         assert code(validate_batch_entry_ids(["ok", bad])) is ErrorCode.INVALID_BATCH_ENTRY_ID
     assert code(validate_batch_entry_ids(["a", "b", "a"])) is ErrorCode.BATCH_ENTRY_IDS_NOT_DISTINCT
+    # an id may not hide a comma (the ids are matched joined by commas)
+    for bad in (["a,b"], ["a,", "b"], [",a"], ["a", ",", "b"]):
+        assert code(validate_batch_entry_ids(bad)) is ErrorCode.INVALID_BATCH_ENTRY_ID
+
+
+def _first_broken_rule(ids: list[str]) -> ErrorCode | None:
+    """The rules one id at a time, in the batch's order (the reference)."""
+    if not ids:
+        return ErrorCode.EMPTY_BATCH_REQUEST
+    if len(ids) > 10:
+        return ErrorCode.TOO_MANY_ENTRIES_IN_BATCH_REQUEST
+    seen: set[str] = set()
+    for i in ids:
+        if not re.fullmatch("[A-Za-z0-9_-]{1,80}", i, re.ASCII):
+            return ErrorCode.INVALID_BATCH_ENTRY_ID
+        if i in seen:
+            return ErrorCode.BATCH_ENTRY_IDS_NOT_DISTINCT
+        seen.add(i)
+    return None
+
+
+@settings(max_examples=500)
+@given(st.lists(st.sampled_from(["a", "b", "B-1", "c_2", "a,b", "b,", ",", "", "a b", "\u00e9",
+                                 "a\n", "x" * 80, "y" * 81]), max_size=12))
+def test_batch_entry_ids_break_the_first_rule_in_order(ids: list[str]) -> None:
+    rej = validate_batch_entry_ids(ids)
+    assert (None if rej is None else rej.code) is _first_broken_rule(ids)
 
 
 @pytest.mark.parametrize("value", ["a", "x" * 128, "A-z_0.9", "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"])

@@ -43,10 +43,11 @@ def test_a_draining_stream_answers_every_call_sent_and_ends_at_the_half_close() 
         release = asyncio.Event()
         ran: list[int] = []
 
-        async def call(kind: str, request: Any, context: Any) -> pb.StreamReply:
+        async def call(kind: str, request: Any, context: Any) -> bytes:
             await release.wait()
             ran.append(int(request.message_body))
-            return pb.StreamReply(send_message=pb.SendMessageResponse(message_id="m"))
+            return pb.StreamReply(
+                send_message=pb.SendMessageResponse(message_id="m")).SerializeToString()
 
         session = StreamSession(call, ())
         requests = Requests()

@@ -31,7 +31,10 @@ _INVALID_CHARS_MESSAGE = (
 # re.ASCII: \w and \d would otherwise accept non-ASCII letters and digits.
 _ATTR_NAME_RE = re.compile(r"[\w.-]+")  # any Unicode letter or digit, _ . - (as SQS)
 _NUMBER_RE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
-_BATCH_ID_RE = re.compile(f"[A-Za-z0-9_-]{{1,{limits.BATCH_ENTRY_ID_MAX_LEN}}}", re.ASCII)
+_BATCH_ID = f"[A-Za-z0-9_-]{{1,{limits.BATCH_ENTRY_ID_MAX_LEN}}}"
+_BATCH_ID_RE = re.compile(_BATCH_ID, re.ASCII)
+# A batch's ids joined by commas (which no valid id holds): all of them checked in one match.
+_BATCH_IDS_RE = re.compile(f"{_BATCH_ID}(?:,{_BATCH_ID})*", re.ASCII)
 # string.punctuation is exactly SQS's punctuation set: !"#$%&'()*+,-./:;<=>?@[\]^_`{|}~
 _FIFO_ID_RE = re.compile(
     f"[A-Za-z0-9{re.escape(string.punctuation)}]{{1,{limits.FIFO_ID_MAX_LEN}}}", re.ASCII
@@ -174,6 +177,12 @@ def validate_message_attributes(attrs: Mapping[str, MessageAttributeValue]) -> R
     return None
 
 
+def _utf8_len(text: str) -> int:
+    # An ASCII str's UTF-8 length is its length, and str.isascii() reads a flag the str keeps
+    # (CPython): no copy of a body up to 1 MiB just to count it.
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
 def _value_bytes(value: MessageAttributeValue) -> bytes:
     if value.base_type == "Binary":
         return value.binary_value or b""
@@ -182,7 +191,9 @@ def _value_bytes(value: MessageAttributeValue) -> bytes:
 
 def message_size(body: str, attrs: Mapping[str, MessageAttributeValue]) -> int:
     """SQS's size: UTF-8 body bytes plus each attribute's name, data type and value bytes."""
-    size = len(body.encode("utf-8"))
+    size = _utf8_len(body)
+    if not attrs:
+        return size
     for name, value in attrs.items():
         size += len(name.encode("utf-8")) + len(value.data_type.encode("utf-8"))
         size += len(_value_bytes(value))
@@ -195,7 +206,7 @@ def check_message(
     maximum_message_size: int,
 ) -> Rejection | None:
     """Every content rule for one message, in SQS's order, then the queue's size limit."""
-    rejection = validate_body(body) or validate_message_attributes(attrs)
+    rejection = validate_body(body) or (validate_message_attributes(attrs) if attrs else None)
     if rejection is not None:
         return rejection
     if message_size(body, attrs) > maximum_message_size:
@@ -244,6 +255,16 @@ def md5_of_message_attributes(attrs: Mapping[str, MessageAttributeValue]) -> str
 
 
 def validate_batch_entry_ids(ids: Sequence[str]) -> Rejection | None:
+    n = len(ids)
+    if n == 1:  # a lone call's batch of one
+        if _BATCH_ID_RE.fullmatch(ids[0]):
+            return None
+    elif 0 < n <= limits.BATCH_MAX_ENTRIES:  # the usual batch, valid: one match, one set
+        joined = ",".join(ids)
+        if joined.count(",") == n - 1 and _BATCH_IDS_RE.fullmatch(joined) and \
+                len(set(ids)) == n:
+            return None
+    # which rule it breaks, first in the batch's order
     if not ids:
         return reject(
             ErrorCode.EMPTY_BATCH_REQUEST,

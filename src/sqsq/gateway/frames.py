@@ -21,6 +21,7 @@ import asyncio
 import logging
 import os
 import secrets
+import struct
 from typing import Any
 
 import grpc
@@ -49,6 +50,8 @@ ENV_FRAME_PORT = "SQSQ_FRAME_PORT"
 # Calls running on one connection before it stops reading (TCP then holds the client back,
 # as HTTP/2 flow control does a gRPC stream).
 MAX_CALLS_PER_CONNECTION = 4096
+_LENGTH = struct.Struct(">I")  # what ``sqsq.wire.framed`` puts before a message
+
 # A connection must say hello within this long; one that does not would hold a descriptor
 # (and a slot in the server's set) until the server stops.
 HELLO_TIMEOUT_S = 10.0
@@ -195,7 +198,7 @@ class _Connection(asyncio.Protocol):
         while self._can_write and session.has_replies():
             frame, ended = session.take_frame()
             if frame is not None:
-                transport.write(framed(frame))
+                transport.write(_LENGTH.pack(len(frame)) + frame)  # (framed, as bytes)
             if ended:
                 transport.close()
                 self._finish()

@@ -33,7 +33,13 @@ from sqsq.gateway.convert import (
     sent_fields,
 )
 from sqsq.gateway.metrics import ApiMetrics
-from sqsq.gateway.streaming import Aborted, CallContext, Metadata, StreamSession
+from sqsq.gateway.streaming import (
+    Aborted,
+    CallContext,
+    Metadata,
+    StreamSession,
+    result_bytes,
+)
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.v1 import queues_pb2_grpc as pb_grpc
 from sqsq.wire import ERROR_CODE_KEY, NOT_RUN, task_to_pb
@@ -77,7 +83,12 @@ def _about(request: object, action: str) -> tuple[str, str, str]:
     request_id = (getattr(request, request_id_field) if request_id_field else "") or \
         f"{_ID_PREFIX}{next(_ID_COUNT):016x}"
     queue = getattr(request, queue_field) if queue_field else ""
-    return request_id, action, queue.rstrip("/").rsplit("/", 1)[-1][:80]
+    return request_id, action, _queue_named(queue)
+
+
+@functools.lru_cache(maxsize=KEY_CACHE_SIZE)  # a client names the same few queues
+def _queue_named(queue: str) -> str:
+    return queue.rstrip("/").rsplit("/", 1)[-1][:80]
 
 
 def _about_fields(method: Any) -> tuple[str, str]:
@@ -98,22 +109,25 @@ def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
     @functools.wraps(method)
     async def run(self, request, context):  # noqa: ANN001, ANN202
         token = logs.bind(*_about(request, action))  # the request's line names it too
+        metrics = self.metrics
+        label = metrics.action_label(action)
+        started = metrics.begin(label)  # (metrics.request's counting, without its objects)
+        code = ""
         try:
-            with self.metrics.request(action, "grpc") as outcome:
-                try:
-                    return await method(self, request, context)
-                except QueueError as e:
-                    outcome.code = e.code
-                    await context.abort(_status(e.error_code), e.message,
-                                        trailing_metadata=((ERROR_CODE_KEY, e.code),))
-                except Exception as e:  # noqa: BLE001 - every failure leaves with an SQS code
-                    if isinstance(e, (grpc.aio.AbortError, Aborted)):  # the method's own
-                        raise
-                    outcome.code = "InternalError"
-                    log.exception("internal error in %s", action)
-                    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {e}",
-                                        trailing_metadata=((ERROR_CODE_KEY, "InternalError"),))
+            return await method(self, request, context)
+        except QueueError as e:
+            code = e.code
+            await context.abort(_status(e.error_code), e.message,
+                                trailing_metadata=((ERROR_CODE_KEY, e.code),))
+        except Exception as e:  # noqa: BLE001 - every failure leaves with an SQS code
+            if isinstance(e, (grpc.aio.AbortError, Aborted)):  # the method's own
+                raise
+            code = "InternalError"
+            log.exception("internal error in %s", action)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {e}",
+                                trailing_metadata=((ERROR_CODE_KEY, "InternalError"),))
         finally:
+            metrics.end(label, "grpc", started, code)
             logs.unbind(token)
 
     return run
@@ -181,17 +195,14 @@ class QueuesService(pb_grpc.QueuesServicer):
         for session in self._streams:
             session.drain()
 
-    async def _stream_call(self, kind: str, request: Any, context: CallContext
-                           ) -> pb.StreamReply:
+    async def _stream_call(self, kind: str, request: Any, context: CallContext) -> bytes:
         """One call off a stream, through its unary method: the same checks, metrics and
-        errors (``context.abort`` raises ``Aborted`` here)."""
+        errors (``context.abort`` raises ``Aborted`` here). Its reply, serialized."""
         try:
             response = await getattr(self, STREAM_CALLS[kind])(request, context)
         except Aborted as e:
-            return e.reply(ERROR_CODE_KEY)
-        reply = pb.StreamReply()
-        getattr(reply, kind).CopyFrom(response)
-        return reply
+            return e.reply(ERROR_CODE_KEY).SerializeToString()
+        return result_bytes(kind, response)
 
     def api_for(self, context: grpc.aio.ServicerContext) -> QueueService:
         return self.api if self._select is None else self._select(context)

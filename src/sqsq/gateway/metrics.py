@@ -59,6 +59,25 @@ class ApiMetrics:
         fails."""
         return _TimedRequest(self, self.action_label(action), protocol)
 
+    def begin(self, label: str) -> float:
+        """One request under way (``end`` when it is answered): counted in progress. Its
+        start, for ``end``. (``request`` without its two objects, for the gRPC calls that
+        run by the thousand a second.)"""
+        in_progress = self.in_progress
+        in_progress[label] = in_progress.get(label, 0) + 1
+        return time.perf_counter()
+
+    def end(self, label: str, protocol: str, started: float, code: str,
+            answered_as: str | None = None) -> None:
+        """The request ``begin`` counted is answered (``code``: its SQS error code, or empty);
+        ``answered_as``: the label it is answered as, when it is known only now."""
+        elapsed = time.perf_counter() - started
+        self.in_progress[label] -= 1
+        label = label if answered_as is None else self.action_label(answered_as)
+        self.record(label, protocol, elapsed, code)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s %s in %.1f ms", label, code or "OK", elapsed * 1000)
+
     def record(self, label: str, protocol: str, elapsed: float, code: str) -> None:
         """One request answered: counted, its latency observed, its error counted."""
         key = (label, protocol)
@@ -90,20 +109,15 @@ class _TimedRequest:
         self._outcome = RequestOutcome(label)
 
     def __enter__(self) -> RequestOutcome:
-        in_progress = self._metrics.in_progress
-        self._label = label = self._outcome.action
-        in_progress[label] = in_progress.get(label, 0) + 1
-        self._started = time.perf_counter()
+        self._label = self._outcome.action
+        self._started = self._metrics.begin(self._label)
         return self._outcome
 
     def __exit__(self, *exc_info: object) -> None:
-        elapsed = time.perf_counter() - self._started
-        metrics, outcome = self._metrics, self._outcome
-        metrics.in_progress[self._label] -= 1
-        label = metrics.action_label(outcome.action)  # an HTTP action is known once decoded
-        metrics.record(label, self._protocol, elapsed, outcome.code)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s %s in %.1f ms", label, outcome.code or "OK", elapsed * 1000)
+        outcome = self._outcome
+        # (an HTTP action is known once decoded)
+        self._metrics.end(self._label, self._protocol, self._started, outcome.code,
+                          outcome.action)
 
 
 class RequestOutcome:

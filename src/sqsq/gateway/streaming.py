@@ -37,8 +37,39 @@ MAX_REPLY_BYTES = MAX_FRAME_BYTES - FRAME_OVERHEAD
 MAX_FRAME_REPLIES = 256
 _DRAINING = object()  # in the reply queue: tell the client, in the next frame
 Metadata = Sequence[tuple[str, Any]]
-# kind (the oneof field, the unary method in snake case), request, context -> its reply
-CallFn = Callable[[str, Any, "CallContext"], Awaitable[pb.StreamReply]]
+# kind (the oneof field, the unary method in snake case), request, context -> its reply,
+# serialized, without its id (``result_bytes``)
+CallFn = Callable[[str, Any, "CallContext"], Awaitable[bytes]]
+
+# Replies travel as bytes: each is serialized once, when it is ready, and a frame is its
+# replies' bytes one after the other, each behind its field's tag and length (what a
+# repeated message field is on the wire). Building a frame as a message copied every reply
+# into it (and a call's response into its reply) before serializing it all again.
+_REPLIES_TAG = bytes([pb.StreamReplyFrame.DESCRIPTOR.fields_by_name["replies"].number << 3 | 2])
+_DRAINING_FIELD = pb.StreamReplyFrame(draining=True).SerializeToString()
+_ID_TAG = bytes([pb.StreamReply.DESCRIPTOR.fields_by_name["id"].number << 3])  # a varint
+
+
+def _varint(n: int) -> bytes:
+    """A protobuf varint (n >= 0)."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+# kind -> the tag of the reply's field of that name (a message: length-delimited)
+_RESULT_TAGS = {f.name: _varint(f.number << 3 | 2) for f in pb.StreamReply.DESCRIPTOR.fields
+                if f.containing_oneof is not None}
+
+
+def result_bytes(kind: str, response: Any) -> bytes:
+    """A call's reply, serialized without its id: ``response`` in the reply's field ``kind``
+    (the bytes ``StreamReply`` with that field set serializes to)."""
+    body = response.SerializeToString()
+    return _RESULT_TAGS[kind] + _varint(len(body)) + body
 
 
 class Aborted(Exception):
@@ -76,9 +107,10 @@ def error_reply(status: grpc.StatusCode, code: str, message: str) -> pb.StreamRe
                                                message=message))
 
 
-def too_large(reply: pb.StreamReply) -> pb.StreamReply:
+def too_large(size: int) -> pb.StreamReply:
+    """The reply to a call whose reply (``size`` bytes) would not fit in a frame."""
     return error_reply(grpc.StatusCode.RESOURCE_EXHAUSTED, "",
-                       f"the response is {reply.ByteSize()} bytes, more than the "
+                       f"the response is {size} bytes, more than the "
                        f"{MAX_REPLY_BYTES} a gRPC message may carry")
 
 
@@ -93,7 +125,7 @@ class StreamSession:
     def __init__(self, call: CallFn, metadata: Metadata) -> None:
         self._call = call
         self._metadata = tuple(metadata)
-        # (reply, its size) ready to send; _DRAINING; None: the stream ends
+        # a reply ready to send (serialized, its id in); _DRAINING; None: the stream ends
         self._replies: deque[Any] = deque()
         self._waiter: asyncio.Future | None = None  # reply_frames, waiting for a reply
         self.on_reply: Callable[[], None] | None = None
@@ -131,7 +163,7 @@ class StreamSession:
                         self._waiter = None
                 frame, ended = self.take_frame()
                 if frame is not None:
-                    yield frame
+                    yield pb.StreamReplyFrame.FromString(frame)
                 if ended:
                     return
         finally:
@@ -140,32 +172,34 @@ class StreamSession:
     def has_replies(self) -> bool:
         return bool(self._replies)
 
-    def take_frame(self) -> tuple[pb.StreamReplyFrame | None, bool]:
-        """The replies ready now that fit in one frame (None: none), and whether the session
-        has ended (nothing more will come)."""
+    def take_frame(self) -> tuple[bytes | None, bool]:
+        """The replies ready now that fit in one frame, as a serialized StreamReplyFrame
+        (None: none), and whether the session has ended (nothing more will come)."""
         replies = self._replies
-        frame = None
+        parts: list[bytes] | None = None
         size = 0
         count = 0
         while replies:
             ready = replies[0]
             if ready is None:
-                return frame, True  # (left in place: the session stays ended)
-            if frame is None:
-                frame = pb.StreamReplyFrame()
+                break  # (left in place: the session stays ended)
+            if parts is None:
+                parts = []
                 size = FRAME_OVERHEAD
             if ready is _DRAINING:
                 replies.popleft()
-                frame.draining = True
+                parts.append(_DRAINING_FIELD)
                 continue
+            n = len(ready)
             if count and (count >= MAX_FRAME_REPLIES or
-                          size + ready[1] + FRAME_OVERHEAD > MAX_FRAME_BYTES):
+                          size + n + FRAME_OVERHEAD > MAX_FRAME_BYTES):
                 break
             replies.popleft()
-            frame.replies.append(ready[0])
-            size += ready[1] + FRAME_OVERHEAD
+            parts += (_REPLIES_TAG, _varint(n), ready)
+            size += n + FRAME_OVERHEAD
             count += 1
-        return frame, False
+        frame = None if parts is None else b"".join(parts)
+        return frame, bool(replies) and replies[0] is None
 
     def cancel_calls(self) -> None:
         """Nobody is left to answer: the calls still running are cancelled."""
@@ -228,7 +262,7 @@ class StreamSession:
         refusal = self._refusal(request, kind)
         if refusal is not None:
             refusal.id = request.id
-            self._put((refusal, refusal.ByteSize()))
+            self._put(refusal.SerializeToString())
             return
         metadata = self._metadata
         if request.metadata:
@@ -280,14 +314,14 @@ class StreamSession:
 
     async def _run(self, call_id: int, kind: str, request: Any, context: CallContext) -> None:
         try:
-            reply = await self._call(kind, request, context)
-            reply.id = call_id
-            size = reply.ByteSize()
-            if size > MAX_REPLY_BYTES:
-                reply = too_large(reply)
-                reply.id = call_id
-                size = reply.ByteSize()
-            self._put((reply, size))
+            result = await self._call(kind, request, context)
+            # (the id first, as the message serializes it; an id of 0 is no field at all)
+            reply = _ID_TAG + _varint(call_id) + result if call_id else result
+            if len(reply) > MAX_REPLY_BYTES:
+                refusal = too_large(len(reply))
+                refusal.id = call_id
+                reply = refusal.SerializeToString()
+            self._put(reply)
         except asyncio.CancelledError:
             pass  # abandoned by its caller (deadline or cancel): nobody waits for a reply
         finally:

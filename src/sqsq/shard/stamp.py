@@ -54,8 +54,11 @@ def stamp(command: c.Command) -> c.Command:
     if isinstance(command, c.SendMessages):
         ids = message_ids(len(command.entries))
         return c.SendMessages(command.queue, command.entries, command.request_id, ids)
-    if isinstance(command, c.ReceiveMessages):
-        return dataclasses.replace(command, nonce=int.from_bytes(_RANDOM.take(8), "big"))
+    if isinstance(command, c.ReceiveMessages):  # (built as is: dataclasses.replace costs ~1 us)
+        return c.ReceiveMessages(command.queue, command.max_number_of_messages,
+                                 command.visibility_timeout_s,
+                                 int.from_bytes(_RANDOM.take(8), "big"),
+                                 command.receive_request_attempt_id)
     if isinstance(command, redrive.StartMoveTask) and not command.task_handle:
         return dataclasses.replace(command, task_handle=secrets.token_urlsafe(24))
     return command
