@@ -272,3 +272,22 @@ def test_aws_trace_header_message_system_attribute(sqs: Any, new_queue: Any,
         sqs.send_message(QueueUrl=url, MessageBody="x", MessageSystemAttributes={
             "SomethingElse": {"DataType": "String", "StringValue": "v"}})
     assert e.value.response["Error"]["Code"] == "InvalidParameterValue"
+
+
+def test_a_lone_surrogate_is_refused_as_invalid_message_contents(
+        sqs: Any, new_queue: Any) -> None:
+    """JSON can carry a lone surrogate ("\\ud800"), which is no Unicode character: the
+    request is refused with InvalidMessageContents at every door, nothing is sent."""
+    url = new_queue()
+    for call in (lambda: sqs.send_message_batch(QueueUrl=url, Entries=[
+                     {"Id": "bad", "MessageBody": "half a pair \ud800"},
+                     {"Id": "good", "MessageBody": "ok"}]),
+                 lambda: sqs.send_message(QueueUrl=url, MessageBody="\udfff alone")):
+        with pytest.raises(sqs.exceptions.InvalidMessageContents) as e:
+            call()
+        assert "surrogate" in e.value.response["Error"]["Message"]
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+    # A pair is one character, and fine.
+    sqs.send_message(QueueUrl=url, MessageBody="a pair \U0001F600")
+    (m,) = sqs.receive_message(QueueUrl=url)["Messages"]
+    assert m["Body"] == "a pair \U0001F600"

@@ -179,8 +179,10 @@ def validate_message_attributes(attrs: Mapping[str, MessageAttributeValue]) -> R
 
 def _utf8_len(text: str) -> int:
     # An ASCII str's UTF-8 length is its length, and str.isascii() reads a flag the str keeps
-    # (CPython): no copy of a body up to 1 MiB just to count it.
-    return len(text) if text.isascii() else len(text.encode("utf-8"))
+    # (CPython): no copy of a body up to 1 MiB just to count it. A lone surrogate (JSON can
+    # carry one, "\ud800") is counted as its three bytes: the batch's size is judged, and the
+    # entry is then refused as InvalidMessageContents, not the request as InternalError.
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _value_bytes(value: MessageAttributeValue) -> bytes:
