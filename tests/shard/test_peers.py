@@ -363,7 +363,9 @@ def test_a_frame_of_a_kind_this_node_does_not_know_is_skipped(tmp_path: Path) ->
     run(scenario)
 
 
-def test_write_sets_reach_the_peer_ahead_of_the_turns_messages(tmp_path: Path) -> None:
+@pytest.mark.parametrize("followed", [True, False], ids=["with-messages", "alone"])
+def test_write_sets_reach_the_peer_ahead_of_messages_or_on_their_own(
+        tmp_path: Path, followed: bool) -> None:
     async def scenario() -> None:
         got: list[tuple[str, list]] = []
         a = Node("a", tmp_path)
@@ -372,23 +374,11 @@ def test_write_sets_reach_the_peer_ahead_of_the_turns_messages(tmp_path: Path) -
             a.send(b, 1, heartbeat(b, a))  # connects
             await until(lambda: len(b.inbox.events) == 1)
             a.t.send_write_sets(b.id, b.address, 3, [(10, 2, 99, b"writes"), (11, 2, 98, None)])
-            a.send(b, 3, heartbeat(b, a, commit=11))
-            await until(lambda: len(b.inbox.events) == 2)
+            if followed:  # they ride with the next message, ahead of it
+                a.send(b, 3, heartbeat(b, a, commit=11))
+                await until(lambda: len(b.inbox.events) == 2)
+            else:  # nothing follows: they leave after a short linger
+                await until(lambda: got != [])
             assert got == [("a", [(3, 10, 2, 99, b"writes"), (3, 11, 2, 98, None)])]
-
-    run(scenario)
-
-
-def test_write_sets_leave_on_their_own_when_no_message_follows(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        got: list[tuple[str, list]] = []
-        a = Node("a", tmp_path)
-        b = Node("b", tmp_path, on_write_sets=lambda peer, sets: got.append((peer, sets)))
-        async with running(a, b):
-            a.send(b, 1, heartbeat(b, a))  # connects
-            await until(lambda: len(b.inbox.events) == 1)
-            a.t.send_write_sets(b.id, b.address, 3, [(10, 2, 99, b"writes")])
-            await until(lambda: got != [])
-            assert got == [("a", [(3, 10, 2, 99, b"writes")])]
 
     run(scenario)
