@@ -60,11 +60,18 @@ class ShardState:
     """One command's view: reads through, writes into the transaction, caches hot records.
 
     Counters and meta are cached for the duration of a command and written once by ``flush``.
+    What ``flush`` wrote is handed to the next command of the same transaction (``Txn.memo``)
+    instead of being decoded again from the bytes it just encoded: every command reads the
+    meta, and nearly every one a queue's counters. The next command takes the record only if
+    the transaction still holds those very bytes, and takes it over: a command that fails
+    half-way leaves nothing behind that a rollback would not undo.
     """
 
     def __init__(self, txn: Writer, config: ShardConfig) -> None:
         self.txn = txn
         self.config = config
+        memo = getattr(txn, "memo", None)
+        self._memo: dict[bytes, tuple[bytes, object]] = {} if memo is None else memo
         self._meta: Meta | None = None
         self._counters: dict[int, Counters] = {}
         self._queues: dict[int, QueueRecord] = {}  # the records this command has seen, by qid
@@ -79,7 +86,9 @@ class ShardState:
     @property
     def meta(self) -> Meta:
         if self._meta is None:
-            self._meta = Meta.decode(self.txn.get(r.META_KEY))
+            raw = self.txn.get(r.META_KEY)
+            held = self._memo.pop(r.META_KEY, None)
+            self._meta = held[1] if held is not None and held[0] is raw else Meta.decode(raw)  # type: ignore[assignment]
         return self._meta
 
     def next_seq(self) -> int:
@@ -94,11 +103,18 @@ class ShardState:
         return qid
 
     def flush(self) -> None:
+        """Write the meta and counters; this state is done with them (see ``_memo``)."""
+        memo, put = self._memo, self.txn.put
         if self._meta is not None:
-            self.txn.put(r.META_KEY, self._meta.encode())
+            raw = self._meta.encode()
+            put(r.META_KEY, raw)
+            memo[r.META_KEY] = (raw, self._meta)
+            self._meta = None
         for qid, c in self._counters.items():
             self._reschedule(qid, c)
-            self.txn.put(r.counters_key(qid), c.encode())
+            key, raw = r.counters_key(qid), c.encode()
+            put(key, raw)
+            memo[key] = (raw, c)
         self._counters.clear()
 
     # ---- the sweep schedule (records.sweep_key) ----
@@ -152,7 +168,10 @@ class ShardState:
     def counters(self, qid: int) -> Counters:
         c = self._counters.get(qid)
         if c is None:
-            c = Counters.decode(self.txn.get(r.counters_key(qid)))
+            key = r.counters_key(qid)
+            raw = self.txn.get(key)
+            held = self._memo.pop(key, None)
+            c = held[1] if held is not None and held[0] is raw else Counters.decode(raw)  # type: ignore[assignment]
             self._counters[qid] = c
         return c
 

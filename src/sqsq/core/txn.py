@@ -65,7 +65,7 @@ class Txn:
     """
 
     __slots__ = ("_base", "_base_get", "_ov", "_keys", "_sorted", "_undo", "_logging", "_ver",
-                 "_dead")
+                 "_dead", "memo")
 
     def __init__(self, base: KVReader) -> None:
         self._base = base
@@ -94,6 +94,10 @@ class Txn:
         # this the n-th receive stepped over what the n-1 before it had taken. It relies on
         # the base not changing while the transaction lives, as an applied entry's does not.
         self._dead: dict[bytes, bytes] = {}
+        # Free for the layer above: records it wrote, by key, with the bytes it wrote them as,
+        # for the next command of the same entry (see ShardState). A record is used only while
+        # the Txn still holds those very bytes, so a rollback needs to forget nothing here.
+        self.memo: dict[bytes, tuple[bytes, object]] = {}
 
     # -- point operations ---------------------------------------------------
 
