@@ -97,7 +97,10 @@ def enqueue(
         put(r.group_message_key(qid, group, seq), b"")
         if state == VISIBLE:
             refresh_group(st, qid, group, now)
-    counters.add(state, 1)
+    if state == VISIBLE:  # Counters.add, inline: one call fewer for every message sent
+        counters.visible += 1
+    else:
+        counters.delayed += 1
     return seq
 
 
@@ -118,9 +121,15 @@ def remove(st: ShardState, q: QueueRecord, seq: int, d: Delivery, now: int) -> N
         delete(r.fifo_delay_key(qid, d.sent_ms, seq))
     else:
         delete(r.timer_key(qid, d.visible_at_ms, seq))
-    st.counters(qid).add(d.state, -1)
+    counters = st.counters(qid)
+    if d.state == VISIBLE:  # Counters.add, inline: one call fewer for every message deleted
+        counters.visible -= 1
+    elif d.state == IN_FLIGHT:
+        counters.in_flight -= 1
+    else:
+        counters.delayed -= 1
     if d.group_id is not None:
-        st.txn.delete(r.group_message_key(qid, d.group_id, seq))
+        delete(r.group_message_key(qid, d.group_id, seq))
         g = st.group(qid, d.group_id)
         if d.state == IN_FLIGHT:
             g.in_flight -= 1
