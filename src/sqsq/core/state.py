@@ -207,14 +207,25 @@ class ShardState:
         return key
 
     def group(self, qid: int, group: str) -> GroupRecord:
+        fields = self._group_fields_of(qid, group)
+        return GroupRecord() if fields is None else GroupRecord(*fields)
+
+    def _group_floor(self, qid: int, group: str) -> int:
+        """``group(qid, group).floor`` without building the record (asked for a few times
+        per message of a FIFO queue, by every look at a group's head)."""
+        fields = self._group_fields_of(qid, group)
+        # A record from before the floor existed has two fields: its floor is the default.
+        return fields[2] if fields is not None and len(fields) > 2 else GroupRecord.floor
+
+    def _group_fields_of(self, qid: int, group: str) -> list | None:
         key = self.group_key(qid, group)
         raw = self.txn.get(key)
         if not raw:
-            return GroupRecord()
+            return None
         known = self._group_fields.get(key)
         if known is None or known[0] != raw:
             known = self._group_fields[key] = (raw, r.unpack(raw))
-        return GroupRecord(*known[1])
+        return known[1]
 
     def put_group(self, qid: int, group: str, g: GroupRecord) -> None:
         key = self.group_key(qid, group)
@@ -267,7 +278,7 @@ class ShardState:
         ``group_messages`` gives it. The group's floor is at or below every message of the
         group, so when the floor's own message is there it is the head: one point read, not
         a scan (the head is asked for on every send, receive and delete of a group)."""
-        floor = self.group(qid, group).floor
+        floor = self._group_floor(qid, group)
         if self.txn.get(r.group_message_key(qid, group, floor)) is not None:
             return floor
         key = next(self.group_messages(qid, group), None)
@@ -276,7 +287,7 @@ class ShardState:
     def group_messages(self, qid: int, group: str) -> Iterator[bytes]:
         """Keys of a FIFO group's messages in send order, from the group's floor."""
         prefix = r.group_prefix(qid, group)
-        floor = self.group(qid, group).floor
+        floor = self._group_floor(qid, group)
         first = True
         for key, _ in self.txn.scan(prefix + r.u64(floor), prefix_end(prefix)):
             if first:
