@@ -231,9 +231,12 @@ def fifo_delay_cutoff(q: QueueRecord, now: int) -> int | None:
 
 def promote_due(st: ShardState, q: QueueRecord, now: int, budget: int) -> int:
     """Materialise timers that are due: delayed and timed-out messages become visible."""
-    n = _fire(st, q, "w", now, 0, budget)
+    # An index whose floor is past the cutoff has nothing due (its scan would read nothing
+    # and leave the floor where it is): every receive asks, and usually nothing is due.
+    counters = st.counters(q.qid)
+    n = _fire(st, q, "w", now, 0, budget) if counters.w_floor <= now else 0
     cutoff = fifo_delay_cutoff(q, now)
-    if cutoff is not None:
+    if cutoff is not None and counters.y_floor <= cutoff:
         n += _fire(st, q, "y", cutoff, q.attributes.delay_seconds * 1000, budget - n)
     return n
 
