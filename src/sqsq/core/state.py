@@ -278,10 +278,12 @@ class ShardState:
         ``group_messages`` gives it. The group's floor is at or below every message of the
         group, so when the floor's own message is there it is the head: one point read, not
         a scan (the head is asked for on every send, receive and delete of a group)."""
+        prefix = r.group_prefix(qid, group)
         floor = self._group_floor(qid, group)
-        if self.txn.get(r.group_message_key(qid, group, floor)) is not None:
+        start = prefix + r.u64(floor)
+        if self.txn.get(start) is not None:
             return floor
-        key = next(self.group_messages(qid, group), None)
+        key = next(self._group_scan(qid, group, prefix, floor, start), None)
         return None if key is None else r.seq_of(key)
 
     def group_messages(self, qid: int, group: str) -> Iterator[bytes]:
@@ -289,19 +291,24 @@ class ShardState:
         prefix = r.group_prefix(qid, group)
         floor = self._group_floor(qid, group)
         start = prefix + r.u64(floor)
-        first = True  # the scan's first key is the group's first message: the floor moves
         if self.txn.get(start) is not None:
             # The floor's message is there, so it is the first: one point read, and a scan
             # only for a caller that wants more (a receive of one message does not).
             yield start
-            start += b"\x00"
-            first = False
+            yield from self._group_scan(qid, group, prefix, None, start + b"\x00")
+        else:
+            yield from self._group_scan(qid, group, prefix, floor, start)
+
+    def _group_scan(self, qid: int, group: str, prefix: bytes, floor: int | None,
+                    start: bytes) -> Iterator[bytes]:
+        """The group's message keys from ``start``; the first one is the group's new floor
+        unless ``floor`` is None (the floor's message was there)."""
         for key, _ in self.txn.scan(start, prefix_end(prefix)):
-            if first:
-                first = False
+            if floor is not None:
                 seq = r.seq_of(key)
                 if seq != floor:  # written at once: callers re-read the group record
                     g = self.group(qid, group)
                     g.floor = seq
                     self.put_group(qid, group, g)
+                floor = None
             yield key
