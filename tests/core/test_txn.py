@@ -110,3 +110,23 @@ def test_runs_of_deleted_keys_skipped_by_later_scans_hide_nothing(data: st.DataO
             sp, model = stack.pop()
             t.rollback(sp)
     assert list(t.scan(b"\x01", b"\x02")) == sorted(model.items())
+
+
+def test_scans_from_the_same_start_open_the_base_past_what_earlier_ones_took() -> None:
+    """The receives of one entry each scan the visible index from its floor and take its
+    first message: each opens one base iterator, at the first key still there (not at the
+    first taken one, then again after the keys taken)."""
+    opened: list[bytes] = []
+
+    class Counting(DictStore):
+        def scan(self, start: bytes, end: bytes, *, reverse: bool = False):  # type: ignore[no-untyped-def]
+            opened.append(start)
+            return super().scan(start, end, reverse=reverse)
+
+    t = Txn(Counting({bytes([1, i]): b"b" for i in range(1, 21)}))
+    for i in range(1, 11):
+        k, _ = next(iter(t.scan(b"\x01", b"\x02")))
+        assert k == bytes([1, i])
+        t.delete(k)
+    assert len(opened) == 10
+    assert list(t.scan(b"\x01", b"\x02")) == [(bytes([1, i]), b"b") for i in range(11, 21)]

@@ -97,7 +97,10 @@ def enqueue(
         put(r.group_message_key(qid, group, seq), b"")
         if state == VISIBLE:
             refresh_group(st, qid, group, now)
-    counters.add(state, 1)
+    if state == VISIBLE:  # Counters.add, inline: one call fewer for every message sent
+        counters.visible += 1
+    else:
+        counters.delayed += 1
     return seq
 
 
@@ -118,9 +121,15 @@ def remove(st: ShardState, q: QueueRecord, seq: int, d: Delivery, now: int) -> N
         delete(r.fifo_delay_key(qid, d.sent_ms, seq))
     else:
         delete(r.timer_key(qid, d.visible_at_ms, seq))
-    st.counters(qid).add(d.state, -1)
+    counters = st.counters(qid)
+    if d.state == VISIBLE:  # Counters.add, inline: one call fewer for every message deleted
+        counters.visible -= 1
+    elif d.state == IN_FLIGHT:
+        counters.in_flight -= 1
+    else:
+        counters.delayed -= 1
     if d.group_id is not None:
-        st.txn.delete(r.group_message_key(qid, d.group_id, seq))
+        delete(r.group_message_key(qid, d.group_id, seq))
         g = st.group(qid, d.group_id)
         if d.state == IN_FLIGHT:
             g.in_flight -= 1
@@ -222,9 +231,12 @@ def fifo_delay_cutoff(q: QueueRecord, now: int) -> int | None:
 
 def promote_due(st: ShardState, q: QueueRecord, now: int, budget: int) -> int:
     """Materialise timers that are due: delayed and timed-out messages become visible."""
-    n = _fire(st, q, "w", now, 0, budget)
+    # An index whose floor is past the cutoff has nothing due (its scan would read nothing
+    # and leave the floor where it is): every receive asks, and usually nothing is due.
+    counters = st.counters(q.qid)
+    n = _fire(st, q, "w", now, 0, budget) if counters.w_floor <= now else 0
     cutoff = fifo_delay_cutoff(q, now)
-    if cutoff is not None:
+    if cutoff is not None and counters.y_floor <= cutoff:
         n += _fire(st, q, "y", cutoff, q.attributes.delay_seconds * 1000, budget - n)
     return n
 

@@ -29,10 +29,14 @@ from sqsq.core.records import IN_FLIGHT, VISIBLE, QueueRecord
 from sqsq.core.state import ShardState
 
 
-def _handle_for(st: ShardState, q: QueueRecord, text: str) -> tuple[int, int, int] | Rejection:
-    """(queue id, seq, epoch) of a handle issued by this shard for this queue's name."""
+def _handle_for(st: ShardState, q: QueueRecord, text: str, name_hash: int | None = None,
+                ) -> tuple[int, int, int] | Rejection:
+    """(queue id, seq, epoch) of a handle issued by this shard for this queue's name
+    (``name_hash``: the name's hash, if the caller has it)."""
     h = decode_receipt(st.config.secret, text)
-    if h is None or h[4] != queue_name_hash(q.name) or h[0] != st.config.shard_id:
+    if name_hash is None:
+        name_hash = queue_name_hash(q.name)
+    if h is None or h[4] != name_hash or h[0] != st.config.shard_id:
         return reject(
             ErrorCode.RECEIPT_HANDLE_IS_INVALID,
             f'The input receipt handle "{text}" is not a valid receipt handle.',
@@ -52,8 +56,9 @@ def delete(st: ShardState, q: QueueRecord, cmd: DeleteMessages, now: int) -> Out
     ok: list[str] = []
     failed: list[EntryFailed] = []
     effects: list[WakeReceivers] = []
+    name_hash = queue_name_hash(q.name)
     for entry_id, text in cmd.entries:
-        h = _handle_for(st, q, text)
+        h = _handle_for(st, q, text, name_hash)
         if isinstance(h, Rejection):
             failed.append(EntryFailed(entry_id, h))
             continue

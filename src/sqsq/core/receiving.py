@@ -92,7 +92,7 @@ def _received(
     handle = encode_receipt(config.secret, config.shard_id, q.qid, seq, d.receive_count,
                             queue_name_hash(q.name), (nonce ^ seq) & 0xFFFF_FFFF_FFFF_FFFF)
     attrs = [
-        ("SenderId", st.config.account),
+        ("SenderId", config.account),
         ("SentTimestamp", str(m.sent_ms)),
         ("ApproximateReceiveCount", str(d.receive_count)),
         ("ApproximateFirstReceiveTimestamp", str(d.first_receive_ms)),

@@ -148,24 +148,23 @@ def send(st: ShardState, q: QueueRecord, cmd: SendMessages, now: int) -> Outcome
                                           first.md5_of_message_attributes, first.sequence_number,
                                           md5_of_message_system_attributes(e.aws_trace_header)))
                     continue
-        attrs = e.message_attributes
-        m = MessageRecord(
-            message_id, e.body, attrs, now, md5_of_body(e.body),
-            md5_of_message_attributes(dict(attrs)), e.message_group_id, dedup_id,
-            aws_trace_header=e.aws_trace_header,
-        )
+        attrs, trace = e.message_attributes, e.aws_trace_header
+        # Both digests are None without attributes (or a trace header): not worth a call.
+        md5_attrs = md5_of_message_attributes(dict(attrs)) if attrs else None
+        md5 = md5_of_body(e.body)
+        m = MessageRecord(message_id, e.body, attrs, now, md5, md5_attrs, e.message_group_id,
+                          dedup_id, aws_trace_header=trace)
         delay_s = q.attributes.delay_seconds if fifo or e.delay_seconds is None \
             else e.delay_seconds
         seq = enqueue(st, q, m, visible_at=now + delay_s * 1000, now=now)
         woke = woke or delay_s == 0
         seq_no = sequence_number(seq) if fifo else None
-        sent = SentMessage(e.entry_id, message_id, m.md5_of_body, m.md5_of_message_attributes,
-                           seq_no, md5_of_message_system_attributes(e.aws_trace_header))
-        ok.append(sent)
+        ok.append(SentMessage(e.entry_id, message_id, md5, md5_attrs, seq_no,
+                              None if trace is None else md5_of_message_system_attributes(trace)))
         if ukey is not None:
             expires = now + limits.DEDUPLICATION_WINDOW_MS
-            st.txn.put(ukey, DedupRecord(message_id, seq_no, m.md5_of_body,
-                                         m.md5_of_message_attributes, expires).encode())
+            st.txn.put(ukey, DedupRecord.encode_fields(message_id, seq_no, md5, md5_attrs,
+                                                       expires))
             expire_window_at(st, ukey, expires)
     effects = (WakeReceivers(q.name),) if woke else ()
     return Outcome(BatchResult(tuple(ok), tuple(failed)), effects)

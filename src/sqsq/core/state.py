@@ -60,11 +60,18 @@ class ShardState:
     """One command's view: reads through, writes into the transaction, caches hot records.
 
     Counters and meta are cached for the duration of a command and written once by ``flush``.
+    What ``flush`` wrote is handed to the next command of the same transaction (``Txn.memo``)
+    instead of being decoded again from the bytes it just encoded: every command reads the
+    meta, and nearly every one a queue's counters. The next command takes the record only if
+    the transaction still holds those very bytes, and takes it over: a command that fails
+    half-way leaves nothing behind that a rollback would not undo.
     """
 
     def __init__(self, txn: Writer, config: ShardConfig) -> None:
         self.txn = txn
         self.config = config
+        memo = getattr(txn, "memo", None)
+        self._memo: dict[bytes, tuple[bytes, object]] = {} if memo is None else memo
         self._meta: Meta | None = None
         self._counters: dict[int, Counters] = {}
         self._queues: dict[int, QueueRecord] = {}  # the records this command has seen, by qid
@@ -79,7 +86,9 @@ class ShardState:
     @property
     def meta(self) -> Meta:
         if self._meta is None:
-            self._meta = Meta.decode(self.txn.get(r.META_KEY))
+            raw = self.txn.get(r.META_KEY)
+            held = self._memo.pop(r.META_KEY, None)
+            self._meta = held[1] if held is not None and held[0] is raw else Meta.decode(raw)  # type: ignore[assignment]
         return self._meta
 
     def next_seq(self) -> int:
@@ -94,11 +103,18 @@ class ShardState:
         return qid
 
     def flush(self) -> None:
+        """Write the meta and counters; this state is done with them (see ``_memo``)."""
+        memo, put = self._memo, self.txn.put
         if self._meta is not None:
-            self.txn.put(r.META_KEY, self._meta.encode())
+            raw = self._meta.encode()
+            put(r.META_KEY, raw)
+            memo[r.META_KEY] = (raw, self._meta)
+            self._meta = None
         for qid, c in self._counters.items():
             self._reschedule(qid, c)
-            self.txn.put(r.counters_key(qid), c.encode())
+            key, raw = r.counters_key(qid), c.encode()
+            put(key, raw)
+            memo[key] = (raw, c)
         self._counters.clear()
 
     # ---- the sweep schedule (records.sweep_key) ----
@@ -152,7 +168,10 @@ class ShardState:
     def counters(self, qid: int) -> Counters:
         c = self._counters.get(qid)
         if c is None:
-            c = Counters.decode(self.txn.get(r.counters_key(qid)))
+            key = r.counters_key(qid)
+            raw = self.txn.get(key)
+            held = self._memo.pop(key, None)
+            c = held[1] if held is not None and held[0] is raw else Counters.decode(raw)  # type: ignore[assignment]
             self._counters[qid] = c
         return c
 
@@ -188,14 +207,25 @@ class ShardState:
         return key
 
     def group(self, qid: int, group: str) -> GroupRecord:
+        fields = self._group_fields_of(qid, group)
+        return GroupRecord() if fields is None else GroupRecord(*fields)
+
+    def _group_floor(self, qid: int, group: str) -> int:
+        """``group(qid, group).floor`` without building the record (asked for a few times
+        per message of a FIFO queue, by every look at a group's head)."""
+        fields = self._group_fields_of(qid, group)
+        # A record from before the floor existed has two fields: its floor is the default.
+        return fields[2] if fields is not None and len(fields) > 2 else GroupRecord.floor
+
+    def _group_fields_of(self, qid: int, group: str) -> list | None:
         key = self.group_key(qid, group)
         raw = self.txn.get(key)
         if not raw:
-            return GroupRecord()
+            return None
         known = self._group_fields.get(key)
         if known is None or known[0] != raw:
             known = self._group_fields[key] = (raw, r.unpack(raw))
-        return GroupRecord(*known[1])
+        return known[1]
 
     def put_group(self, qid: int, group: str, g: GroupRecord) -> None:
         key = self.group_key(qid, group)
@@ -248,23 +278,37 @@ class ShardState:
         ``group_messages`` gives it. The group's floor is at or below every message of the
         group, so when the floor's own message is there it is the head: one point read, not
         a scan (the head is asked for on every send, receive and delete of a group)."""
-        floor = self.group(qid, group).floor
-        if self.txn.get(r.group_message_key(qid, group, floor)) is not None:
+        prefix = r.group_prefix(qid, group)
+        floor = self._group_floor(qid, group)
+        start = prefix + r.u64(floor)
+        if self.txn.get(start) is not None:
             return floor
-        key = next(self.group_messages(qid, group), None)
+        key = next(self._group_scan(qid, group, prefix, floor, start), None)
         return None if key is None else r.seq_of(key)
 
     def group_messages(self, qid: int, group: str) -> Iterator[bytes]:
         """Keys of a FIFO group's messages in send order, from the group's floor."""
         prefix = r.group_prefix(qid, group)
-        floor = self.group(qid, group).floor
-        first = True
-        for key, _ in self.txn.scan(prefix + r.u64(floor), prefix_end(prefix)):
-            if first:
-                first = False
+        floor = self._group_floor(qid, group)
+        start = prefix + r.u64(floor)
+        if self.txn.get(start) is not None:
+            # The floor's message is there, so it is the first: one point read, and a scan
+            # only for a caller that wants more (a receive of one message does not).
+            yield start
+            yield from self._group_scan(qid, group, prefix, None, start + b"\x00")
+        else:
+            yield from self._group_scan(qid, group, prefix, floor, start)
+
+    def _group_scan(self, qid: int, group: str, prefix: bytes, floor: int | None,
+                    start: bytes) -> Iterator[bytes]:
+        """The group's message keys from ``start``; the first one is the group's new floor
+        unless ``floor`` is None (the floor's message was there)."""
+        for key, _ in self.txn.scan(start, prefix_end(prefix)):
+            if floor is not None:
                 seq = r.seq_of(key)
                 if seq != floor:  # written at once: callers re-read the group record
                     g = self.group(qid, group)
                     g.floor = seq
                     self.put_group(qid, group, g)
+                floor = None
             yield key

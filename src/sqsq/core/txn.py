@@ -65,7 +65,7 @@ class Txn:
     """
 
     __slots__ = ("_base", "_base_get", "_ov", "_keys", "_sorted", "_undo", "_logging", "_ver",
-                 "_dead")
+                 "_dead", "memo")
 
     def __init__(self, base: KVReader) -> None:
         self._base = base
@@ -93,7 +93,15 @@ class Txn:
         # them: the receives of one entry each start where the index's floor is, and without
         # this the n-th receive stepped over what the n-1 before it had taken. It relies on
         # the base not changing while the transaction lives, as an applied entry's does not.
+        # A run that begins where a scan began is kept under the scan's start, which need not
+        # be a key: every base key from there to the last is deleted, and the next scan from
+        # the same start (the next receive, while the floor has not moved) opens its base
+        # iterator past the run at once instead of at the run's first key and again after.
         self._dead: dict[bytes, bytes] = {}
+        # Free for the layer above: records it wrote, by key, with the bytes it wrote them as,
+        # for the next command of the same entry (see ShardState). A record is used only while
+        # the Txn still holds those very bytes, so a rollback needs to forget nothing here.
+        self.memo: dict[bytes, tuple[bytes, object]] = {}
 
     # -- point operations ---------------------------------------------------
 
@@ -218,12 +226,22 @@ class Txn:
     def _scan_fwd(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
         self._keep_sorted()
         ov, keys, dead, base = self._ov, self._keys, self._dead, self._base
-        base_it = iter(base.scan(start, end))
-        b = next(base_it, None)
         last: bytes | None = None
+        skip_to = dead.get(start)
+        if skip_to is not None and not self._deleted_throughout(start, skip_to):
+            del dead[start]  # something in it was written since
+            skip_to = None
+        if skip_to is None:
+            base_it = iter(base.scan(start, end))
+        else:
+            base_it = iter(base.scan(skip_to + b"\x00", end))
+            last = skip_to
+        b = next(base_it, None)
         o: bytes | None = None
         ver = -1  # overlay version `o` was computed at; -1 forces a lookup
-        run: bytes | None = None  # the first base key of the run of deleted ones we are in
+        # Where the run of deleted base keys we are in began (None: not in one). Every base
+        # key from the scan's start is in it until one is not deleted.
+        run: bytes | None = start
         while True:
             if ver != self._ver:
                 # smallest overlay key in [start, end) beyond the cursor
