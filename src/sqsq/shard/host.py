@@ -34,6 +34,10 @@ TICK_S = 0.05  # the Raft clock: elections and heartbeats count in these
 PING_EVERY_TICKS = 4  # the node's heartbeat to its peers: 0.2 s
 SWEEP_EVERY_TICKS = 2  # every engine's sweep check (``SweepScheduler``): 0.1 s
 QUIESCE_AFTER_TICKS = 40  # a group with nothing to do for 2 s goes quiet
+# The nodes the heartbeat goes to are worked out again at least this often (1 s) even with
+# no Raft message in between; well within QUIESCE_AFTER_TICKS, so a node that joins a group
+# is pinged before the group can go quiet.
+NODES_EVERY_TICKS = 20
 
 
 @dataclass(frozen=True)
@@ -95,53 +99,74 @@ class PeerNetwork:
         self.replicas = Replicas()
         self.transport = PeerTransport(
             f"{me.host}:{me.raft_port}", bind_host, me.raft_port, key,
-            self.replicas.on_messages, self.replicas.on_snapshot,
+            self._on_messages, self.replicas.on_snapshot,
             snapshot_dir=directory / "incoming-snapshots",
             on_write_sets=self.replicas.on_write_sets)
         self.writes = Writes()  # every replica's Raft writes, batched per loop turn
-        self._clock: asyncio.Task | None = None
+        self._clock: asyncio.TimerHandle | None = None
         self.sweeps = SweepScheduler(TICK_S * SWEEP_EVERY_TICKS, own_timer=False)
+        self._ticks = 0
+        # whom the node's heartbeat goes to, and how long a node may stay silent; worked
+        # out again when Raft messages arrived (a membership changes only through them),
+        # a replica was added, or at least every NODES_EVERY_TICKS
+        self._nodes: set[tuple[str, tuple[str, int]]] = set()
+        self._liveness_s = 0.0
+        self._nodes_of: tuple[int, int] = (-1, -1)  # (replicas, tick) they were worked out at
+        self._traffic = False
 
     async def start(self) -> int:
         port = await self.transport.start()
-        self._clock = asyncio.create_task(self._ticks(), name="raft-clock")
+        self._clock = asyncio.get_running_loop().call_later(TICK_S, self._tick)
         return port
 
     async def stop(self) -> None:
         if self._clock is not None:
             self._clock.cancel()
-            await asyncio.gather(self._clock, return_exceptions=True)
+            self._clock = None
         await self.transport.stop()
 
     def heard(self, node: str) -> float | None:
         return self.transport.heard.get(node)
 
-    async def _ticks(self) -> None:
-        """One timer for the process: every replica's Raft tick, the node's heartbeat to
-        every node it shares a group with (a quiet group's liveness), and every engine's
-        sweep check."""
-        n = 0
-        nodes: set[tuple[str, tuple[str, int]]] = set()
-        liveness_s = 0.0
-        while True:
-            await asyncio.sleep(TICK_S)
-            # A quiet replica's tick only looks for a silent node. While every node this one
-            # shares a group with was heard from within the liveness bound, none would wake:
-            # the quiet ones are passed over (most of an idle node's replicas).
-            all_heard = bool(nodes) and self._all_heard(nodes, liveness_s)
-            for replica in list(self.replicas.by_shard.values()):
-                if all_heard and replica.core is not None and replica.core.quiesced:
-                    continue
-                replica.tick()
-            n += 1
-            if n % SWEEP_EVERY_TICKS == 0:
-                self.sweeps.check_all()
-            if n % PING_EVERY_TICKS == 0:
-                replicas = self.replicas.by_shard.values()
-                nodes = {p for r in replicas for p in r.nodes()}
-                liveness_s = min((r.settings.liveness_s for r in replicas), default=0.0)
-                for node, address in nodes:
-                    self.transport.ping(node, address)
+    def _on_messages(self, peer: str, batch: list) -> None:
+        if batch:  # an empty one is a node's ping
+            self._traffic = True
+        self.replicas.on_messages(peer, batch)
+
+    def _tick(self) -> None:
+        """One timer for the process (a callback, not a task: no future and no task step
+        per tick): every replica's Raft tick, the node's heartbeat to every node it shares
+        a group with (a quiet group's liveness), and every engine's sweep check."""
+        try:
+            self._tick_all()
+        finally:
+            if self._clock is not None:
+                self._clock = asyncio.get_running_loop().call_later(TICK_S, self._tick)
+
+    def _tick_all(self) -> None:
+        # A quiet replica's tick only looks for a silent node. While every node this one
+        # shares a group with was heard from within the liveness bound, none would wake:
+        # the quiet ones are passed over (most of an idle node's replicas).
+        nodes = self._nodes
+        all_heard = bool(nodes) and self._all_heard(nodes, self._liveness_s)
+        for replica in list(self.replicas.by_shard.values()):
+            if all_heard and replica.core is not None and replica.core.quiesced:
+                continue
+            replica.tick()
+        self._ticks = n = self._ticks + 1
+        if n % SWEEP_EVERY_TICKS == 0:
+            self.sweeps.check_all()
+        if n % PING_EVERY_TICKS == 0:
+            replicas = self.replicas.by_shard
+            if self._traffic or self._nodes_of[0] != len(replicas) or \
+                    n - self._nodes_of[1] >= NODES_EVERY_TICKS:
+                self._traffic = False
+                self._nodes_of = (len(replicas), n)
+                self._nodes = nodes = {p for r in replicas.values() for p in r.nodes()}
+                self._liveness_s = min((r.settings.liveness_s for r in replicas.values()),
+                                       default=0.0)
+            for node, address in nodes:
+                self.transport.ping(node, address)
 
     def _all_heard(self, nodes: set[tuple[str, tuple[str, int]]], liveness_s: float) -> bool:
         heard, now = self.transport.heard, time.monotonic()
