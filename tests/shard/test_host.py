@@ -8,33 +8,10 @@ import asyncio
 from pathlib import Path
 
 from serverproc import free_port
-from shard.test_replica import CONFIG, SECRET, SHARD, Node, commit, leader, until
+from shard.test_replica import SHARD, QuietNode, commit, leader, until
 from sqsq.core import commands as c
-from sqsq.shard.host import TICK_S, Peer, PeerNetwork
-from sqsq.shard.replica import HostSettings, RaftReplica
-from sqsq.shard.statemachine import ShardMachine
-
-
-class QuietNode(Node):
-    """A node as a process composes it: its PeerNetwork ticks the replica and pings peers."""
-
-    async def start(self) -> None:
-        self.network = PeerNetwork(Peer("127.0.0.1", 0, self.port), "127.0.0.1", SECRET,
-                                   self.root)
-        self.transport = self.network.transport
-        await self.network.start()
-        self.machine = ShardMachine(self.root / "shard", CONFIG)
-        self.replica = RaftReplica(SHARD, self.member, self.root / "shard", self.machine,
-                                   self.transport, voters=self.members,
-                                   bootstrap=self.bootstrap, settings=self.settings,
-                                   heard=self.network.heard, ticked_by_host=True)
-        self.network.replicas.by_shard[SHARD] = self.replica
-        await self.replica.start()
-
-    async def stop(self) -> None:
-        await self.replica.stop()
-        await self.network.stop()
-        self.machine.close()
+from sqsq.shard.host import TICK_S
+from sqsq.shard.replica import HostSettings
 
 
 class QuietJoiner(QuietNode):

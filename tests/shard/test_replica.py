@@ -175,9 +175,9 @@ class QuietNode(Node):
         await self.network.start()
         self.machine = ShardMachine(self.root / "shard", CONFIG)
         self.replica = RaftReplica(SHARD, self.member, self.root / "shard", self.machine,
-                                   self.transport, voters=self.members, bootstrap=True,
-                                   settings=self.settings, heard=self.network.heard,
-                                   ticked_by_host=True)
+                                   self.transport, voters=self.members,
+                                   bootstrap=self.bootstrap, settings=self.settings,
+                                   heard=self.network.heard, ticked_by_host=True)
         self.network.replicas.by_shard[SHARD] = self.replica
         await self.replica.start()
 
