@@ -111,8 +111,8 @@ class Received:
             self._by_index[index] = (term, entry_check, blob)
             self._bytes += size
         waiter = self._waiter
-        if waiter is not None and index >= waiter[0] and not waiter[1].done():
-            waiter[1].set_result(None)
+        if waiter is not None and index >= waiter[0]:
+            _settle(waiter[1])
 
     def take(self, index: int, term: int, entry_check: int) -> bytes | None:
         """The write set of the entry at ``index`` of ``term`` whose bytes have the checksum
