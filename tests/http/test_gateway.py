@@ -100,6 +100,11 @@ def test_authentication_at_the_gateway_and_to_the_node(tmp_path: Path, gateway_f
     node = ServerProcess(tmp_path / "node", env=env).start()
     try:
         gw = gateway_for(node, env=env)  # checks clients, and signs its own calls to the node
+        # The banner follows the ports being open (what start() waits for): look until it is
+        # written, within a bound.
+        deadline = time.monotonic() + 30
+        while "authentication ON" not in gw.log_text() and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert "authentication ON" in gw.log_text()
         sqs = client_for(gw.http_url, KEY, SECRET)
         url = sqs.create_queue(QueueName="gw-locked")["QueueUrl"]
