@@ -8,7 +8,9 @@ import select
 import socket
 import struct
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -131,6 +133,29 @@ def test_a_blocking_client_moves_to_the_frame_connection_too(server: ServerProce
             client.get_queue_url(unique_name("nobody-made-this"))
         assert err.value.code == "QueueDoesNotExist"
         assert stub.streams_opened == 2  # the gRPC stream, then the frame connection
+
+
+def test_a_closed_blocking_client_leaves_no_thread_of_its_own(
+        server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader thread still inside gRPC when the interpreter exits can be stopped holding a
+    call's lock, and the process then hangs in that call's finalizer (a CLI that printed its
+    answer and never exited): closing the client ends its readers first."""
+    end = _stream._SyncCalls._end
+
+    def slow_end(self: _stream._SyncCalls, error: Any) -> None:
+        time.sleep(0.3)  # a reader slow to finish: the window the close must not leave open
+        end(self, error)
+
+    monkeypatch.setattr(_stream._SyncCalls, "_end", slow_end)
+    before = set(threading.enumerate())
+    with Client(server.endpoint, timeout=30) as client:
+        queue = client.create_queue(unique_name("frames-close"))
+        client.send_message(queue, "first")  # the gRPC stream, retired for frames
+        client.send_message(queue, "second")  # the frame connection
+        assert client._stub().streams_opened == 2
+    left = [t.name for t in set(threading.enumerate()) - before
+            if t.name.startswith(("sqsq-stream", "sqsq-frames"))]
+    assert left == []
 
 
 def _md5(text: str) -> str:

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import os
 import socket
-import threading
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -201,7 +200,7 @@ class SyncFrameStream(_SyncCalls):
         super().__init__()
         self._sock = sock
         self._splitter = splitter
-        threading.Thread(target=self._read, name="sqsq-frames", daemon=True).start()
+        self._start_reader(self._read, "sqsq-frames")
 
     @classmethod
     def open(cls, offer: Offer, metadata: tuple[tuple[str, str], ...]) -> SyncFrameStream:
@@ -238,6 +237,7 @@ class SyncFrameStream(_SyncCalls):
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)  # the reader ends, failing what waits
+        self._await_reader()
 
     def _read(self) -> None:
         exc: BaseException | None = None

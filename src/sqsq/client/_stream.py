@@ -55,6 +55,8 @@ MAX_FRAME_CALLS = 256
 # A server that sends no headers before its first reply (an sqsq server older than this SDK)
 # gets its calls after this long anyway.
 ACCEPT_WAIT_S = 1.0
+# How long closing a blocking client waits for a connection's reader thread to end.
+CLOSE_WAIT_S = 5.0
 _NOTHING = object()
 # unary method -> its field in StreamRequest.call / StreamReply.result (snake case)
 FIELDS = {name: re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
@@ -361,12 +363,29 @@ class _SyncCalls:
         self._lock = threading.Lock()  # done, draining, pending and the writes change together
         self.done = False
         self.draining = False  # the server asked for no more calls here
+        self._reader: threading.Thread | None = None
 
     def _put(self, outgoing: Outgoing) -> None:
         raise NotImplementedError
 
     def close(self) -> None:
         raise NotImplementedError
+
+    @property
+    def ended(self) -> bool:
+        """Its reader thread has finished: nothing of it runs any more."""
+        return self._reader is not None and not self._reader.is_alive()
+
+    def _start_reader(self, read: Callable[..., None], name: str, *args: Any) -> None:
+        self._reader = threading.Thread(target=read, args=args, name=name, daemon=True)
+        self._reader.start()
+
+    def _await_reader(self) -> None:
+        """Wait for the reader to end. A daemon thread still inside gRPC when the interpreter
+        exits can be stopped holding a call's lock, and the exit then hangs for ever in that
+        call's finalizer; a closed client leaves no thread of its own behind."""
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(CLOSE_WAIT_S)
 
     def call(self, field: str, request: Any, size: int, timeout: float | None,
              metadata: Metadata, abandon: Any = None) -> Any:
@@ -433,7 +452,7 @@ class _SyncStream(_SyncCalls):
         self._on_headers = on_headers
         self._replies = channel.stream_stream(STREAM_METHOD, **_serializers())(
             self._requests(), metadata=metadata)
-        threading.Thread(target=self._read, name="sqsq-stream", daemon=True).start()
+        self._start_reader(self._read, "sqsq-stream", self._replies)
 
     def _requests(self) -> Iterator[pb.StreamRequestFrame]:
         """Frames for gRPC's request thread, until None (the stream ended)."""
@@ -453,15 +472,20 @@ class _SyncStream(_SyncCalls):
         self._retire(lambda: self._outbox.put(None))
 
     def close(self) -> None:
-        self._replies.cancel()
+        """Cancel the stream and wait for its reader; the call object is let go here too, so
+        its finalizer runs now and not at the interpreter's exit."""
+        replies, self._replies = self._replies, None
+        if replies is not None:
+            replies.cancel()
+        self._await_reader()
 
-    def _read(self) -> None:
+    def _read(self, replies: Any) -> None:
         err: grpc.RpcError | None = None
         try:
             if self._on_headers is not None:
-                headers = self._replies.initial_metadata() or ()
+                headers = replies.initial_metadata() or ()
                 self._on_headers(self, {k: str(v) for k, v in headers})
-            for frame in self._replies:
+            for frame in replies:
                 self._deliver(frame.replies)
                 if frame.draining:
                     self.retire()
@@ -470,4 +494,4 @@ class _SyncStream(_SyncCalls):
         finally:
             self._end(lambda: _ended(err))
             self._outbox.put(None)  # ends gRPC's request thread
-            self._replies.cancel()
+            replies.cancel()

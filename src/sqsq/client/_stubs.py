@@ -174,17 +174,22 @@ class StreamStub(_StubBase):
                  credentials: _auth.Credentials | None = None, target: str = "") -> None:
         super().__init__(channel, credentials, target)
         self._open_lock = threading.Lock()
+        # Every stream whose reader may still run: a retired one finishes its calls after
+        # the next has taken over, and closing the stub ends those too.
+        self._live: list[_SyncCalls] = []
 
     def close(self) -> None:
         with self._open_lock:
-            if self._stream is not None:
-                self._stream.close()
+            live, self._live = self._live, []
+        for stream in live:
+            stream.close()
 
     def _open(self) -> _SyncCalls:
         with self._open_lock:
             if self._stream is None or self._stream.done or self._stream.draining:
                 self._stream = self._new_stream()
                 self.streams_opened += 1
+                self._live = [s for s in self._live if not s.ended] + [self._stream]
             return self._stream
 
     def _new_stream(self) -> _SyncCalls:
