@@ -491,6 +491,9 @@ class _SyncStream(_SyncCalls):
                     self.retire()
         except grpc.RpcError as e:
             err = e
+            # The call is its own exception: its traceback's frames hold the call, a cycle
+            # only the collector ends, maybe at the interpreter's exit (see ``close``).
+            e.__traceback__ = None
         finally:
             self._end(lambda: _ended(err))
             self._outbox.put(None)  # ends gRPC's request thread
