@@ -216,3 +216,34 @@ async def answers_first(tmp_path: Path) -> None:
     finally:
         await replica.stop()
         machine.close()
+
+
+def test_a_leader_whose_store_fails_to_apply_stops(tmp_path: Path) -> None:
+    """Applied in the Ready loop's own turn or by the applier, an entry the store cannot
+    take stops the replica: it never skips the entry and goes on."""
+    asyncio.run(store_fails(tmp_path))
+
+
+async def store_fails(tmp_path: Path) -> None:
+    machine = ShardMachine(tmp_path / "shard", CONFIG)
+    stopped: list[BaseException] = []
+    replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None, voters=[ME],
+                          bootstrap=True, settings=HostSettings(durable=False),
+                          on_fatal=stopped.append)
+    await replica.start()
+    try:
+        await until(replica.is_leader)
+
+        def broken(index: int, data: bytes) -> object:
+            raise OSError("the disk went away")
+        machine.apply_entry = broken  # type: ignore[method-assign]
+        replica.propose(create_queue("a"), lambda status, outcomes: None)
+        await until(lambda: bool(stopped))
+        assert isinstance(replica.fatal, OSError) and stopped == [replica.fatal]
+        assert not replica.is_leader()
+        answers: list[Proposal] = []
+        replica.propose(create_queue("b"), lambda status, outcomes: answers.append(status))
+        assert answers == [Proposal.NOT_LEADER]
+    finally:
+        await replica.stop()
+        machine.close()

@@ -134,6 +134,8 @@ class ReadyLoop(Applier):
                     return
                 core.advance(rd)
                 self._hand_over(later, at_once=True)
+                if self.fatal is not None:
+                    return  # the apply failed (``_die``)
                 if len(self._to_apply) > MAX_APPLY_BACKLOG:
                     await self._applied_all()  # the disk outruns the state machine
                 self._serve_reads(rd.read_states)
