@@ -75,12 +75,13 @@ def _serve(argv: list[str], out: Path) -> None:
     propose = replica.RaftReplica.propose
 
     def timed_propose(self: Any, data: bytes, done: Any) -> None:
-        note(("propose", pc()))
+        started = pc()
 
         def stamped(*a: Any) -> None:
             note(("answered", pc()))
             done(*a)
         propose(self, data, stamped)
+        note(("propose", started, self.core.log.last_index()))  # the entry's index
     replica.RaftReplica.propose = timed_propose  # type: ignore[method-assign]
 
     ready = raftnode.RaftNode.ready
@@ -131,6 +132,8 @@ def _serve(argv: list[str], out: Path) -> None:
                 out.append("append(commit)")
             elif m.type is MsgType.APPEND_RESP and not m.reject:
                 out.append("ack")
+            else:
+                out.append("other")
         return out
 
     flush = peers.PeerTransport._flush
@@ -147,8 +150,8 @@ def _serve(argv: list[str], out: Path) -> None:
 
     def timed_on_messages(self: Any, peer: str, batch: Any) -> None:
         t = pc()
-        for kind in kinds(batch):
-            note((f"got {kind}", t))
+        for kind, (_, m) in zip(kinds(batch), batch, strict=False):
+            note((f"got {kind}", t, m.index))  # (an answer's index: the entry it matched)
         on_messages(self, peer, batch)
     replica.Replicas.on_messages = timed_on_messages  # type: ignore[method-assign]
 
@@ -221,12 +224,19 @@ def report(rows: list[dict[str, float]], nodes: list[list[tuple[str, float]]]) -
             while j < len(events) and events[j][1] < t0:
                 j += 1
             first: dict[str, float] = {}
+            index = 0  # the entry this node proposed in the call, if it did
             while j < len(events) and events[j][1] <= end:
-                name, t = events[j]
+                name, t, *more = events[j]
+                j += 1
+                if name == "propose":
+                    index = more[0]
+                elif name == "got ack" and more[0] < index:
+                    continue  # a late answer about the call before
+                elif name == "got other":
+                    continue
                 if name in first and name == "got ack":
                     name = "got ack (2nd)"
                 first.setdefault(name, t)
-                j += 1
             cursors[i] = j
             seen.append(first)
         leaders = [s for s in seen if "propose" in s]
