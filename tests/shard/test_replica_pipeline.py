@@ -73,6 +73,7 @@ async def apply_while_persisting(tmp_path: Path) -> None:
         gated = GatedPersist(replica.storage.persist)
         replica.storage.persist = gated  # type: ignore[method-assign]
         gated.hold = True
+        replica._write_s = 1.0  # a slow disk: held at the gate, no write runs on the loop
         first: asyncio.Future = loop.create_future()
         second: asyncio.Future = loop.create_future()
         replica.propose(create_queue("a"), lambda s, out: first.set_result(s))
@@ -119,6 +120,7 @@ async def send_early(tmp_path: Path) -> None:
     gated = GatedPersist(replica.storage.persist)
     replica.storage.persist = gated  # type: ignore[method-assign]
     gated.hold = True
+    replica._write_s = 1.0  # a slow disk: held at the gate, no write runs on the loop
     replica._term_vote = (2, ME)
     entry = RaftEntry(index=1, term=2, data=b"x")
     peer = "127.0.0.1:7101"
@@ -144,9 +146,7 @@ async def send_early(tmp_path: Path) -> None:
                             entries=(RaftEntry(index=2, term=3, data=b"y"),),
                             messages=(message(MsgType.APPEND, peer),), role=Role.LEADER))
         assert handled.calls[1] == [] and len(sent.messages) == 1
-        # A follower's answer waits for its write. (Held at the gate, it must not be written
-        # on the event loop: the disk is slow, so it goes to a worker thread too.)
-        replica._write_s = 1.0
+        # A follower's answer waits for its write.
         sent.messages.clear()
         await handled(Ready(entries=(RaftEntry(index=3, term=3, data=b"z"),),
                             messages=(message(MsgType.APPEND_RESP, peer),)))
@@ -161,4 +161,89 @@ async def send_early(tmp_path: Path) -> None:
         for gate in gated.gates:
             gate.set()
         replica.storage.close()
+        machine.close()
+
+
+class Wire:
+    """A peer transport that writes what was sent at the end of the loop's turn, as the
+    real one does, noting each answer as it leaves beside the state machine's applies."""
+
+    def __init__(self, events: list[tuple[str, int]]) -> None:
+        self.events = events
+        self.queued: list[Message] = []
+
+    def send(self, node: str, address: object, shard: int, m: Message) -> None:
+        self.queued.append(m)
+        asyncio.get_running_loop().call_soon(self.flush_now)
+
+    def flush_now(self) -> None:
+        self.events += [("answer", m.index) for m in self.queued
+                        if m.type is MsgType.APPEND_RESP]
+        self.queued.clear()
+
+
+def test_a_follower_answers_an_append_before_it_applies(tmp_path: Path) -> None:
+    """The leader's commit waits for the follower's answer, and nothing waits for its
+    apply: an append that also commits entries the follower holds is answered first."""
+    asyncio.run(answers_first(tmp_path))
+
+
+async def answers_first(tmp_path: Path) -> None:
+    machine = ShardMachine(tmp_path / "shard", CONFIG)
+    leader = "127.0.0.1:7101"
+    replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None, voters=[ME, leader],
+                          bootstrap=True)
+    events: list[tuple[str, int]] = []
+    replica.transport = Wire(events)  # type: ignore[assignment]
+    apply_entry = machine.apply_entry
+
+    def applying(index: int, data: bytes) -> object:
+        events.append(("apply", index))
+        return apply_entry(index, data)
+    machine.apply_entry = applying  # type: ignore[method-assign]
+    await replica.start()
+    try:
+        a = RaftEntry(index=2, term=2, data=create_queue("a"))
+        b = RaftEntry(index=3, term=2, data=create_queue("b"))
+        replica.step(Message(MsgType.APPEND, ME, leader, 2, log_term=1, index=1,
+                             entries=(a,), commit=1))
+        await until(lambda: ("answer", 2) in events)
+        # b, and the commit of a (durable here already)
+        replica.step(Message(MsgType.APPEND, ME, leader, 2, log_term=2, index=2,
+                             entries=(b,), commit=2))
+        await until(lambda: ("apply", 2) in events and ("answer", 3) in events)
+        assert events.index(("answer", 3)) < events.index(("apply", 2))
+    finally:
+        await replica.stop()
+        machine.close()
+
+
+def test_a_leader_whose_store_fails_to_apply_stops(tmp_path: Path) -> None:
+    """Applied in the Ready loop's own turn or by the applier, an entry the store cannot
+    take stops the replica: it never skips the entry and goes on."""
+    asyncio.run(store_fails(tmp_path))
+
+
+async def store_fails(tmp_path: Path) -> None:
+    machine = ShardMachine(tmp_path / "shard", CONFIG)
+    stopped: list[BaseException] = []
+    replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None, voters=[ME],
+                          bootstrap=True, settings=HostSettings(durable=False),
+                          on_fatal=stopped.append)
+    await replica.start()
+    try:
+        await until(replica.is_leader)
+
+        def broken(index: int, data: bytes) -> object:
+            raise OSError("the disk went away")
+        machine.apply_entry = broken  # type: ignore[method-assign]
+        replica.propose(create_queue("a"), lambda status, outcomes: None)
+        await until(lambda: bool(stopped))
+        assert isinstance(replica.fatal, OSError) and stopped == [replica.fatal]
+        assert not replica.is_leader()
+        answers: list[Proposal] = []
+        replica.propose(create_queue("b"), lambda status, outcomes: answers.append(status))
+        assert answers == [Proposal.NOT_LEADER]
+    finally:
+        await replica.stop()
         machine.close()

@@ -1,5 +1,6 @@
 """Where a Ready's write runs: a node's writes batched into worker-thread calls (``Writes``),
-and a follower's small write on the event loop while the disk is fast."""
+and a small write on the event loop while the disk is fast (a leader's once its appends are
+written, and only when it has nothing of the Ready to apply meanwhile)."""
 
 from __future__ import annotations
 
@@ -86,6 +87,24 @@ class Disk:
         self.now += self.takes_s
 
 
+class Wire:
+    """A peer transport that notes, against the disk's writes, when what was sent to it
+    was written to the network."""
+
+    def __init__(self, disk: Disk) -> None:
+        self.disk = disk
+        self.queued: list[MsgType] = []
+        self.written: list[tuple[MsgType, int]] = []  # (type, disk writes before it left)
+
+    def send(self, node: str, address: object, shard_id: int, m: Message) -> None:
+        self.queued.append(m.type)
+        asyncio.get_running_loop().call_soon(self.flush_now)  # as the transport does
+
+    def flush_now(self) -> None:
+        self.written += [(t, len(self.disk.threads)) for t in self.queued]
+        self.queued.clear()
+
+
 def test_a_followers_write_runs_on_the_loop_while_the_disk_is_fast(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     disk = Disk()
@@ -101,16 +120,25 @@ async def inline_while_fast(tmp_path: Path, disk: Disk) -> None:
     loop_thread = threading.current_thread().name
     index = iter(range(1, 1000))
 
-    async def write(role: Role, size: int = 10) -> str:
+    async def write(role: Role, size: int = 10, committed: tuple[Entry, ...] = ()) -> str:
         entry = Entry(index=next(index), term=2, data=b"x" * size)
         resp = Message(MsgType.APPEND_RESP, "127.0.0.1:7101", ME, 2)
         await replica._handle(Ready(hard_state=HardState(2, None, 0), entries=(entry,),
-                                    messages=(resp,), role=role))
+                                    messages=(resp,), committed=committed, role=role))
         return "loop" if disk.threads[-1] == loop_thread else "worker"
 
     try:
+        replica._term_vote = (2, None)  # durable already: a leader's appends may go early
         assert await write(Role.FOLLOWER) == "loop"
-        assert await write(Role.LEADER) == "worker"  # a leader's loop has more to do
+        assert await write(Role.LEADER) == "loop"
+        # a leader with committed entries to apply does that while a worker writes
+        old = Entry(index=next(index), term=2)
+        assert await write(Role.LEADER, committed=(old,)) == "worker"
+        # and so does a leader with another entry out besides the Ready's own
+        for i in (1000, 1001):
+            replica._proposals[i] = (2, lambda status, outcomes: None)
+        assert await write(Role.LEADER) == "worker"
+        replica._proposals.clear()
         big = readyloop.INLINE_WRITE_BYTES + 1
         assert await write(Role.FOLLOWER, big) == "worker"
         disk.takes_s = 0.02  # the disk slows down: after a few writes, off the loop
@@ -119,6 +147,37 @@ async def inline_while_fast(tmp_path: Path, disk: Disk) -> None:
         disk.takes_s = 0.0001  # and back on it once the disk is fast again
         where = [await write(Role.FOLLOWER) for _ in range(40)]
         assert where[-1] == "loop"
+    finally:
+        replica.storage.close()
+        machine.close()
+
+
+def test_a_leader_writing_on_the_loop_has_sent_its_appends_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader's appends are on the network before its loop blocks on its own write (the
+    followers write their copies meanwhile); what answers a peer waits for the write."""
+    disk = Disk()
+    monkeypatch.setattr(readyloop, "time", disk)
+    asyncio.run(appends_first(tmp_path, disk))
+
+
+async def appends_first(tmp_path: Path, disk: Disk) -> None:
+    machine = ShardMachine(tmp_path / "shard", CONFIG)
+    wire = Wire(disk)
+    replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, wire,  # type: ignore[arg-type]
+                          voters=[ME], bootstrap=True)
+    replica.storage.persist = disk.persist  # type: ignore[method-assign]
+    replica._term_vote = (2, ME)
+    peer = "127.0.0.1:7101"
+    try:
+        entry = Entry(index=1, term=2, data=b"x")
+        await replica._handle(Ready(
+            hard_state=HardState(2, ME, 0), entries=(entry,), role=Role.LEADER, messages=(
+                Message(MsgType.APPEND, peer, ME, 2, entries=(entry,)),
+                Message(MsgType.VOTE_RESP, peer, ME, 2))))
+        await asyncio.sleep(0)
+        assert disk.threads == [threading.current_thread().name]  # written on the loop
+        assert wire.written == [(MsgType.APPEND, 0), (MsgType.VOTE_RESP, 1)]
     finally:
         replica.storage.close()
         machine.close()

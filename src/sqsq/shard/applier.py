@@ -41,13 +41,27 @@ INLINE_APPLY_BYTES = 4096
 class Applier:
     """Mixed into ``RaftReplica`` (through ``ReadyLoop``), whose state it works on."""
 
-    def _hand_over(self, committed: Sequence[Entry]) -> None:
+    def _hand_over(self, committed: Sequence[Entry], at_once: bool = False) -> None:
+        """Give ``committed`` to the applier. ``at_once``: a leader with no applier running
+        applies a small batch here and now, a turn of the event loop sooner than a task
+        would (its callers wait for the answers; a follower may wait for write sets)."""
         if not committed or self.fatal is not None:
             return
         self._to_apply.extend(committed)
-        if self._applier is None or self._applier.done():
-            self._applier = asyncio.create_task(self._apply_all(),
-                                                name=f"apply-{self.shard_id}")
+        if self._applier is not None and not self._applier.done():
+            return  # it takes these too, in order
+        if at_once and not self._stopped and self.is_leader() and \
+                sum(len(e.data) for e in self._to_apply) <= INLINE_APPLY_BYTES:
+            share = self._share_with()
+            batch, self._to_apply = self._to_apply, []
+            try:
+                results, sets = self._apply_batch(batch, bool(share), {})
+            except Exception as exc:  # a replica that cannot apply stops
+                self._die(exc)
+                return
+            self._applied_batch(batch, share, results, sets)
+            return
+        self._applier = asyncio.create_task(self._apply_all(), name=f"apply-{self.shard_id}")
 
     async def _apply_all(self) -> None:
         """Apply what was handed over, oldest first, a batch per worker-thread call; answer
@@ -69,26 +83,31 @@ class Applier:
             except Exception as exc:  # a replica that cannot apply stops
                 self._die(exc)
                 return
-            self._applied = max(self._applied, batch[-1].index)
-            self.write_sets.forget_to(self._applied)
-            if sets and self.transport is not None:
-                for node, address in share:
-                    self.transport.send_write_sets(node, address, self.shard_id, sets)
-            if self._reads.waiting:
-                self._serve_reads()  # reads that waited for this apply
-            for e in batch:
-                pending = self._proposals.pop(e.index, None)
-                if pending is not None:
-                    term, done = pending
-                    ok = term == e.term and self.core is not None and \
-                        self.core.is_leader() and self.core.term == term
-                    done(Proposal.COMMITTED if ok else Proposal.UNKNOWN,
-                         results.get(e.index))
-                waiter = self._conf_waiters.pop(e.index, None)
-                if waiter is not None:
-                    waiter[1](waiter[0] == e.term)
-            if self._catching_up and self.core is not None:
-                self._note_catch_up(self.core)
+            self._applied_batch(batch, share, results, sets)
+
+    def _applied_batch(self, batch: list[Entry], share: frozenset[tuple[str, tuple[str, int]]],
+                       results: dict[int, Any], sets: list[writesets.Shared]) -> None:
+        """``batch`` is applied: its write sets shared, the reads and proposals that waited
+        for it answered."""
+        self._applied = max(self._applied, batch[-1].index)
+        self.write_sets.forget_to(self._applied)
+        if sets and self.transport is not None:
+            for node, address in share:
+                self.transport.send_write_sets(node, address, self.shard_id, sets)
+        if self._reads.waiting:
+            self._serve_reads()  # reads that waited for this apply
+        for e in batch:
+            pending = self._proposals.pop(e.index, None)
+            if pending is not None:
+                term, done = pending
+                ok = term == e.term and self.core is not None and \
+                    self.core.is_leader() and self.core.term == term
+                done(Proposal.COMMITTED if ok else Proposal.UNKNOWN, results.get(e.index))
+            waiter = self._conf_waiters.pop(e.index, None)
+            if waiter is not None:
+                waiter[1](waiter[0] == e.term)
+        if self._catching_up and self.core is not None:
+            self._note_catch_up(self.core)
 
     def _share_with(self) -> frozenset[tuple[str, tuple[str, int]]]:
         """The nodes a leader shares its write sets with (none unless leading)."""

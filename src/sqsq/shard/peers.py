@@ -225,6 +225,14 @@ class PeerTransport(SnapshotTransfers):
             asyncio.get_running_loop().call_later(WRITE_SETS_LINGER_S, self._flush_write_sets,
                                                   peer)
 
+    def flush_now(self) -> None:
+        """Write what is queued for every peer now instead of at the end of the loop's
+        turn: before the loop blocks on the disk (an fsync on the loop), what was sent must
+        already be on its way."""
+        for peer in self._peers.values():
+            if peer.flush_scheduled:
+                self._flush(peer)
+
     def _flush_write_sets(self, peer: PeerState) -> None:
         peer.write_sets_due = False
         if peer.write_sets and not peer.flush_scheduled:

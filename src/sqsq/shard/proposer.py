@@ -95,9 +95,14 @@ class Proposer:
         self._in_flight += 1
         self._none_in_flight.clear()
 
-        # Called on the event loop: when the entry is applied, or at once when refused.
+        # Called on the event loop: when the entry is applied (answered there and then: a
+        # turn of the loop less on every call's path), or at once when refused or given up
+        # (answered on the next turn: ``propose`` may be calling back from ``_flush``).
         def on_done(status: Proposal, result: Any) -> None:
-            loop.call_soon(self._answer, proposal, status, result)
+            if status is Proposal.COMMITTED:
+                self._answer(proposal, status, result)
+            else:
+                loop.call_soon(self._answer, proposal, status, result)
 
         self.replica.propose(data, on_done)
 

@@ -104,9 +104,12 @@ class ReadyLoop(Applier):
 
     async def _run(self) -> None:
         """Each Ready's writes, then its messages. Its committed entries go to the applier
-        (``_apply_all``): those already durable here at once, so they are applied while this
-        Ready's entries are being persisted (the fsync of the next batch overlaps the apply
-        of the last); those among this Ready's own entries once they are durable. The core
+        (``_apply_all``). When the write goes to a worker thread, those already durable here
+        go at once, so they are applied while this Ready's entries are being persisted (the
+        fsync of the next batch overlaps the apply of the last); the rest once the write is
+        done. When the write runs on the loop (or there is none), all of them go after the
+        Ready's messages: a follower's answers leave before it applies anything, since the
+        leader's commit waits for them and nothing waits for the follower's apply. The core
         counts an entry applied once it is handed over (it hands each out once); what the
         state machine really applied is ``raftLastApplied``."""
         core = self.core
@@ -119,7 +122,7 @@ class ReadyLoop(Applier):
                 rd = core.ready()
                 self.readies += 1
                 later = rd.committed
-                if rd.snapshot is None and rd.committed:
+                if rd.snapshot is None and rd.committed and self._writes_off_loop(rd):
                     new = rd.entries[0].index if rd.entries else rd.committed[-1].index + 1
                     cut = sum(1 for e in rd.committed if e.index < new)
                     self._hand_over(rd.committed[:cut])
@@ -130,7 +133,9 @@ class ReadyLoop(Applier):
                     self._die(exc)
                     return
                 core.advance(rd)
-                self._hand_over(later)
+                self._hand_over(later, at_once=True)
+                if self.fatal is not None:
+                    return  # the apply failed (``_die``)
                 if len(self._to_apply) > MAX_APPLY_BACKLOG:
                     await self._applied_all()  # the disk outruns the state machine
                 self._serve_reads(rd.read_states)
@@ -166,6 +171,8 @@ class ReadyLoop(Applier):
         if rd.entries or changes_vote:
             self.persists += 1
             if self._write_inline(rd):
+                if rest is not rd.messages and self.transport is not None:
+                    self.transport.flush_now()  # the appends leave before the loop blocks
                 took = self._persist(rd.entries, hs)
             else:
                 took = await self.writes.run(functools.partial(self._persist, rd.entries, hs))
@@ -177,16 +184,30 @@ class ReadyLoop(Applier):
         for m in rest:
             self._send(m)
 
+    def _writes_off_loop(self, rd: Ready) -> bool:
+        """Whether this Ready has a write, and it goes to a worker thread."""
+        if not rd.entries and (rd.hard_state is None or (
+                rd.hard_state.term, rd.hard_state.vote) == self._term_vote):
+            return False
+        return not self._write_inline(rd)
+
     def _write_inline(self, rd: Ready) -> bool:
         """Whether to write this Ready on the event loop rather than in a worker thread: a
-        replica that does not lead, a small write, a fast disk. A worker thread's round trip
-        (two wake-ups across threads, the GIL handed back and forth) costs a node more CPU
-        than a fast fsync keeps its loop waiting, and a follower's answers wait for the
-        write either way. A leader's loop has more to do meanwhile (its appends left before
-        its write), and a slow disk (the recent writes' average past ``INLINE_WRITE_S``)
+        small write on a fast disk, by a follower, or by a leader with nothing else under
+        way. A worker thread's round trip (two wake-ups across threads, the GIL handed back
+        and forth) costs a node more CPU than a fast fsync keeps its loop waiting; on a lone
+        send's path it was a third of a millisecond from the Ready to the worker's fsync,
+        and as much again before the loop saw it done. A follower's answers wait for the
+        write either way. A leader's appends leave before it (``_send_early``); but a leader
+        with committed entries to apply, or other entries out (a busy leader: the proposer
+        sends a second entry only when commands pile up), has work for its loop while a
+        worker writes. A slow disk (the recent writes' average past ``INLINE_WRITE_S``)
         would stall every shard of the node."""
-        return (rd.role is not Role.LEADER and self._write_s <= INLINE_WRITE_S
-                and sum(len(e.data) for e in rd.entries) <= INLINE_WRITE_BYTES)
+        if self._write_s > INLINE_WRITE_S or \
+                sum(len(e.data) for e in rd.entries) > INLINE_WRITE_BYTES:
+            return False
+        return rd.role is not Role.LEADER or (
+            not rd.committed and len(self._proposals) <= len(rd.entries))
 
     def _persist(self, entries: Sequence[Entry], hs: HardState | None) -> float:
         """Write and sync; the seconds it took (on the loop or in a worker thread)."""

@@ -166,9 +166,15 @@ class RaftReplica(ReadyLoop):
     # ---- inputs --------------------------------------------------------------------------
 
     def step(self, message: Message) -> None:
-        if self.core is not None and self.fatal is None:
-            self.core.step(message)
-            self._kick.set()
+        core = self.core
+        if core is not None and self.fatal is None:
+            core.step(message)
+            # A message that leaves nothing to do (an answer to an entry already committed,
+            # which on a lone send arrives while the leader applies and replies) costs no
+            # turn of the Ready loop. A change of role always comes with a Ready (a new term,
+            # a commit, or messages to send).
+            if core.has_ready():
+                self._kick.set()
 
     def nodes(self) -> frozenset[tuple[str, tuple[str, int]]]:
         """The other members' nodes (id, address): whom the node's heartbeat goes to.

@@ -1,0 +1,309 @@
+"""Where a replicated send's time goes: a lone ``send_message`` (one in flight, as send-c1)
+against three ``sqsq node`` processes (as the ``sqsq-r3`` target starts them), timed at each
+hand-off on the leader and on both followers: the client's frame read, the engine, the
+proposal, the Ready, the appends sent, the followers' receipt, fdatasync and answer, the
+leader's commit, apply and reply.
+
+    python -m bench.r3stages --sends 2000
+
+Every node records what it did with a timestamp (``time.perf_counter``: CLOCK_MONOTONIC,
+one clock for every process on the machine); with one call at a time, what a node did
+between a call's start and its end belongs to that call. For each event the p50 of its time
+since the call began is printed, in the order they happen, per role: L the leader, F1 the
+follower whose answer came first, F2 the other. The stamps wrap private functions: this is a
+measuring tool, not an API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.procs import Proc, free_port
+
+pc = time.perf_counter
+WARM_UP = 300
+
+
+# ---- a node (run as ``python -m bench.r3stages --serve <file> <sqsq node args>``) ---------
+
+def _serve(argv: list[str], out: Path) -> None:
+    from sqsq.gateway import frames, streaming
+    from sqsq.raft import node as raftnode
+    from sqsq.raft.types import MsgType
+    from sqsq.shard import engine, peers, raftstorage, replica, statemachine
+
+    events: list[tuple[str, float]] = []
+    note = events.append
+
+    def around(owner: Any, name: str, before: str | None, after: str | None = None) -> None:
+        inner = getattr(owner, name)
+        if asyncio.iscoroutinefunction(inner):
+            async def timed(*a: Any, **k: Any) -> Any:
+                if before:
+                    note((before, pc()))
+                result = await inner(*a, **k)
+                if after:
+                    note((after, pc()))
+                return result
+        else:
+            def timed(*a: Any, **k: Any) -> Any:  # type: ignore[misc]
+                if before:
+                    note((before, pc()))
+                result = inner(*a, **k)
+                if after:
+                    note((after, pc()))
+                return result
+        setattr(owner, name, timed)
+
+    around(streaming.StreamSession, "_start", "read")
+    around(engine.ShardEngine, "execute", "exec", "exec.end")
+    around(streaming.StreamSession, "_put", "reply.queued")
+    around(frames._Connection, "_flush", None, "reply.written")
+    around(statemachine.ShardMachine, "apply_entry_writes", "apply", "apply.end")
+    around(statemachine.ShardMachine, "apply_entry", "apply", "apply.end")
+    around(statemachine.ShardMachine, "apply_writes", "apply", "apply.end")
+
+    propose = replica.RaftReplica.propose
+
+    def timed_propose(self: Any, data: bytes, done: Any) -> None:
+        started = pc()
+
+        def stamped(*a: Any) -> None:
+            note(("answered", pc()))
+            done(*a)
+        propose(self, data, stamped)
+        note(("propose", started, self.core.log.last_index()))  # the entry's index
+    replica.RaftReplica.propose = timed_propose  # type: ignore[method-assign]
+
+    ready = raftnode.RaftNode.ready
+
+    def timed_ready(self: Any) -> Any:
+        rd = ready(self)
+        if rd.entries:
+            note(("ready(entries)", pc()))
+        if any(e.data for e in rd.committed):
+            note(("ready(committed)", pc()))
+        return rd
+    raftnode.RaftNode.ready = timed_ready  # type: ignore[method-assign]
+
+    advance = raftnode.RaftNode.advance
+
+    def timed_advance(self: Any, rd: Any) -> None:
+        if rd.entries:
+            note(("advance(entries)", pc()))
+        advance(self, rd)
+    raftnode.RaftNode.advance = timed_advance  # type: ignore[method-assign]
+
+    step = raftnode.RaftNode.step
+
+    def timed_step(self: Any, m: Any) -> None:
+        commit = self.log.commit
+        step(self, m)
+        if self.log.commit != commit:
+            note(("commit moved", pc()))
+    raftnode.RaftNode.step = timed_step  # type: ignore[method-assign]
+
+    persist = raftstorage.RaftStorage.persist
+
+    def timed_persist(self: Any, entries: Any, hard_state: Any) -> None:
+        started = pc()
+        persist(self, entries, hard_state)
+        if entries:
+            note(("fsync", started))
+            note(("fsync.end", pc()))
+    raftstorage.RaftStorage.persist = timed_persist  # type: ignore[method-assign]
+
+    def kinds(batch: Any) -> list[str]:
+        out = []
+        for item in batch:
+            m = item[1]
+            if m.type is MsgType.APPEND and m.entries:
+                out.append("append")
+            elif m.type is MsgType.APPEND and not m.entries:
+                out.append("append(commit)")
+            elif m.type is MsgType.APPEND_RESP and not m.reject:
+                out.append("ack")
+            else:
+                out.append("other")
+        return out
+
+    flush = peers.PeerTransport._flush
+
+    def timed_flush(self: Any, peer: Any) -> None:
+        sent = kinds(peer.queue)
+        flush(self, peer)
+        t = pc()
+        for kind in sent:
+            note((f"sent {kind}", t))
+    peers.PeerTransport._flush = timed_flush  # type: ignore[method-assign]
+
+    on_messages = replica.Replicas.on_messages
+
+    def timed_on_messages(self: Any, peer: str, batch: Any) -> None:
+        t = pc()
+        for kind, (_, m) in zip(kinds(batch), batch, strict=False):
+            note((f"got {kind}", t, m.index))  # (an answer's index: the entry it matched)
+        on_messages(self, peer, batch)
+    replica.Replicas.on_messages = timed_on_messages  # type: ignore[method-assign]
+
+    def dump(*_: Any) -> None:
+        written = out.with_suffix(".part")  # renamed whole: the reader never sees half of it
+        written.write_text("".join(repr(e) + "\n" for e in events))
+        written.replace(out)
+        events.clear()
+    signal.signal(signal.SIGUSR1, dump)
+    signal.signal(signal.SIGUSR2, lambda *_: events.clear())
+
+    from sqsq.cli.main import main
+    sys.argv = ["sqsq", *argv]
+    sys.exit(main())
+
+
+# ---- the client side --------------------------------------------------------------------
+
+async def _calls(endpoint: str, pids: list[int], sends: int, outs: list[Path]) -> None:
+    from sqsq.client import AsyncClient, _frames, _stream
+
+    cur: dict[str, float] = {}
+    frame, response = _stream._frame, _stream._response
+
+    def timed_frame(*a: Any) -> Any:
+        cur.setdefault("client: frame built", pc())
+        return frame(*a)
+
+    def timed_response(reply: Any) -> Any:
+        cur["client: reply read"] = pc()
+        return response(reply)
+    _stream._frame, _stream._response = timed_frame, timed_response
+    _frames._frame = timed_frame  # (imported by name there)
+
+    client = AsyncClient(endpoint, timeout=60.0)  # as the bench's driver
+    queue = await client.create_queue("bench-r3stages")
+    for _ in range(WARM_UP):
+        await client.send_message(queue, "x" * 100)
+    for pid in pids:
+        os.kill(pid, signal.SIGUSR2)
+    rows = []
+    for _ in range(sends):
+        cur.clear()
+        started = pc()
+        await client.send_message(queue, "x" * 100)
+        rows.append(dict(cur, t0=started, end=pc()))
+    await client.close()
+    for pid in pids:
+        os.kill(pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while not all(out.exists() for out in outs):
+        if time.monotonic() > deadline:
+            raise TimeoutError("a node wrote no stamps")
+        await asyncio.sleep(0.05)
+    nodes = [[ast.literal_eval(line) for line in out.read_text().splitlines()]
+             for out in outs]
+    report(rows, nodes)
+
+
+def report(rows: list[dict[str, float]], nodes: list[list[tuple[str, float]]]) -> None:
+    """Each event's p50 time since the call began, by role, in the order they happen, and
+    the p50 over the calls of the time from the row above to it (calls that had both)."""
+    calls: list[dict[str, float]] = []
+    cursors = [0] * len(nodes)
+    for row in rows:
+        t0, end = row["t0"], row["end"]
+        seen: list[dict[str, float]] = []
+        for i, events in enumerate(nodes):
+            j = cursors[i]
+            while j < len(events) and events[j][1] < t0:
+                j += 1
+            first: dict[str, float] = {}
+            index = 0  # the entry this node proposed in the call, if it did
+            while j < len(events) and events[j][1] <= end:
+                name, t, *more = events[j]
+                j += 1
+                if name == "propose":
+                    index = more[0]
+                elif name == "got ack" and more[0] < index:
+                    continue  # a late answer about the call before
+                elif name == "got other":
+                    continue
+                if name in first and name == "got ack":
+                    name = "got ack (2nd)"
+                first.setdefault(name, t)
+            cursors[i] = j
+            seen.append(first)
+        leaders = [s for s in seen if "propose" in s]
+        if len(leaders) != 1:
+            continue
+        leader = leaders[0]
+        followers = sorted((s for s in seen if s is not leader),
+                           key=lambda s: s.get("sent ack", float("inf")))
+        call = {name: row[name] - t0 for name in ("client: frame built", "client: reply read")
+                if name in row}
+        call["client: end"] = end - t0
+        for role, stamps in (("L", leader), *((f"F{k + 1}", f) for k, f in
+                                               enumerate(followers))):
+            for name, t in stamps.items():
+                call[f"{role} {name}"] = t - t0
+        calls.append(call)
+
+    def p50(values: list[float]) -> float:
+        values.sort()
+        return values[len(values) // 2] * 1e3 if values else float("nan")
+
+    names = {name for call in calls for name in call}
+    order = sorted((p50([c[n] for c in calls if n in c]), n) for n in names)
+    print(f"{len(calls)} lone sends; p50 ms since the call began, and p50 ms since the role's "
+          f"event above (calls that had both), by role:")
+    last: dict[str, str] = {}
+    for at, name in order:
+        role = name.split(" ", 1)[0]
+        prev = last.get(role)
+        step = p50([c[name] - c[prev] for c in calls if name in c and prev in c]) \
+            if prev is not None else at
+        last[role] = name
+        n = sum(1 for c in calls if name in c)
+        print(f"  {at:7.3f}  (+{step:6.3f})  {name:<28} {n}")
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--serve":
+        _serve(sys.argv[3:], Path(sys.argv[2]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sends", type=int, default=2000)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sqsq-r3stages-") as tmp:
+        root = Path(tmp)
+        secret = root / "cluster-secret"
+        secret.write_bytes(os.urandom(32))
+        ports = [(free_port(), free_port()) for _ in range(3)]
+        peers = ",".join(f"127.0.0.1:{g}:{r}" for g, r in ports)
+        outs = [root / f"stamps{i}.txt" for i in range(3)]
+        procs = []
+        try:
+            for i, (gport, rport) in enumerate(ports):
+                procs.append(Proc(f"sqsq-node{i}", [
+                    sys.executable, "-m", "bench.r3stages", "--serve", str(outs[i]), "node",
+                    "--data-dir", str(root / f"node{i}"), "--host", "127.0.0.1",
+                    "--grpc-port", str(gport), "--raft-port", str(rport), "--peers", peers,
+                    "--bootstrap", "--secret-file", str(secret)],
+                    root / f"node{i}.log", env={"SQSQ_LOG_LEVEL": "WARNING"}))
+            for proc, (gport, _) in zip(procs, ports, strict=True):
+                proc.wait_port(gport)
+            endpoint = ",".join(f"127.0.0.1:{g}" for g, _ in ports)
+            asyncio.run(_calls(endpoint, [p.pid for p in procs], args.sends, outs))
+        finally:
+            for proc in procs:
+                proc.stop()
+
+
+if __name__ == "__main__":
+    main()
