@@ -70,6 +70,19 @@ class FrameError(Exception):
     """The peer sent what is not a frame connection's bytes."""
 
 
+def varint(n: int) -> bytes:
+    """A protobuf varint (``n`` >= 0): what both sides put before the messages they join into
+    a frame as bytes, instead of copying each into a frame message to serialize it again."""
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 def framed(message: Any) -> bytes:
     """A protobuf message as it goes on a frame connection: its length, then itself."""
     data = message.SerializeToString()

@@ -64,8 +64,9 @@ def test_a_blocking_stream_call_abandoned_ends_unavailable_and_is_cancelled() ->
 
     def call() -> None:
         try:
-            calls.call("receive_message", pb.ReceiveMessageRequest(queue_url="q"), 10, None,
-                       None, handle)
+            calls.call("receive_message",
+                       pb.ReceiveMessageRequest(queue_url="q").SerializeToString(), 10, None,
+                       handle)
         except CallError as exc:
             out.append(exc)
 
@@ -76,7 +77,8 @@ def test_a_blocking_stream_call_abandoned_ends_unavailable_and_is_cancelled() ->
     handle.fire("b:2")
     thread.join(5)
     assert [(e.code(), e.details()) for e in out] == [(grpc.StatusCode.UNAVAILABLE, ABANDONED)]
-    assert calls.sent[-1].HasField("cancel") and calls.pending == {}
+    (last,) = pb.StreamRequestFrame.FromString(calls.sent[-1]).calls  # a frame's entry
+    assert last.HasField("cancel") and calls.pending == {}
 
 
 def test_a_route_naming_a_newer_leader_puts_it_first() -> None:

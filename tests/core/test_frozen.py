@@ -64,16 +64,35 @@ def test_refuses_what_it_would_get_wrong() -> None:
         a: int
 
     @dataclass(frozen=True)
-    class Factory:
-        a: list = field(default_factory=list)
-
-    @dataclass(frozen=True)
     class Post:
         a: int
 
         def __post_init__(self) -> None:
             pass
 
-    for cls in (Mutable, Factory, Post):
+    for cls in (Mutable, Post):
         with pytest.raises(TypeError):
             quick_init(cls)
+
+
+def test_a_default_factory_gives_each_instance_a_value_of_its_own() -> None:
+    @quick_init
+    @dataclass(frozen=True)
+    class Factory:
+        a: int
+        b: list = field(default_factory=list)
+        c: str = "c"
+
+    @dataclass(frozen=True)
+    class Reference:
+        a: int
+        b: list = field(default_factory=list)
+        c: str = "c"
+
+    one, two = Factory(1), Factory(1)
+    assert vars(one) == vars(Reference(1)) == {"a": 1, "b": [], "c": "c"}
+    assert one.b is not two.b
+    given = [5]
+    assert Factory(2, given).b is given and vars(Factory(2, given, "x")) == vars(
+        Reference(2, given, "x"))
+    assert Factory(3, c="z") == Factory(3, [], "z")

@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from sqsq.core.frozen import quick_init
 from sqsq.errors import NotLeader, QueueError, ServiceUnavailable, error_for, leader_of
 from sqsq.wire import ERROR_CODE_KEY, NOT_RUN, REGION_METADATA_KEY
 
@@ -25,6 +26,7 @@ NO_HINT_WAIT_S = 0.05  # a NotLeader without a leader's address: an election is 
 ATTEMPT_S = 5.0  # with several nodes, one attempt waits no longer (a stopped node never answers)
 
 
+@quick_init  # (one or more per message sent)
 @dataclass(frozen=True)
 class Call:
     """One RPC to make: ``method`` names the stub attribute."""

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import struct
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -35,6 +36,7 @@ from sqsq.wire import FRAME_ID_KEY, FRAME_PORT_KEY, FrameError, FrameSplitter, f
 
 ENV_FRAMES = "SQSQ_FRAMES"
 OPEN_TIMEOUT_S = 2.0  # to connect and be accepted; past it, gRPC
+_LENGTH = struct.Struct(">I")  # what ``sqsq.wire.framed`` puts before a message
 
 
 def enabled() -> bool:
@@ -130,7 +132,7 @@ class AioFrameStream(_AioCalls):
             frame, held = _frame(outbox.popleft(), outbox.popleft)
             if held is not _NOTHING:
                 outbox.appendleft(held)
-            transport.write(framed(frame))
+            transport.write(_LENGTH.pack(len(frame)) + frame)  # (framed, as bytes)
         if self.draining and transport.can_write_eof():
             transport.write_eof()  # the server answers what it read, then closes
             self._eof_sent = True
@@ -230,7 +232,8 @@ class SyncFrameStream(_SyncCalls):
 
     def _put(self, outgoing: Outgoing) -> None:
         try:
-            self._sock.sendall(framed(pb.StreamRequestFrame(calls=[outgoing[0]])))
+            frame = outgoing[0]  # a frame of this one call
+            self._sock.sendall(_LENGTH.pack(len(frame)) + frame)
         except OSError:
             pass  # the connection broke: the reader fails the calls
 

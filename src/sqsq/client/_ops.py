@@ -126,15 +126,9 @@ def _parse_send(resp: pb.SendMessageResponse) -> SendResult:
 
 def _parse_send_batch(resp: pb.SendMessageBatchResponse) -> BatchResult:
     successful = [
-        SendBatchResultEntry(
-            id=s.id,
-            message_id=s.message_id,
-            md5_of_message_body=s.md5_of_message_body,
-            md5_of_message_attributes=_none_if_empty(s.md5_of_message_attributes),
-            sequence_number=_none_if_empty(s.sequence_number),
-            md5_of_message_system_attributes=_none_if_empty(
-                s.md5_of_message_system_attributes),
-        )
+        SendBatchResultEntry(  # (positional, empty strings as None: ten of these a call)
+            s.id, s.message_id, s.md5_of_message_body, s.md5_of_message_attributes or None,
+            s.sequence_number or None, s.md5_of_message_system_attributes or None)
         for s in resp.successful
     ]
     return BatchResult(successful=successful, failed=_batch_errors(resp.failed))
@@ -148,14 +142,13 @@ def _parse_batch(resp: pb.BatchResponse) -> BatchResult:
 
 
 def _parse_message(m: pb.Message) -> Message:
+    attributes, message_attributes = m.attributes, m.message_attributes
     return Message(
-        message_id=m.message_id,
-        receipt_handle=m.receipt_handle,
-        body=m.body,
-        md5_of_body=m.md5_of_body,
-        md5_of_message_attributes=_none_if_empty(m.md5_of_message_attributes),
-        attributes=dict(m.attributes),
-        message_attributes=attributes_from_pb(m.message_attributes),
+        m.message_id, m.receipt_handle, m.body, m.md5_of_body,
+        m.md5_of_message_attributes or None,
+        # (most receives ask for neither: no copy of an empty map)
+        dict(attributes) if attributes else {},
+        attributes_from_pb(message_attributes) if message_attributes else {},
     )
 
 
@@ -268,18 +261,31 @@ def send_message(
     message_deduplication_id: str | None = None,
     message_system_attributes: MessageAttributes | None = None,
 ) -> Call:
+    # One request id for every attempt: the server maps a retry to the first result.
+    if delay_seconds is None and not message_attributes and message_group_id is None and \
+            message_deduplication_id is None and not message_system_attributes:
+        # (the usual send: a body and nothing else, with no keyword dict on the way)
+        req = pb.SendMessageRequest(queue_url=queue, message_body=message_body,
+                                    request_id=request_id())
+        return Call("SendMessage", req, _parse_send, retry=True)
     fields = _send_fields(
         message_body, delay_seconds, message_attributes, message_group_id,
         message_deduplication_id, message_system_attributes,
     )
     req = pb.SendMessageRequest(queue_url=queue, request_id=request_id(), **fields)
-    # One request id for every attempt: the server maps a retry to the first result.
     return Call("SendMessage", req, _parse_send, retry=True)
 
 
+_PLAIN_ENTRY = frozenset({"Id", "MessageBody"})
+
+
 def send_message_batch(queue: str, entries: Iterable[Mapping[str, Any]]) -> Call:
-    pb_entries = []
+    req = pb.SendMessageBatchRequest(queue_url=queue, request_id=request_id())
+    add = req.entries.add  # (each entry built in its place, not built apart and copied in)
     for entry in entries:
+        if entry.keys() <= _PLAIN_ENTRY:  # the usual entry: an id and a body, nothing else
+            add(id=str(entry.get("Id", "")), message_body=entry.get("MessageBody", ""))
+            continue
         fields = _send_fields(
             entry.get("MessageBody", ""),
             entry.get("DelaySeconds"),
@@ -288,10 +294,7 @@ def send_message_batch(queue: str, entries: Iterable[Mapping[str, Any]]) -> Call
             entry.get("MessageDeduplicationId"),
             entry.get("MessageSystemAttributes"),
         )
-        pb_entries.append(pb.SendMessageBatchEntry(id=str(entry.get("Id", "")), **fields))
-    req = pb.SendMessageBatchRequest(
-        queue_url=queue, entries=pb_entries, request_id=request_id()
-    )
+        add(id=str(entry.get("Id", "")), **fields)
     return Call("SendMessageBatch", req, _parse_send_batch, retry=True)
 
 
@@ -335,13 +338,10 @@ def delete_message(queue: str, receipt_handle: str) -> Call:
 
 
 def delete_message_batch(queue: str, entries: Iterable[Mapping[str, Any]]) -> Call:
-    pb_entries = [
-        pb.DeleteMessageBatchEntry(
-            id=str(e.get("Id", "")), receipt_handle=str(e.get("ReceiptHandle", ""))
-        )
-        for e in entries
-    ]
-    req = pb.DeleteMessageBatchRequest(queue_url=queue, entries=pb_entries)
+    req = pb.DeleteMessageBatchRequest(queue_url=queue)
+    add = req.entries.add  # (each entry built in its place, not built apart and copied in)
+    for e in entries:
+        add(id=str(e.get("Id", "")), receipt_handle=str(e.get("ReceiptHandle", "")))
     return Call("DeleteMessageBatch", req, _parse_batch)
 
 
@@ -353,17 +353,14 @@ def change_message_visibility(queue: str, receipt_handle: str, visibility_timeou
 
 
 def change_message_visibility_batch(queue: str, entries: Iterable[Mapping[str, Any]]) -> Call:
-    pb_entries = []
+    req = pb.ChangeMessageVisibilityBatchRequest(queue_url=queue)
+    add = req.entries.add
     for n, e in enumerate(entries, 1):
         if e.get("VisibilityTimeout") is None:  # the wire's 0 would release the message
             raise error_for("MissingParameter", "The request must contain the parameter "
                             f"ChangeMessageVisibilityBatchRequestEntry.{n}.VisibilityTimeout.")
-        pb_entries.append(pb.ChangeMessageVisibilityBatchEntry(
-            id=str(e.get("Id", "")),
-            receipt_handle=str(e.get("ReceiptHandle", "")),
-            visibility_timeout=int(e["VisibilityTimeout"]),
-        ))
-    req = pb.ChangeMessageVisibilityBatchRequest(queue_url=queue, entries=pb_entries)
+        add(id=str(e.get("Id", "")), receipt_handle=str(e.get("ReceiptHandle", "")),
+            visibility_timeout=int(e["VisibilityTimeout"]))
     return Call("ChangeMessageVisibilityBatch", req, _parse_batch)
 
 

@@ -45,7 +45,7 @@ from sqsq.client import _auth
 from sqsq.client._abandon import ABANDONED
 from sqsq.client._call import ERROR_CODE_KEY
 from sqsq.v1 import queues_pb2 as pb
-from sqsq.wire import MAX_FRAME_BYTES, STREAM_METHOD
+from sqsq.wire import MAX_FRAME_BYTES, STREAM_METHOD, varint
 
 ENV_STREAM = "SQSQ_STREAM"
 # MAX_FRAME_BYTES is gRPC's default limit on a received message: a frame (a gRPC message)
@@ -129,42 +129,61 @@ def _ended(err: grpc.RpcError | None) -> CallError | _Unimplemented:
                      f"the stream ended before the reply ({code.name}: {details})")
 
 
-Outgoing = tuple[pb.StreamRequest, int]  # a call for the stream, and (at most) its size
+# A call for the stream, as the bytes it adds to a frame (a ``StreamRequestFrame.calls``
+# entry: tag, length, the serialized StreamRequest), and their size. Requests are serialized
+# once, as bytes, and a frame is its calls' bytes joined: building a StreamRequest around
+# the request and a frame around those copied each request twice before serializing it all.
+Outgoing = tuple[bytes, int]
+
+_CALLS_TAG = bytes([pb.StreamRequestFrame.DESCRIPTOR.fields_by_name["calls"].number << 3 | 2])
+_ID_TAG = bytes([pb.StreamRequest.DESCRIPTOR.fields_by_name["id"].number << 3])  # varints
+_TIMEOUT_TAG = bytes([pb.StreamRequest.DESCRIPTOR.fields_by_name["timeout_ms"].number << 3])
+# the call's field (snake case) -> its tag (length-delimited); the oneof's fields come after
+# id, metadata and timeout_ms, so appended to those they are in the order protobuf writes
+_CALL_TAGS = {f.name: varint(f.number << 3 | 2) for f in pb.StreamRequest.DESCRIPTOR.fields
+              if f.containing_oneof is not None}
+_UINT32_MAX = 0xFFFFFFFF
 
 
-def _request(call_id: int, field: str, request: Any, size: int, timeout: float | None,
+def _entry(message: bytes) -> Outgoing:
+    part = _CALLS_TAG + varint(len(message)) + message
+    return part, len(part)
+
+
+def _request(call_id: int, field: str, body: bytes, timeout: float | None,
              metadata: Metadata) -> Outgoing:
-    out = pb.StreamRequest(id=call_id)
-    if metadata:
-        out.metadata.update(metadata)
-        size += sum(len(k) + len(v) + 16 for k, v in metadata)
-    if timeout is not None:
-        out.timeout_ms = max(1, math.ceil(timeout * 1000))
-    getattr(out, field).CopyFrom(request)
-    return out, size + 48  # id, timeout, the oneof's tag and length, the frame's
+    """The call ``field`` (its request serialized: ``body``) as a frame's entry."""
+    timeout_ms = None if timeout is None else max(1, math.ceil(timeout * 1000))
+    if metadata or call_id > _UINT32_MAX or (timeout_ms or 0) > _UINT32_MAX:
+        # (rare: a region or shard of its own; or out of range, refused as protobuf would)
+        head = pb.StreamRequest(id=call_id, metadata=dict(metadata or ()),
+                                timeout_ms=timeout_ms or 0).SerializeToString()
+    elif timeout_ms is None:
+        head = _ID_TAG + varint(call_id)
+    else:
+        head = _ID_TAG + varint(call_id) + _TIMEOUT_TAG + varint(timeout_ms)
+    return _entry(head + _CALL_TAGS[field] + varint(len(body)) + body)
 
 
 def _cancel(call_id: int) -> Outgoing:
-    return pb.StreamRequest(id=call_id, cancel=pb.Empty()), 32
+    return _entry(pb.StreamRequest(id=call_id, cancel=pb.Empty()).SerializeToString())
 
 
-def _frame(first: Outgoing, take: Callable[[], Outgoing | None],
-           ) -> tuple[pb.StreamRequestFrame, Any]:
-    """A frame of ``first`` and whatever else ``take`` has ready that fits; and what was taken
-    but does not fit (``_NOTHING`` if none)."""
-    frame = pb.StreamRequestFrame()
-    frame.calls.append(first[0])
+def _frame(first: Outgoing, take: Callable[[], Outgoing | None]) -> tuple[bytes, Any]:
+    """A serialized ``StreamRequestFrame`` of ``first`` and whatever else ``take`` has ready
+    that fits; and what was taken but does not fit (``_NOTHING`` if none)."""
+    parts = [first[0]]
     size = first[1]
-    while len(frame.calls) < MAX_FRAME_CALLS:
+    while len(parts) < MAX_FRAME_CALLS:
         try:
             more = take()
         except (asyncio.QueueEmpty, queue.Empty, IndexError):
             break
         if more is None or size + more[1] > MAX_FRAME_BYTES:
-            return frame, more
-        frame.calls.append(more[0])
+            return b"".join(parts), more
+        parts.append(more[0])
         size += more[1]
-    return frame, _NOTHING
+    return b"".join(parts), _NOTHING
 
 
 def _response(reply: pb.StreamReply) -> Any:
@@ -184,9 +203,13 @@ def _token(credentials: _auth.Credentials | None) -> tuple[tuple[str, str], ...]
     return ((_auth.GRPC_METADATA_KEY, _auth.grpc_token(*credentials, STREAM_METHOD)),)
 
 
+def _as_is(frame: bytes) -> bytes:
+    return frame
+
+
 def _serializers() -> dict[str, Callable]:
-    return dict(request_serializer=pb.StreamRequestFrame.SerializeToString,
-                response_deserializer=pb.StreamReplyFrame.FromString)
+    # (frames are serialized already: ``_frame``)
+    return dict(request_serializer=_as_is, response_deserializer=pb.StreamReplyFrame.FromString)
 
 
 # ---- asyncio -----------------------------------------------------------------------------
@@ -208,13 +231,15 @@ class _AioCalls:
     async def close(self) -> None:
         raise NotImplementedError
 
-    async def call(self, field: str, request: Any, size: int, timeout: float | None,
+    async def call(self, field: str, body: bytes, timeout: float | None,
                    metadata: Metadata, abandon: Any = None) -> Any:
+        """Make the call ``field`` (the unary method's, snake case) whose request serializes
+        to ``body``; its response."""
         loop = asyncio.get_running_loop()
         call_id = next(self._ids)
         fut = loop.create_future()
         self.pending[call_id] = fut
-        self._send(_request(call_id, field, request, size, timeout, metadata))
+        self._send(_request(call_id, field, body, timeout, metadata))
         timer = None if timeout is None else loop.call_later(timeout, _expire, fut)
         if abandon is not None:  # (``_abandon.Abandon``: fired on this loop's thread)
             abandon.attach(lambda: fut.done() or fut.set_exception(_abandoned()))
@@ -387,15 +412,16 @@ class _SyncCalls:
         if self._reader is not None and self._reader is not threading.current_thread():
             self._reader.join(CLOSE_WAIT_S)
 
-    def call(self, field: str, request: Any, size: int, timeout: float | None,
+    def call(self, field: str, body: bytes, timeout: float | None,
              metadata: Metadata, abandon: Any = None) -> Any:
+        """``_AioCalls.call``, blocking."""
         waiter = _Waiter()
         with self._lock:  # sent before a half-close, or not at all
             if self.done or self.draining:
                 raise _Closed
             call_id = next(self._ids)
             self.pending[call_id] = waiter
-            self._put(_request(call_id, field, request, size, timeout, metadata))
+            self._put(_request(call_id, field, body, timeout, metadata))
         if abandon is not None:  # (``_abandon.Abandon``, fired from another thread)
             abandon.attach(lambda: self._abandon(call_id))
         if not waiter.wait(timeout):
@@ -454,7 +480,7 @@ class _SyncStream(_SyncCalls):
             self._requests(), metadata=metadata)
         self._start_reader(self._read, "sqsq-stream", self._replies)
 
-    def _requests(self) -> Iterator[pb.StreamRequestFrame]:
+    def _requests(self) -> Iterator[bytes]:
         """Frames for gRPC's request thread, until None (the stream ended)."""
         held: Any = _NOTHING
         while True:

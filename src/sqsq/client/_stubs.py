@@ -111,14 +111,13 @@ class AsyncStreamStub(_StubBase):
 
     async def call(self, method: str, request: Any, timeout: float | None,
                    metadata: Metadata, abandon: Any = None) -> Any:
-        size = request.ByteSize()
-        if not self.unary_only and size <= MAX_REQUEST_BYTES:
+        body = request.SerializeToString()  # (once: the stream's frame takes these bytes)
+        if not self.unary_only and len(body) <= MAX_REQUEST_BYTES:
             stream = self._stream
             if stream is None or stream.done or stream.draining:
                 stream = await self._open()
             try:
-                return await stream.call(FIELDS[method], request, size, timeout, metadata,
-                                         abandon)
+                return await stream.call(FIELDS[method], body, timeout, metadata, abandon)
             except _Unimplemented:
                 self.unary_only = True
         return await getattr(self._unary, method)(request, timeout=timeout, metadata=metadata)
@@ -204,11 +203,10 @@ class StreamStub(_StubBase):
 
     def call(self, method: str, request: Any, timeout: float | None,
              metadata: Metadata, abandon: Any = None) -> Any:
-        size = request.ByteSize()
-        while not self.unary_only and size <= MAX_REQUEST_BYTES:
+        body = request.SerializeToString()  # (once: the stream's frame takes these bytes)
+        while not self.unary_only and len(body) <= MAX_REQUEST_BYTES:
             try:
-                return self._open().call(FIELDS[method], request, size, timeout, metadata,
-                                         abandon)
+                return self._open().call(FIELDS[method], body, timeout, metadata, abandon)
             except _Closed:
                 continue
             except _Unimplemented:

@@ -84,10 +84,14 @@ def resolve(batching: BatchSettings | bool | None) -> BatchSettings | None:
 
 _SEND_OPTIONAL = ("delay_seconds", "message_group_id", "message_deduplication_id",
                   "aws_trace_header")
+_IDS = tuple(str(i) for i in range(SQS_MAX_ENTRIES))  # a batch's entry ids, made once
 
 
-def _send_entry(i: int, req: pb.SendMessageRequest) -> pb.SendMessageBatchEntry:
-    entry = pb.SendMessageBatchEntry(id=str(i), message_body=req.message_body)
+def _add_send_entry(entries: Any, i: int, req: pb.SendMessageRequest) -> None:
+    """``req`` (a single send's request) as entry ``i`` of a batch, built in its place in the
+    repeated field ``entries`` (built apart and passed in, each entry was copied again)."""
+    entry = entries.add(id=_IDS[i] if i < SQS_MAX_ENTRIES else str(i),
+                        message_body=req.message_body)
     if req.message_attributes:
         for name, value in req.message_attributes.items():
             entry.message_attributes[name].CopyFrom(value)
@@ -95,14 +99,15 @@ def _send_entry(i: int, req: pb.SendMessageRequest) -> pb.SendMessageBatchEntry:
     for name in _SEND_OPTIONAL:
         if has(name):
             setattr(entry, name, getattr(req, name))
-    return entry
 
 
 def _send_batch(queue_url: str, reqs: list[Any]) -> Call:
     # One request id for every attempt of this batch: a retry is answered, entry by entry,
     # with the first result (the server keys it by request id and entry id).
-    req = pb.SendMessageBatchRequest(queue_url=queue_url, request_id=_ops.request_id(),
-                                     entries=[_send_entry(i, r) for i, r in enumerate(reqs)])
+    req = pb.SendMessageBatchRequest(queue_url=queue_url, request_id=_ops.request_id())
+    entries = req.entries
+    for i, r in enumerate(reqs):
+        _add_send_entry(entries, i, r)
     return Call("SendMessageBatch", req, _parse_sent, retry=True)
 
 
@@ -113,17 +118,19 @@ def _parse_sent(resp: pb.SendMessageBatchResponse) -> BatchResult:
 
 
 def _delete_batch(queue_url: str, reqs: list[Any]) -> Call:
-    req = pb.DeleteMessageBatchRequest(queue_url=queue_url, entries=[
-        pb.DeleteMessageBatchEntry(id=str(i), receipt_handle=r.receipt_handle)
-        for i, r in enumerate(reqs)])
+    req = pb.DeleteMessageBatchRequest(queue_url=queue_url)
+    add = req.entries.add  # (in place, as the sends' entries)
+    for i, r in enumerate(reqs):
+        add(id=_IDS[i] if i < SQS_MAX_ENTRIES else str(i), receipt_handle=r.receipt_handle)
     return Call("DeleteMessageBatch", req, _ops._parse_batch)
 
 
 def _change_batch(queue_url: str, reqs: list[Any]) -> Call:
-    req = pb.ChangeMessageVisibilityBatchRequest(queue_url=queue_url, entries=[
-        pb.ChangeMessageVisibilityBatchEntry(id=str(i), receipt_handle=r.receipt_handle,
-                                             visibility_timeout=r.visibility_timeout)
-        for i, r in enumerate(reqs)])
+    req = pb.ChangeMessageVisibilityBatchRequest(queue_url=queue_url)
+    add = req.entries.add
+    for i, r in enumerate(reqs):
+        add(id=_IDS[i] if i < SQS_MAX_ENTRIES else str(i), receipt_handle=r.receipt_handle,
+            visibility_timeout=r.visibility_timeout)
     return Call("ChangeMessageVisibilityBatch", req, _ops._parse_batch)
 
 
@@ -150,16 +157,23 @@ def batchable(call: Call) -> bool:
     return call.method in _BATCHED
 
 
+def _utf8_len(text: str) -> int:
+    # An ASCII str's UTF-8 length is its length (str.isascii reads a flag the str keeps): no
+    # copy of the body just to count it.
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
 def payload_bytes(call: Call) -> int:
     """A send's size as SQS counts it (UTF-8 body, each attribute's name, type and value);
     0 for the calls that carry no message."""
     if call.method != "SendMessage":
         return 0
     req = call.request
-    size = len(req.message_body.encode("utf-8"))
-    for name, value in req.message_attributes.items():
-        size += len(name.encode("utf-8")) + len(value.data_type.encode("utf-8"))
-        size += len(value.string_value.encode("utf-8")) + len(value.binary_value)
+    size = _utf8_len(req.message_body)
+    if req.message_attributes:  # (most sends have none)
+        for name, value in req.message_attributes.items():
+            size += _utf8_len(name) + _utf8_len(value.data_type)
+            size += _utf8_len(value.string_value) + len(value.binary_value)
     return size
 
 
@@ -175,10 +189,15 @@ def _batch_call(batch: list[_Waiter]) -> Call:
 def _settle(batch: list[_Waiter], result: BatchResult) -> list[Outcome]:
     """Each entry's outcome to its caller: its result, or its failure as a ``QueueError``."""
     _, as_result = _BATCHED[batch[0].call.method]
-    ok = {e.id: e for e in result.successful}
+    successful = result.successful
+    n = len(batch)
+    if not result.failed and len(successful) == n and \
+            all(e.id == _IDS[i] for i, e in enumerate(successful)):
+        return [(as_result(e), None) for e in successful]  # the usual answer: all, in order
+    ok = {e.id: e for e in successful}
     failed = {f.id: f for f in result.failed}
     out: list[Outcome] = []
-    for i in range(len(batch)):
+    for i in range(n):
         key = str(i)
         if key in ok:
             out.append((as_result(ok[key]), None))

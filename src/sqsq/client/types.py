@@ -1,15 +1,19 @@
-"""The results the SDK returns: frozen dataclasses named after SQS's response shapes."""
+"""The results the SDK returns: frozen dataclasses named after SQS's response shapes (built
+through ``quick_init``'s quicker ``__init__``: a client makes one or more per message)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqsq.core.frozen import quick_init
+
 # boto3's shape of one message attribute: {"DataType": "String", "StringValue": "x"}
 # or {"DataType": "Binary", "BinaryValue": b"..."}.
 MessageAttributes = dict[str, dict[str, Any]]
 
 
+@quick_init
 @dataclass(frozen=True)
 class SendResult:
     """The outcome of ``send_message``."""
@@ -21,6 +25,7 @@ class SendResult:
     md5_of_message_system_attributes: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True)
 class SendBatchResultEntry:
     """One sent entry of ``send_message_batch``: the entry ``id`` plus the send result."""
@@ -33,6 +38,7 @@ class SendBatchResultEntry:
     md5_of_message_system_attributes: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True)
 class BatchResultEntry:
     """One successful entry of ``delete_message_batch`` / ``change_message_visibility_batch``."""
@@ -40,6 +46,7 @@ class BatchResultEntry:
     id: str
 
 
+@quick_init
 @dataclass(frozen=True)
 class BatchError:
     """One failed batch entry, as SQS reports it (``code`` is the SQS error code)."""
@@ -50,6 +57,7 @@ class BatchError:
     sender_fault: bool
 
 
+@quick_init
 @dataclass(frozen=True)
 class BatchResult:
     """The outcome of a batch action: per-entry successes and failures."""
@@ -63,6 +71,7 @@ class BatchResult:
         return not self.failed
 
 
+@quick_init
 @dataclass(frozen=True)
 class Message:
     """A received message."""

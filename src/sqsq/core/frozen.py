@@ -24,12 +24,20 @@ def quick_init(cls: T) -> T:
             hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__}: quick_init takes a frozen dataclass without slots "
                         "or __post_init__")
+    # (a field named like the generated names would shadow them)
     fields = [f for f in dataclasses.fields(cls) if f.init]
     defaults: dict[str, object] = {}
     params_src, body = [], []
+    defaults["_MISSING"] = dataclasses.MISSING
     for f in fields:
-        if f.default_factory is not dataclasses.MISSING or f.kw_only:
-            raise TypeError(f"{cls.__name__}.{f.name}: quick_init takes plain defaults only")
+        if f.kw_only:
+            raise TypeError(f"{cls.__name__}.{f.name}: quick_init takes no keyword-only fields")
+        if f.default_factory is not dataclasses.MISSING:  # a new value for each instance
+            defaults[f"_factory_{f.name}"] = f.default_factory
+            params_src.append(f"{f.name}=_MISSING")
+            body.append(f"    d[{f.name!r}] = _factory_{f.name}() if {f.name} is _MISSING "
+                        f"else {f.name}")
+            continue
         if f.default is dataclasses.MISSING:
             params_src.append(f.name)
         else:

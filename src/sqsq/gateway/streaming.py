@@ -28,6 +28,7 @@ import grpc
 
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import MAX_FRAME_BYTES, NOT_RUN
+from sqsq.wire import varint as _varint
 
 # MAX_FRAME_BYTES is what gRPC lets a client receive by default: a frame past it would end
 # the whole stream, so a reply too large for a frame of its own ends only its call
@@ -48,16 +49,6 @@ CallFn = Callable[[str, Any, "CallContext"], Awaitable[bytes]]
 _REPLIES_TAG = bytes([pb.StreamReplyFrame.DESCRIPTOR.fields_by_name["replies"].number << 3 | 2])
 _DRAINING_FIELD = pb.StreamReplyFrame(draining=True).SerializeToString()
 _ID_TAG = bytes([pb.StreamReply.DESCRIPTOR.fields_by_name["id"].number << 3])  # a varint
-
-
-def _varint(n: int) -> bytes:
-    """A protobuf varint (n >= 0)."""
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 # kind -> the tag of the reply's field of that name (a message: length-delimited)
