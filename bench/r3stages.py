@@ -17,10 +17,8 @@ measuring tool, not an API.
 from __future__ import annotations
 
 import argparse
-import ast
 import asyncio
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -28,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.procs import Proc, free_port
+from bench.stages import lone_sends, run_recording
 
 pc = time.perf_counter
-WARM_UP = 300
 
 
 # ---- a node (run as ``python -m bench.r3stages --serve <file> <sqsq node args>``) ---------
@@ -155,17 +153,7 @@ def _serve(argv: list[str], out: Path) -> None:
         on_messages(self, peer, batch)
     replica.Replicas.on_messages = timed_on_messages  # type: ignore[method-assign]
 
-    def dump(*_: Any) -> None:
-        written = out.with_suffix(".part")  # renamed whole: the reader never sees half of it
-        written.write_text("".join(repr(e) + "\n" for e in events))
-        written.replace(out)
-        events.clear()
-    signal.signal(signal.SIGUSR1, dump)
-    signal.signal(signal.SIGUSR2, lambda *_: events.clear())
-
-    from sqsq.cli.main import main
-    sys.argv = ["sqsq", *argv]
-    sys.exit(main())
+    run_recording(argv, out, events)
 
 
 # ---- the client side --------------------------------------------------------------------
@@ -187,27 +175,8 @@ async def _calls(endpoint: str, pids: list[int], sends: int, outs: list[Path]) -
     _frames._frame = timed_frame  # (imported by name there)
 
     client = AsyncClient(endpoint, timeout=60.0)  # as the bench's driver
-    queue = await client.create_queue("bench-r3stages")
-    for _ in range(WARM_UP):
-        await client.send_message(queue, "x" * 100)
-    for pid in pids:
-        os.kill(pid, signal.SIGUSR2)
-    rows = []
-    for _ in range(sends):
-        cur.clear()
-        started = pc()
-        await client.send_message(queue, "x" * 100)
-        rows.append(dict(cur, t0=started, end=pc()))
-    await client.close()
-    for pid in pids:
-        os.kill(pid, signal.SIGUSR1)
-    deadline = time.monotonic() + 10
-    while not all(out.exists() for out in outs):
-        if time.monotonic() > deadline:
-            raise TimeoutError("a node wrote no stamps")
-        await asyncio.sleep(0.05)
-    nodes = [[ast.literal_eval(line) for line in out.read_text().splitlines()]
-             for out in outs]
+    rows, nodes = await lone_sends(client, "bench-r3stages", sends, cur,
+                                   dict(zip(pids, outs, strict=True)))
     report(rows, nodes)
 
 

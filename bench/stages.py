@@ -99,17 +99,24 @@ def _serve(argv: list[str], out: Path) -> None:
         propose(self, data, stamped)
     replica.RaftReplica.propose = timed_propose  # type: ignore[method-assign]
 
-    reply_frames = streaming.StreamSession.reply_frames
+    take_frame = streaming.StreamSession.take_frame
 
-    async def timed_replies(self: Any) -> Any:  # a gRPC stream's or a frame connection's
-        async for reply in reply_frames(self):
+    def timed_take_frame(self: Any) -> Any:  # a gRPC stream's or a frame connection's
+        taken = take_frame(self)
+        if taken[0] is not None:
             cur["yield"] = pc()
             if "xs" in cur:
                 records.append(dict(cur))
             cur.clear()
-            yield reply
-    streaming.StreamSession.reply_frames = timed_replies  # type: ignore[method-assign]
+        return taken
+    streaming.StreamSession.take_frame = timed_take_frame  # type: ignore[method-assign]
 
+    run_recording(argv, out, records)
+
+
+def run_recording(argv: list[str], out: Path, records: list[Any]) -> None:
+    """Run ``sqsq argv`` in this process: SIGUSR1 writes ``records`` to ``out`` (a line
+    each) and forgets them, SIGUSR2 forgets them (the warm-up's)."""
     def dump(*_: Any) -> None:
         written = out.with_suffix(".part")  # renamed whole: the reader never sees half of it
         written.write_text("".join(repr(r) + "\n" for r in records))
@@ -147,10 +154,20 @@ async def _calls(endpoint: str, server_pid: int, sends: int, out: Path) -> None:
     _frames._frame = timed_frame  # (imported by name there)
 
     client = AsyncClient(endpoint)
-    queue = await client.create_queue("bench-stages")
+    rows, (server,) = await lone_sends(client, "bench-stages", sends, cur, {server_pid: out})
+    _report(rows, server)
+
+
+async def lone_sends(client: Any, queue_name: str, sends: int, cur: dict[str, Any],
+                     servers: dict[int, Path]) -> tuple[list[dict[str, Any]], list[list[Any]]]:
+    """``sends`` sends of 100 bytes, one at a time, after a warm-up: each call's stamps
+    (what the client's hooks put in ``cur``, with its start and end), and what each server
+    process (pid: its output file, ``run_recording``) recorded meanwhile. Closes ``client``."""
+    queue = await client.create_queue(queue_name)
     for _ in range(WARM_UP):
         await client.send_message(queue, "x" * 100)
-    os.kill(server_pid, signal.SIGUSR2)
+    for pid in servers:
+        os.kill(pid, signal.SIGUSR2)
     rows = []
     for _ in range(sends):
         cur.clear()
@@ -158,13 +175,15 @@ async def _calls(endpoint: str, server_pid: int, sends: int, out: Path) -> None:
         await client.send_message(queue, "x" * 100)
         rows.append(dict(cur, t0=started, end=pc()))
     await client.close()
-    os.kill(server_pid, signal.SIGUSR1)
+    for pid in servers:
+        os.kill(pid, signal.SIGUSR1)
     deadline = time.monotonic() + 10
-    while not out.exists():
+    while not all(out.exists() for out in servers.values()):
         if time.monotonic() > deadline:
-            raise TimeoutError("the server wrote no stamps")
+            raise TimeoutError("a server process wrote no stamps")
         await asyncio.sleep(0.05)
-    _report(rows, [ast.literal_eval(line) for line in out.read_text().splitlines()])
+    return rows, [[ast.literal_eval(line) for line in out.read_text().splitlines()]
+                  for out in servers.values()]
 
 
 def _report(rows: list[dict[str, float]], server: list[dict[str, float]]) -> None:
