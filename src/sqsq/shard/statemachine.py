@@ -42,7 +42,7 @@ from sqsq.core import commands as c
 from sqsq.core import records
 from sqsq.core.entry import decode_entry
 from sqsq.core.errors import ErrorCode, Rejection
-from sqsq.core.machine import apply
+from sqsq.core.machine import apply, apply_commands
 from sqsq.core.state import ShardConfig
 from sqsq.core.txn import Txn
 from sqsq.shard import store as store_module
@@ -219,13 +219,14 @@ class ShardMachine:
         entry = decode_entry(data)
         txn = Txn(self.store)
         try:  # the common case: every command applies, in one transaction, no undo log
-            outcomes = [apply(txn, self.config, command, entry.now_ms)
-                        for command in entry.commands]
+            outcomes = apply_commands(txn, self.config, entry.commands, entry.now_ms)
         except Exception as exc:  # noqa: BLE001 - sorted out below
             self._fatal_unless_deterministic(index, entry.commands, exc)
             txn = Txn(self.store)
             outcomes = self._apply_each(txn, index, entry.commands, entry.now_ms)
-        meta = records.Meta.decode(txn.get(records.META_KEY))
+        raw = txn.get(records.META_KEY)
+        held = txn.memo.get(records.META_KEY)  # the meta the last command wrote, if any
+        meta = held[1] if held is not None and held[0] is raw else records.Meta.decode(raw)
         meta.applied_index = index
         meta.last_now_ms = max(meta.last_now_ms, entry.now_ms)
         txn.put(records.META_KEY, meta.encode())
