@@ -110,10 +110,13 @@ def place(
         if now < counters.v_floor:
             counters.v_floor = now
     if fifo:
-        if st.txn.get(st.group_key(qid, group)) is None:  # an empty group starts here
+        new_group = st.txn.get(st.group_key(qid, group)) is None
+        if new_group:  # an empty group starts here
             st.put_group(qid, group, GroupRecord(floor=seq))
         put(r.group_message_key(qid, group, seq), b"")
-        if state == VISIBLE:
+        if state == VISIBLE and new_group:
+            # Only a message that starts its group is its head: seqs only grow, so any other
+            # is the group's last, and the head (and whether the group is ready) is as it was.
             refresh_group(st, qid, group, now)
     if state == VISIBLE:  # Counters.add, inline: one call fewer for every message sent
         counters.visible += 1
