@@ -157,7 +157,8 @@ def remove(st: ShardState, q: QueueRecord, seq: int, d: Delivery, now: int) -> N
         if was_head:
             g.head_since_ms = now  # the next message is the head from now on
         st.put_group(qid, d.group_id, g)
-        refresh_group(st, qid, d.group_id, now)
+        if was_head:  # any other message's leaving keeps the head, and whether it is ready
+            refresh_group(st, qid, d.group_id, now)
 
 
 def make_visible(st: ShardState, q: QueueRecord, seq: int, d: Delivery, at: int) -> None:
