@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sqsq.core import commands as c
+from sqsq.core import entry as entry_module
 from sqsq.core import machine, redrive
 from sqsq.core.entry import (
     ENTRY_VERSION,
@@ -20,6 +21,22 @@ from sqsq.core.entry import (
     encode_entry,
 )
 from sqsq.core.messages import MessageAttributeValue as V
+
+REMEMBER = entry_module._remember
+
+
+@pytest.fixture(autouse=True)
+def _decoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round trips here test decoding: the process's memo of the entries it encoded
+    (which a decode of the same bytes would hand back) is off, but for ``memo``."""
+    monkeypatch.setattr(entry_module, "_remember", lambda data, entry: None)
+
+
+@pytest.fixture
+def memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(entry_module, "_remember", REMEMBER)
+    entry_module._recent.clear()
+
 
 # ---- strategies: valid-shaped commands, not necessarily valid requests -------------------
 
@@ -260,3 +277,36 @@ def test_the_encoding_is_stable() -> None:
     """A different layout breaks every log already written: bump ENTRY_VERSION instead."""
     assert encode_entry(GOLDEN_ENTRY) == GOLDEN_BYTES
     assert decode_entry(GOLDEN_BYTES) == GOLDEN_ENTRY
+
+
+def test_a_process_decodes_what_it_just_encoded_from_memory_bounded(memo: None) -> None:
+    """A leader applies the entries it proposed: decoding one of them hands back the entry
+    encoded (equal to what its bytes decode to), once; what is kept is bounded."""
+    module = entry_module
+    e = Entry(5, (c.SendMessages("q", (c.SendEntry("1", "body"),), "r", ("id",)),))
+    data = encode_entry(e)
+    assert decode_entry(data) is e
+    assert decode_entry(data) == e and decode_entry(data) is not e  # taken: decoded now
+    assert decode_entry(bytearray(encode_entry(e))) == e  # any bytes-like input still decodes
+    for n in range(module.RECENT_MAX + 10):
+        encode_entry(Entry(n, (c.Configure(str(n)),)))
+    assert len(module._recent) == module.RECENT_MAX
+    assert decode_entry(encode_entry(Entry(1, (c.Configure("1"),)))) == \
+        Entry(1, (c.Configure("1"),))
+    module._recent.clear()
+
+
+def test_only_an_entry_of_exact_types_is_handed_back_as_encoded(memo: None) -> None:
+    """A str subclass encodes (the checked path) and decodes as a plain str: what a replica
+    that decodes the bytes gets, so the leader gets that too."""
+    module = entry_module
+
+    class Name(str):
+        pass
+
+    e = Entry(5, (c.Configure(Name("fp")),))
+    got = decode_entry(encode_entry(e))
+    assert got == e and type(got.commands[0].fingerprint) is str
+    big = Entry(5, (c.Configure("x" * (module.RECENT_MAX_BYTES + 1)),))
+    encode_entry(big)
+    assert not module._recent  # too large to keep
