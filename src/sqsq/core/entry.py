@@ -405,8 +405,9 @@ def encode_entry(entry: Entry) -> bytes:
 # gives; a hit hands out the very objects encoded (frozen: nobody changes them). Bounded in
 # count and in size: what a leader has proposed and not applied yet, a few entries. Plain
 # dict operations, each one step under the GIL: the event loop encodes while worker threads
-# decode.
-RECENT_MAX = 32
+# decode. 128: a node leading many shards has up to ``proposer.MAX_IN_FLIGHT`` (4) entries
+# out in each; at most 8 MiB.
+RECENT_MAX = 128
 RECENT_MAX_BYTES = 64 << 10
 _recent: dict[bytes, Entry] = {}
 
