@@ -72,7 +72,11 @@ def unpack(blob: bytes, index: int) -> dict[bytes, bytes | None]:
             not _VALUE_TYPES.issuperset(map(type, writes.values())):
         raise ValueError("write set: a key or value is not a byte string")
     meta = writes.get(records.META_KEY)
-    if meta is None or records.Meta.decode(meta).applied_index != index:
+    try:
+        applied = None if meta is None else records.Meta.decode(meta).applied_index
+    except Exception:  # noqa: BLE001 - untrusted bytes: a Meta record that does not decode
+        applied = None
+    if applied != index:
         raise ValueError(f"write set: not the one of entry {index}")
     return writes
 
