@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+import threading
 
 import msgpack
 import pytest
@@ -36,6 +38,7 @@ def _decoded(monkeypatch: pytest.MonkeyPatch) -> None:
 def memo(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(entry_module, "_remember", REMEMBER)
     entry_module._recent.clear()
+    entry_module._recent_order.clear()
 
 
 # ---- strategies: valid-shaped commands, not necessarily valid requests -------------------
@@ -310,3 +313,41 @@ def test_only_an_entry_of_exact_types_is_handed_back_as_encoded(memo: None) -> N
     big = Entry(5, (c.Configure("x" * (module.RECENT_MAX_BYTES + 1)),))
     encode_entry(big)
     assert not module._recent  # too large to keep
+
+
+def test_encoding_on_one_thread_while_others_decode_raises_nothing(memo: None) -> None:
+    """A leader's event loop encodes while its worker threads decode: the memo's eviction
+    must not iterate what another thread changes (it raised "dictionary changed size during
+    iteration" that way). Thread switches forced as often as the interpreter allows."""
+    errors: list[BaseException] = []
+    encoded: list[bytes] = []
+    done = threading.Event()
+
+    def encode() -> None:
+        try:
+            for n in range(50_000):
+                encoded.append(encode_entry(Entry(n, (c.Configure(str(n)),))))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+        finally:
+            done.set()
+
+    def decode() -> None:
+        try:
+            while not done.is_set():
+                if encoded:
+                    decode_entry(encoded[-1])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=f) for f in (encode, decode, decode)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []

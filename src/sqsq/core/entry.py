@@ -31,6 +31,7 @@ encoding byte for byte.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from operator import attrgetter, call
@@ -403,20 +404,26 @@ def encode_entry(entry: Entry) -> bytes:
 # command). Only entries of the fast path are kept: every value has its exact declared type,
 # so the entry is equal, field for field and type for type, to what decoding its bytes
 # gives; a hit hands out the very objects encoded (frozen: nobody changes them). Bounded in
-# count and in size: what a leader has proposed and not applied yet, a few entries. Plain
-# dict operations, each one step under the GIL: the event loop encodes while worker threads
-# decode. 128: a node leading many shards has up to ``proposer.MAX_IN_FLIGHT`` (4) entries
-# out in each; at most 8 MiB.
+# count and in size: what a leader has proposed and not applied yet, a few entries. The event
+# loop encodes while worker threads decode, so only operations that are one step under the
+# GIL: a dict's set and pop, a deque's append and popleft (the oldest is found in the deque:
+# iterating the dict while another thread pops from it raises). 128: a node leading many
+# shards has up to ``proposer.MAX_IN_FLIGHT`` (4) entries out in each; at most 8 MiB.
 RECENT_MAX = 128
 RECENT_MAX_BYTES = 64 << 10
 _recent: dict[bytes, Entry] = {}
+_recent_order: deque[bytes] = deque()  # oldest first; may name entries decoded since
 
 
 def _remember(data: bytes, entry: Entry) -> None:
-    recent = _recent
-    recent[data] = entry
-    while len(recent) > RECENT_MAX:
-        recent.pop(next(iter(recent), b""), None)
+    _recent[data] = entry
+    order = _recent_order
+    order.append(data)
+    while len(order) > RECENT_MAX:
+        try:
+            _recent.pop(order.popleft(), None)
+        except IndexError:  # another encoding thread took the last one
+            break
 
 
 def _encode_checked(entry: Entry) -> bytes:
