@@ -8,8 +8,11 @@ entry), with no Raft, network or client in the way.
 Each round is three entries on one queue: ``--commands`` SendMessages of ``--batch``
 messages each, as many ReceiveMessages of ``--batch``, and the DeleteMessages for what they
 received. Only ``apply_entry`` is timed (the leader's stamp and the entry's encoding are
-not), and each phase is printed per message. A FIFO queue's messages go to ``--groups``
-message groups in turn, each with its own deduplication id.
+not), and each phase is printed per message. The entries are encoded in this process, so
+``apply_entry`` finds them in ``core.entry``'s memo and decodes nothing, as a leader
+applying its own entries does; a follower that applies an entry's commands itself decodes
+it (about 1 us per message more in batches of 10, 3 in batches of 1). A FIFO queue's
+messages go to ``--groups`` message groups in turn, each with its own deduplication id.
 """
 
 from __future__ import annotations

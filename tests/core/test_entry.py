@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+import threading
 
 import msgpack
 import pytest
@@ -10,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sqsq.core import commands as c
+from sqsq.core import entry as entry_module
 from sqsq.core import machine, redrive
 from sqsq.core.entry import (
     ENTRY_VERSION,
@@ -20,6 +23,23 @@ from sqsq.core.entry import (
     encode_entry,
 )
 from sqsq.core.messages import MessageAttributeValue as V
+
+REMEMBER = entry_module._remember
+
+
+@pytest.fixture(autouse=True)
+def _decoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round trips here test decoding: the process's memo of the entries it encoded
+    (which a decode of the same bytes would hand back) is off, but for ``memo``."""
+    monkeypatch.setattr(entry_module, "_remember", lambda data, entry: None)
+
+
+@pytest.fixture
+def memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(entry_module, "_remember", REMEMBER)
+    entry_module._recent.clear()
+    entry_module._recent_order.clear()
+
 
 # ---- strategies: valid-shaped commands, not necessarily valid requests -------------------
 
@@ -260,3 +280,74 @@ def test_the_encoding_is_stable() -> None:
     """A different layout breaks every log already written: bump ENTRY_VERSION instead."""
     assert encode_entry(GOLDEN_ENTRY) == GOLDEN_BYTES
     assert decode_entry(GOLDEN_BYTES) == GOLDEN_ENTRY
+
+
+def test_a_process_decodes_what_it_just_encoded_from_memory_bounded(memo: None) -> None:
+    """A leader applies the entries it proposed: decoding one of them hands back the entry
+    encoded (equal to what its bytes decode to), once; what is kept is bounded."""
+    module = entry_module
+    e = Entry(5, (c.SendMessages("q", (c.SendEntry("1", "body"),), "r", ("id",)),))
+    data = encode_entry(e)
+    assert decode_entry(data) is e
+    assert decode_entry(data) == e and decode_entry(data) is not e  # taken: decoded now
+    assert decode_entry(bytearray(encode_entry(e))) == e  # any bytes-like input still decodes
+    for n in range(module.RECENT_MAX + 10):
+        encode_entry(Entry(n, (c.Configure(str(n)),)))
+    assert len(module._recent) == module.RECENT_MAX
+    assert decode_entry(encode_entry(Entry(1, (c.Configure("1"),)))) == \
+        Entry(1, (c.Configure("1"),))
+    module._recent.clear()
+
+
+def test_only_an_entry_of_exact_types_is_handed_back_as_encoded(memo: None) -> None:
+    """A str subclass encodes (the checked path) and decodes as a plain str: what a replica
+    that decodes the bytes gets, so the leader gets that too."""
+    module = entry_module
+
+    class Name(str):
+        pass
+
+    e = Entry(5, (c.Configure(Name("fp")),))
+    got = decode_entry(encode_entry(e))
+    assert got == e and type(got.commands[0].fingerprint) is str
+    big = Entry(5, (c.Configure("x" * (module.RECENT_MAX_BYTES + 1)),))
+    encode_entry(big)
+    assert not module._recent  # too large to keep
+
+
+def test_encoding_on_one_thread_while_others_decode_raises_nothing(memo: None) -> None:
+    """A leader's event loop encodes while its worker threads decode: the memo's eviction
+    must not iterate what another thread changes (it raised "dictionary changed size during
+    iteration" that way). Thread switches forced as often as the interpreter allows."""
+    errors: list[BaseException] = []
+    encoded: list[bytes] = []
+    done = threading.Event()
+
+    def encode() -> None:
+        try:
+            for n in range(50_000):
+                encoded.append(encode_entry(Entry(n, (c.Configure(str(n)),))))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+        finally:
+            done.set()
+
+    def decode() -> None:
+        try:
+            while not done.is_set():
+                if encoded:
+                    decode_entry(encoded[-1])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=f) for f in (encode, decode, decode)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []

@@ -182,6 +182,12 @@ def test_md5_of_body_known_answer() -> None:
     assert md5_of_body("😀") == hashlib.md5("😀".encode()).hexdigest()
 
 
+@pytest.mark.parametrize("size", [0, 1, 2047, 2048, 2049, 70_000])
+def test_md5_of_body_is_openssls_on_either_side_of_the_short_body_path(size: int) -> None:
+    body = ("ab😀" * size)[:size]
+    assert md5_of_body(body) == hashlib.md5(body.encode()).hexdigest()
+
+
 def test_md5_of_message_attributes_known_answer() -> None:
     # Published value (LocalStack's test against the SDK's check) for one Number attribute.
     attrs = {"timestamp": S("Number", "1493147359900")}

@@ -15,6 +15,9 @@ def test_records_round_trip() -> None:
     m = r.MessageRecord("id", "body é", (("a", MessageAttributeValue("Binary", None, b"\x01")),),
                         5, "md5", "md5a", "g", "dedup", "arn", 7, "trace")
     assert r.MessageRecord.decode(m.encode()) == m
+    assert m.encode() == r.MessageRecord.encode_fields(
+        "id", "body é", (("a", MessageAttributeValue("Binary", None, b"\x01")),), 5, "md5",
+        "md5a", "g", "dedup", "arn", 7, "trace")
     d = r.Delivery(2, 10, 1, 3, "g", 4, 6)
     assert r.Delivery.decode(d.encode()) == d
     g = r.GroupRecord(1, b"k\x00", 3, 4)

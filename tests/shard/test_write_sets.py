@@ -112,6 +112,15 @@ def test_a_write_set_of_another_entry_is_refused(tmp_path: Path) -> None:
     without_meta = {k: v for k, v in applied[1].items() if k != records.META_KEY}
     with pytest.raises(ValueError, match="not the one of entry 2"):
         writesets.unpack(writesets._PACKER.pack(without_meta), 2)
+    for key, value in (("text", b"v"), (b"k", "text"), (b"k", 1), (b"k", [b"v"]),
+                       (1, b"v"), (b"k", True)):
+        tampered = {**applied[1], key: value}
+        with pytest.raises(ValueError, match="not a byte string"):
+            writesets.unpack(writesets._PACKER.pack(tampered), 2)
+    for meta in (writesets._PACKER.pack(5), b"\xc1", writesets._PACKER.pack([1] * 9)):
+        tampered = {**applied[1], records.META_KEY: meta}  # a Meta that does not decode
+        with pytest.raises(ValueError, match="not the one of entry 2"):
+            writesets.unpack(writesets._PACKER.pack(tampered), 2)
 
 
 def test_a_write_set_is_used_only_for_the_entry_it_names() -> None:

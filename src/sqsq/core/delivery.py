@@ -61,17 +61,35 @@ def enqueue(
     Retention counts from ``enqueued_ms``: the send time, except where SQS restarts the clock
     (a FIFO message moved to a dead-letter queue).
     """
-    enqueued = m.sent_ms if enqueued_ms is None else enqueued_ms
+    return place(st, q, m.encode(), m.group_id, m.sent_ms if enqueued_ms is None else enqueued_ms,
+                 visible_at=visible_at, now=now, receive_count=receive_count,
+                 first_receive_ms=first_receive_ms)
+
+
+def place(
+    st: ShardState,
+    q: QueueRecord,
+    message: bytes,
+    group_id: str | None,
+    enqueued: int,
+    *,
+    visible_at: int,
+    now: int,
+    receive_count: int = 0,
+    first_receive_ms: int = 0,
+) -> int:
+    """``enqueue`` of a message record already encoded (``message``), with its group and the
+    time its retention counts from: a send builds the bytes, not the record."""
     seq = st.next_seq()
     qid = q.qid
     fifo = q.attributes.fifo_queue
-    group = m.group_id if fifo else None
+    group = group_id if fifo else None
     state = DELAYED if visible_at > now else VISIBLE
     put = st.txn.put
-    put(r.message_key(qid, seq), m.encode())
-    d = Delivery(state, visible_at if state == DELAYED else now, receive_count, first_receive_ms,
-                 group, enqueued)
-    put(r.delivery_key(qid, seq), d.encode())
+    put(r.message_key(qid, seq), message)
+    put(r.delivery_key(qid, seq), r.pack([state, visible_at if state == DELAYED else now,
+                                          receive_count, first_receive_ms, group, enqueued,
+                                          0]))  # Delivery.encode, without the record
     put(r.retention_key(qid, enqueued, seq), b"")
     counters = st.counters(qid)  # the index floors below: each only ever lowered here
     if enqueued < counters.r_floor:
@@ -92,10 +110,13 @@ def enqueue(
         if now < counters.v_floor:
             counters.v_floor = now
     if fifo:
-        if st.txn.get(st.group_key(qid, group)) is None:  # an empty group starts here
+        new_group = st.txn.get(st.group_key(qid, group)) is None
+        if new_group:  # an empty group starts here
             st.put_group(qid, group, GroupRecord(floor=seq))
         put(r.group_message_key(qid, group, seq), b"")
-        if state == VISIBLE:
+        if state == VISIBLE and new_group:
+            # Only a message that starts its group is its head: seqs only grow, so any other
+            # is the group's last, and the head (and whether the group is ready) is as it was.
             refresh_group(st, qid, group, now)
     if state == VISIBLE:  # Counters.add, inline: one call fewer for every message sent
         counters.visible += 1
@@ -136,7 +157,8 @@ def remove(st: ShardState, q: QueueRecord, seq: int, d: Delivery, now: int) -> N
         if was_head:
             g.head_since_ms = now  # the next message is the head from now on
         st.put_group(qid, d.group_id, g)
-        refresh_group(st, qid, d.group_id, now)
+        if was_head:  # any other message's leaving keeps the head, and whether it is ready
+            refresh_group(st, qid, d.group_id, now)
 
 
 def make_visible(st: ShardState, q: QueueRecord, seq: int, d: Delivery, at: int) -> None:

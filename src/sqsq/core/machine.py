@@ -8,7 +8,7 @@ time), so a new leader with a slower clock cannot resurrect expired timers.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from sqsq.core import commands as c
 from sqsq.core import delivery, fencing, limits, queues, receiving, redrive, sending
@@ -153,6 +153,44 @@ def apply(txn: Writer, config: ShardConfig, command: c.Command, now_ms: int) -> 
     outcome = HANDLERS[type(command)](st, command, now)
     st.flush()
     return outcome
+
+
+# Commands on messages: they read queue records and never write one, and read the meta and
+# counters only through their ShardState (no scan of the sweep schedule or the counters).
+# A run of them in one entry shares one state (``apply_commands``).
+SHARED_STATE = frozenset({c.SendMessages, c.ReceiveMessages, c.DeleteMessages,
+                          c.ChangeVisibilities})
+
+
+def apply_commands(txn: Writer, config: ShardConfig, commands: Iterable[c.Command],
+                   now_ms: int) -> list[c.Outcome]:
+    """``apply`` of each command in turn, as one log entry's: the same outcomes and the same
+    state. A run of commands on messages (``SHARED_STATE``) shares one ShardState, so the
+    meta, each queue's counters and record are read once and the meta and counters written
+    once for the run, not once per command (a group commit's entry holds dozens); any other
+    command gets its own state, after the run's is flushed (a Sweep reads the sweep schedule
+    that flush writes)."""
+    outcomes = []
+    st: ShardState | None = None
+    now = now_ms
+    for command in commands:
+        kind = type(command)
+        if kind in SHARED_STATE:
+            if st is None:
+                st = ShardState(txn, config)
+                st.share_queue_records()
+                meta = st.meta
+                now = max(now_ms, meta.last_now_ms)
+                meta.last_now_ms = now
+            outcomes.append(HANDLERS[kind](st, command, now))
+        else:
+            if st is not None:
+                st.flush()
+                st = None
+            outcomes.append(apply(txn, config, command, now_ms))
+    if st is not None:
+        st.flush()
+    return outcomes
 
 
 def effective_now(txn: Writer, now_ms: int) -> int:

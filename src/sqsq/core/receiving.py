@@ -26,7 +26,7 @@ from sqsq.core.delivery import (
     sequence_number,
 )
 from sqsq.core.errors import ErrorCode, reject
-from sqsq.core.messages import message_size
+from sqsq.core.messages import message_size, utf8_len
 from sqsq.core.receipts import encode_receipt, queue_name_hash
 from sqsq.core.records import (
     IN_FLIGHT,
@@ -147,7 +147,8 @@ class _ReplySize:
 
     def fits(self, m: MessageRecord) -> bool:
         """Whether ``m`` may join the reply (the first always does); counts it if so."""
-        n = message_size(m.body, dict(m.message_attributes))
+        attrs = m.message_attributes
+        n = message_size(m.body, dict(attrs)) if attrs else utf8_len(m.body)
         if self.total and self.total + n > limits.RECEIVE_REPLY_MAX_BYTES:
             return False
         self.total += n

@@ -324,25 +324,28 @@ class MessageRecord:
     aws_trace_header: str | None = None
 
     def encode(self) -> bytes:
+        return self.encode_fields(
+            self.message_id, self.body, self.message_attributes, self.sent_ms,
+            self.md5_of_body, self.md5_of_message_attributes, self.group_id,
+            self.deduplication_id, self.dead_letter_source_arn, self.dead_lettered_ms,
+            self.aws_trace_header)
+
+    @staticmethod
+    def encode_fields(message_id: str, body: str,
+                      message_attributes: tuple[tuple[str, MessageAttributeValue], ...],
+                      sent_ms: int, md5_of_body: str, md5_of_message_attributes: str | None,
+                      group_id: str | None = None, deduplication_id: str | None = None,
+                      dead_letter_source_arn: str | None = None,
+                      dead_lettered_ms: int | None = None,
+                      aws_trace_header: str | None = None) -> bytes:
+        """``encode`` of the record these fields make, without making it (one per send)."""
         attrs = [
             [n, a.data_type, a.string_value, a.binary_value]
-            for n, a in self.message_attributes
-        ] if self.message_attributes else []
-        return pack(
-            [
-                self.message_id,
-                self.body,
-                attrs,
-                self.sent_ms,
-                self.md5_of_body,
-                self.md5_of_message_attributes,
-                self.group_id,
-                self.deduplication_id,
-                self.dead_letter_source_arn,
-                self.dead_lettered_ms,
-                self.aws_trace_header,
-            ]
-        )
+            for n, a in message_attributes
+        ] if message_attributes else []
+        return pack([message_id, body, attrs, sent_ms, md5_of_body, md5_of_message_attributes,
+                     group_id, deduplication_id, dead_letter_source_arn, dead_lettered_ms,
+                     aws_trace_header])
 
     @classmethod
     def decode(cls, raw: bytes) -> MessageRecord:

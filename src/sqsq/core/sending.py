@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 
 from sqsq.core import limits
 from sqsq.core import records as r
@@ -15,15 +16,17 @@ from sqsq.core.commands import (
     SentMessage,
     WakeReceivers,
 )
-from sqsq.core.delivery import enqueue, sequence_number
+from sqsq.core.delivery import place, sequence_number
 from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.messages import (
+    MessageAttributeValue,
     check_message,
     content_deduplication_id,
     md5_of_body,
     md5_of_message_attributes,
     md5_of_message_system_attributes,
     message_size,
+    utf8_len,
     validate_batch_entry_ids,
     validate_fifo_id,
 )
@@ -54,10 +57,20 @@ def _dedup_scope(q: QueueRecord, e: SendEntry) -> tuple[str, str] | Rejection:
     return scope or "", dedup_id
 
 
+_NO_ATTRIBUTES: Mapping[str, MessageAttributeValue] = MappingProxyType({})
+
+
+def entry_size(e: SendEntry) -> int:
+    """``message_size`` of an entry (no dict built for one without attributes)."""
+    attrs = e.message_attributes
+    return message_size(e.body, dict(attrs)) if attrs else utf8_len(e.body)
+
+
 def check_entry(q: QueueRecord, e: SendEntry) -> Rejection | None:
     """Everything about one entry that does not depend on other messages."""
     a = q.attributes
-    rej = check_message(e.body, dict(e.message_attributes), a.maximum_message_size)
+    attrs = e.message_attributes
+    rej = check_message(e.body, dict(attrs) if attrs else _NO_ATTRIBUTES, a.maximum_message_size)
     if rej is not None:
         return rej
     if e.aws_trace_header is not None and \
@@ -109,7 +122,7 @@ def check_batch(cmd: SendMessages) -> Rejection | None:
         return rej
     if len(cmd.entries) == 1:
         return None  # a single message is held to MaximumMessageSize by check_entry
-    total = sum(message_size(e.body, dict(e.message_attributes)) for e in cmd.entries)
+    total = sum(map(entry_size, cmd.entries))
     if total > limits.MAXIMUM_MESSAGE_SIZE_BYTES[1]:
         return reject(
             ErrorCode.BATCH_REQUEST_TOO_LONG,
@@ -152,11 +165,12 @@ def send(st: ShardState, q: QueueRecord, cmd: SendMessages, now: int) -> Outcome
         # Both digests are None without attributes (or a trace header): not worth a call.
         md5_attrs = md5_of_message_attributes(dict(attrs)) if attrs else None
         md5 = md5_of_body(e.body)
-        m = MessageRecord(message_id, e.body, attrs, now, md5, md5_attrs, e.message_group_id,
-                          dedup_id, aws_trace_header=trace)
+        group = e.message_group_id
+        raw = MessageRecord.encode_fields(message_id, e.body, attrs, now, md5, md5_attrs, group,
+                                          dedup_id, aws_trace_header=trace)
         delay_s = q.attributes.delay_seconds if fifo or e.delay_seconds is None \
             else e.delay_seconds
-        seq = enqueue(st, q, m, visible_at=now + delay_s * 1000, now=now)
+        seq = place(st, q, raw, group, now, visible_at=now + delay_s * 1000, now=now)
         woke = woke or delay_s == 0
         seq_no = sequence_number(seq) if fifo else None
         ok.append(SentMessage(e.entry_id, message_id, md5, md5_attrs, seq_no,

@@ -81,6 +81,10 @@ class ShardState:
         # of its own from the bytes the transaction holds now.
         self._group_keys: dict[tuple[int, str], bytes] = {}
         self._group_fields: dict[bytes, tuple[bytes, list]] = {}
+        # Queue records by name, while only commands that never write one run over this
+        # state (``machine.apply_commands``): a run of message commands reads each queue's
+        # record once, not once per command. None: every read goes to the transaction.
+        self._named: dict[str, QueueRecord | None] | None = None
 
     # ---- meta ----
     @property
@@ -147,12 +151,22 @@ class ShardState:
 
     # ---- queues ----
     def queue(self, name: str) -> QueueRecord | None:
+        named = self._named
+        if named is not None and name in named:
+            return named[name]
         raw = self.txn.get(r.queue_key(name))
-        if not raw:
-            return None
-        q = QueueRecord.decode(raw)
-        self._queues[q.qid] = q
+        q = QueueRecord.decode(raw) if raw else None
+        if q is not None:
+            self._queues[q.qid] = q
+        if named is not None:
+            named[name] = q
         return q
+
+    def share_queue_records(self) -> None:
+        """From now on ``queue`` hands out the record it read before for the same name: for a
+        state only commands that neither write nor change a queue record run over (their
+        handlers read ``q``, never assign to it)."""
+        self._named = {}
 
     def put_queue(self, q: QueueRecord) -> None:
         self.txn.put(r.queue_key(q.name), q.encode())

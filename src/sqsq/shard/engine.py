@@ -30,10 +30,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqsq.core import commands as c
+from sqsq.core import records
 from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.machine import HANDLERS, effective_now, next_sweep_ms, sweep_needed
 from sqsq.core.state import ShardConfig, ShardState
-from sqsq.core.txn import Txn
+from sqsq.core.txn import KVReader, Txn
 from sqsq.errors import QueueError, from_rejection, not_leader_message
 from sqsq.shard.clock import LeaderClock, Ms, monotonic_ms, wall_clock_ms
 from sqsq.shard.longpoll import Waiters
@@ -299,9 +300,10 @@ class ShardEngine:
         visible messages may all be held by their groups). A look at two records that
         needs no time (``query`` would work out ``now`` too: a read and a decode more, for
         every receive)."""
+        store = self.machine.store
         try:
-            with self.machine.store.reading():
-                return _counted_visible(ShardState(Txn(self.store), self.config), queue)
+            with store.reading():
+                return _counted_visible(store, queue)
         except Exception:  # noqa: BLE001 - installing, say
             return False
 
@@ -357,9 +359,17 @@ class ShardEngine:
             self._sweep_checked = None  # whatever happened, look again
 
 
-def _counted_visible(st: ShardState, queue: str) -> bool:
-    q = st.queue(queue)
-    return q is not None and not q.attributes.fifo_queue and st.counters(q.qid).visible > 0
+def _counted_visible(store: KVReader, queue: str) -> bool:
+    """Two records read as they are stored (no transaction or state to build around them:
+    this is asked for every receive, on the event loop)."""
+    raw = store.get(records.queue_key(queue))
+    if not raw:
+        return False
+    q = records.QueueRecord.decode(raw)
+    if q.attributes.fifo_queue:
+        return False
+    counters = store.get(records.counters_key(q.qid))
+    return counters is not None and records.Counters.decode(counters).visible > 0
 
 
 def _unchanged(st: ShardState, command: c.Command, now: int) -> c.Result | None:

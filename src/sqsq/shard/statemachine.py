@@ -32,7 +32,7 @@ import struct
 import tarfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -42,7 +42,7 @@ from sqsq.core import commands as c
 from sqsq.core import records
 from sqsq.core.entry import decode_entry
 from sqsq.core.errors import ErrorCode, Rejection
-from sqsq.core.machine import apply
+from sqsq.core.machine import apply, apply_commands
 from sqsq.core.state import ShardConfig
 from sqsq.core.txn import Txn
 from sqsq.shard import store as store_module
@@ -93,23 +93,28 @@ class CurrentStore:
 
     def __init__(self, store: Store) -> None:
         self.inner = store
-        self._guard = threading.Condition()
+        self._lock = threading.Lock()  # taken directly by reads: Condition's methods are Python
+        self._guard = threading.Condition(self._lock)
         self._readers = 0
         self._swapping = False
+        self._reading = _Reading(self)
 
-    @contextmanager
-    def reading(self) -> Iterator[None]:
-        with self._guard:
+    def reading(self) -> AbstractContextManager[None]:
+        """A read's guard (``with store.reading(): ...``): a plain object, not a generator's
+        context manager, which cost a receive on the leader's loop 2 us more."""
+        return self._reading
+
+    def _enter_reading(self) -> None:
+        with self._lock:
             if self._swapping:
                 raise Installing("the replica is installing a snapshot")
             self._readers += 1
-        try:
-            yield
-        finally:
-            with self._guard:
-                self._readers -= 1
-                if not self._readers:
-                    self._guard.notify_all()
+
+    def _exit_reading(self) -> None:
+        with self._lock:
+            self._readers -= 1
+            if not self._readers and self._swapping:  # set under this lock before it waits
+                self._guard.notify_all()
 
     @contextmanager
     def swapping(self) -> Iterator[None]:
@@ -141,6 +146,22 @@ class CurrentStore:
 
     def close(self) -> None:
         self.inner.close()
+
+
+class _Reading:
+    """``CurrentStore.reading``'s guard: one per store, holding no state of its own (the
+    count of readers is the store's), so reads on several threads share it."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: CurrentStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> None:
+        self._store._enter_reading()
+
+    def __exit__(self, *exc: object) -> None:
+        self._store._exit_reading()
 
 
 _STORE_CODE = os.path.normcase(os.path.abspath(store_module.__file__))
@@ -219,13 +240,14 @@ class ShardMachine:
         entry = decode_entry(data)
         txn = Txn(self.store)
         try:  # the common case: every command applies, in one transaction, no undo log
-            outcomes = [apply(txn, self.config, command, entry.now_ms)
-                        for command in entry.commands]
+            outcomes = apply_commands(txn, self.config, entry.commands, entry.now_ms)
         except Exception as exc:  # noqa: BLE001 - sorted out below
             self._fatal_unless_deterministic(index, entry.commands, exc)
             txn = Txn(self.store)
             outcomes = self._apply_each(txn, index, entry.commands, entry.now_ms)
-        meta = records.Meta.decode(txn.get(records.META_KEY))
+        raw = txn.get(records.META_KEY)
+        held = txn.memo.get(records.META_KEY)  # the meta the last command wrote, if any
+        meta = held[1] if held is not None and held[0] is raw else records.Meta.decode(raw)
         meta.applied_index = index
         meta.last_now_ms = max(meta.last_now_ms, entry.now_ms)
         txn.put(records.META_KEY, meta.encode())

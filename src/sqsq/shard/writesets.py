@@ -44,6 +44,8 @@ MAX_KEPT = 1024
 MAX_KEPT_BYTES = 4 << 20
 
 _PACKER = msgpack.Packer(use_bin_type=True)
+_KEY_TYPES = frozenset({bytes})
+_VALUE_TYPES = frozenset({bytes, type(None)})
 
 # An entry's write set as sent: (index, term, check, packed writes or None: "not shared").
 Shared = tuple[int, int, int, "bytes | None"]
@@ -64,11 +66,17 @@ def unpack(blob: bytes, index: int) -> dict[bytes, bytes | None]:
         raise ValueError(f"write set: not msgpack ({type(e).__name__})") from None
     if type(writes) is not dict:
         raise ValueError("write set: not a map")
-    for key, value in writes.items():
-        if type(key) is not bytes or not (value is None or type(value) is bytes):
-            raise ValueError("write set: a key or value is not a byte string")
+    # The types of every key and value, checked in C (a loop here cost a follower a micro-
+    # second per message, on a dozen keys each).
+    if not _KEY_TYPES.issuperset(map(type, writes)) or \
+            not _VALUE_TYPES.issuperset(map(type, writes.values())):
+        raise ValueError("write set: a key or value is not a byte string")
     meta = writes.get(records.META_KEY)
-    if meta is None or records.Meta.decode(meta).applied_index != index:
+    try:
+        applied = None if meta is None else records.Meta.decode(meta).applied_index
+    except Exception:  # noqa: BLE001 - untrusted bytes: a Meta record that does not decode
+        applied = None
+    if applied != index:
         raise ValueError(f"write set: not the one of entry {index}")
     return writes
 
