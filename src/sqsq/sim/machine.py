@@ -20,7 +20,7 @@ from sortedcontainers import SortedDict
 
 from sqsq.core import commands as c
 from sqsq.core.entry import decode_entry
-from sqsq.core.machine import apply, effective_now
+from sqsq.core.machine import apply_commands, effective_now
 from sqsq.core.state import ShardConfig
 from sqsq.core.txn import Txn
 from sqsq.raft import Entry, EntryKind
@@ -93,8 +93,8 @@ class SimMachine:
                 decoded = decode_entry(entry.data)
                 commands = decoded.commands
                 txn = Txn(self.store)
-                outcomes = tuple(apply(txn, CONFIG, command, decoded.now_ms)
-                                 for command in commands)
+                # as a replica applies an entry (a run of message commands shares a state)
+                outcomes = tuple(apply_commands(txn, CONFIG, commands, decoded.now_ms))
                 writes = txn.writes()
             for k, v in writes.items():
                 if v is None:
