@@ -265,7 +265,8 @@ class Link(asyncio.BufferedProtocol):
         """Queue a frame on the socket, after ``ahead`` (frames already made, so that both
         go in one system call); never waits. The size on the wire."""
         assert self._transport is not None
-        self._transport.write(ahead + _HEADER.pack(len(payload) + 1, kind) + payload)
+        # One join, one copy (``a + b + c`` copies a large payload twice).
+        self._transport.write(b"".join((ahead, _HEADER.pack(len(payload) + 1, kind), payload)))
         return len(ahead) + _HEADER.size + len(payload)
 
     def write_bytes(self, frames: bytes) -> int:
