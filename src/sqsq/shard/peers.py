@@ -9,11 +9,14 @@ out as one frame: heartbeats of many shards coalesce into one write.
 Frames are ``[u32 length][u8 kind][payload]`` (``sqsq.shard.raftwire`` for the payloads):
 a batch of (shard, message) pairs, a snapshot chunk, a snapshot acknowledgement or abort, a
 leader's write sets (``sqsq.shard.writesets``). A frame of a kind this node does not know (a
-newer node's) is skipped.
+newer node's) is skipped. A connection is read by its socket's protocol
+(``sqsq.shard.peerlink.Link``): each read lands in the link's buffer and its whole frames go
+to the host in that read's own callback, with no reader task between.
 Everything is bounded: a frame's size (a larger length prefix closes the connection before
 any of it is read), the queue per peer (count and bytes; when full the oldest messages go:
 Raft tolerates loss, and after an outage the newest are the ones worth delivering), what a
-slow peer may leave in our socket buffer, the transfers in progress. ``send`` never blocks
+slow peer may leave in our socket buffer, what a peer may send before it is proven (a
+read buffer's worth), the transfers in progress. ``send`` never blocks
 and never raises for the network's sake.
 
 Either node may dial; a second connection between the same two (both dialed at once) is
