@@ -34,7 +34,7 @@ STAGES = (
     ("leader's prove (a dry-run apply)", "shard/engine.py", "_proven"),
     ("entry encode", "shard/engine.py", "_encode"),
     ("apply on the loop (small batches)", "shard/statemachine.py", "apply_entry"),
-    ("Raft transport: read + step", "shard/peers.py", "_read"),
+    ("Raft transport: read + step", "shard/peerlink.py", "_cut"),
     ("Raft transport: encode + write", "shard/peers.py", "_flush"),
     ("Raft core step", "raft/node.py", "step"),
     ("Ready loop (ready, hand-offs, sends)", "shard/replica.py", "_run"),

@@ -1,20 +1,28 @@
 """What the Raft peer transport costs: encoding and decoding batches (``sqsq.shard.raftwire``)
 and messages through two ``PeerTransport``s over loopback, for heartbeat-sized messages (one
-per shard, coalesced per turn) and for 100 KB appends; and a snapshot streamed in chunks.
+per shard, coalesced per turn) and for 100 KB appends; a snapshot streamed in chunks; and
+round trips between two processes.
 
-    python -m bench.raftwire [--seconds 2] [--shards 64]
+    python -m bench.raftwire [--seconds 2] [--shards 64] [--round-trips 5000]
 
-Both transports run on one event loop in this process, so the loopback figures are the
-whole round of work (encode, write, read, decode, hand on) on one core.
+For the loopback figures both transports run on one event loop in this process: the whole
+round of work (encode, write, read, decode, hand on) on one core. For the round trips, a
+second process answers each message the moment its transport hands it on, and this one
+sends the next when the answer is in: one message in flight, as on a lone send's path
+(leader -> follower append, follower -> leader answer). It prints the round trip's p50 and
+p99 (two hops) and each process's CPU per round trip.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
+import statistics
 import tempfile
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 from sqsq.raft.types import ConfState, Entry, Message, MsgType, SnapshotMeta
@@ -115,11 +123,74 @@ async def snapshot(size_mb: int, directory: Path) -> None:
         await b.stop()
 
 
+def _echo(a_port: int, directory: str, pipe: Connection) -> None:
+    """The answering process: every message that arrives goes straight back to "a"."""
+    async def serve() -> None:
+        def on_messages(_peer: str, batch: list[tuple[int, Message]]) -> None:
+            for shard, m in batch:
+                b.send("a", ("127.0.0.1", a_port), shard, m)
+
+        b = PeerTransport("b", "127.0.0.1", 0, SECRET, on_messages, lambda *_: None,
+                          snapshot_dir=Path(directory) / "echo")
+        await b.start()
+        pipe.send(b.port)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, pipe.recv)  # "measure from now"
+        cpu = time.process_time()
+        await loop.run_in_executor(None, pipe.recv)  # "done"
+        pipe.send(time.process_time() - cpu)
+        await b.stop()
+    asyncio.run(serve())
+
+
+async def round_trips(count: int, directory: Path) -> None:
+    answered = asyncio.Event()
+
+    def on_messages(_peer: str, _batch: list[tuple[int, Message]]) -> None:
+        answered.set()
+
+    a = PeerTransport("a", "127.0.0.1", 0, SECRET, on_messages, lambda *_: None,
+                      snapshot_dir=directory / "rt")
+    await a.start()
+    ours, theirs = multiprocessing.Pipe()
+    echo = multiprocessing.get_context("spawn").Process(
+        target=_echo, args=(a.port, str(directory), theirs), daemon=True)
+    echo.start()
+    loop = asyncio.get_running_loop()
+    try:
+        address = ("127.0.0.1", await loop.run_in_executor(None, ours.recv))
+        m = Message(MsgType.APPEND_RESP, "b", "a", 7, index=123_456)
+        times = []
+        for i in range(count + 200):  # the first 200 connect and warm up
+            if i == 200:
+                ours.send("start")
+                cpu = time.process_time()
+            started = time.perf_counter()
+            answered.clear()
+            a.send("b", address, 0, m)
+            await answered.wait()
+            times.append(time.perf_counter() - started)
+        cpu = time.process_time() - cpu
+        ours.send("done")
+        echo_cpu = await loop.run_in_executor(None, ours.recv)
+        times = sorted(times[200:])
+        print(f"  round trip (2 hops)    p50 {statistics.median(times) * 1e6:6.1f} us  "
+              f"p99 {times[int(len(times) * 0.99)] * 1e6:6.1f} us  CPU a round trip: "
+              f"{cpu / count * 1e6:5.1f} us sender (its wait included), "
+              f"{echo_cpu / count * 1e6:5.1f} us answerer")
+    finally:
+        await a.stop()
+        echo.join(5)
+        if echo.is_alive():
+            echo.kill()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--shards", type=int, default=64)
     parser.add_argument("--snapshot-mb", type=int, default=64)
+    parser.add_argument("--round-trips", type=int, default=5000)
     args = parser.parse_args()
     hb, big = heartbeats(args.shards), appends(8, 100_000)
     print("codec")
@@ -130,6 +201,8 @@ def main() -> None:
         asyncio.run(loopback(f"heartbeat x{args.shards}", hb, args.seconds, Path(tmp)))
         asyncio.run(loopback("append 100 KB x8", big, args.seconds, Path(tmp)))
         asyncio.run(snapshot(args.snapshot_mb, Path(tmp)))
+        print("two processes, one message in flight")
+        asyncio.run(round_trips(args.round_trips, Path(tmp)))
 
 
 if __name__ == "__main__":

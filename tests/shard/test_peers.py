@@ -382,3 +382,54 @@ def test_write_sets_reach_the_peer_ahead_of_messages_or_on_their_own(
             assert got == [("a", [(3, 10, 2, 99, b"writes"), (3, 11, 2, 98, None)])]
 
     run(scenario)
+
+
+def _batch_frame(*messages: Message) -> bytes:
+    batch = encode_messages([(i, m) for i, m in enumerate(messages)])
+    return struct.pack(">IB", len(batch) + 1, KIND_MESSAGES) + batch
+
+
+def test_frames_arrive_whole_however_the_bytes_are_cut(tmp_path: Path) -> None:
+    """Frames are cut out of whatever each read brings: a frame split byte by byte, one
+    larger than the read buffer (a 1 MB entry) with small ones before and after it in the
+    same write, and small ones again once the large one's buffer was given up."""
+    async def scenario() -> None:
+        a = Node("a", tmp_path)
+        async with running(a):
+            reader, writer = await authenticated_socket(a)
+            small = [Message(MsgType.HEARTBEAT, "a", "z", 1, commit=i) for i in range(4)]
+            big = Message(MsgType.APPEND, "a", "z", 1, index=9,
+                          entries=(Entry(10, 1, bytes(range(256)) * 4096),))
+            for byte in _batch_frame(small[0]):
+                writer.write(bytes([byte]))
+                await writer.drain()
+            writer.write(_batch_frame(small[1]) + _batch_frame(big) + _batch_frame(small[2]))
+            writer.write(_batch_frame(small[3]) * 3)
+            await a.inbox.wait(lambda: len(a.inbox.batches()) == 7)
+            got = [m for _, _, m in a.inbox.messages()]
+            assert got == [small[0], small[1], big, small[2]] + [small[3]] * 3
+            assert a.t.bad_frames == a.t.oversized_frames == 0
+            writer.close()
+
+    run(scenario)
+
+
+def test_frames_sent_right_behind_the_handshake_are_delivered(tmp_path: Path) -> None:
+    """A peer may write its first frames in the same write as its last handshake step: they
+    wait, unread, until the handshake is checked, and are then handed on."""
+    async def scenario() -> None:
+        a = Node("a", tmp_path)
+        async with running(a):
+            reader, writer = await asyncio.open_connection(*a.address)
+            first = Message(MsgType.HEARTBEAT, "a", "z", 1, commit=5)
+            frames = _batch_frame(first) + _batch_frame(first, first)
+            # The dialer's one handshake write, with the frames behind it.
+            await peerauth.dial_frames(
+                lambda: peerauth.read_frame(reader, peerauth.HANDSHAKE_MAX_BYTES),
+                lambda hello: writer.write(hello + frames), secret=SECRET, node_id="z",
+                incarnation=b"12345678", expect=a.id)
+            await a.inbox.wait(lambda: len(a.inbox.messages()) == 3)
+            assert [m for _, _, m in a.inbox.messages()] == [first] * 3
+            writer.close()
+
+    run(scenario)

@@ -25,6 +25,7 @@ import asyncio
 import hmac
 import os
 import struct
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from hashlib import sha256
 
@@ -37,6 +38,13 @@ INCARNATION_BYTES = 8
 HANDSHAKE_MAX_BYTES = 4096
 HANDSHAKE_TIMEOUT_S = 5.0  # a connection that does not finish it holds a descriptor
 _LENGTH = struct.Struct(">I")
+
+# The handshake over any connection: ``Receive`` gives the next handshake frame's payload
+# (``FrameTooLarge`` past ``HANDSHAKE_MAX_BYTES``), ``Send`` writes bytes. The transport's
+# connections cut the frames in their protocol (``sqsq.shard.peerlink.Link``); a plain
+# stream pair works too (``accept``, ``dial``).
+Receive = Callable[[], Awaitable[bytes]]
+Send = Callable[[bytes], None]
 
 
 class AuthError(Exception):
@@ -74,13 +82,13 @@ def _mac(secret: bytes, role: bytes, nonce: bytes, node_id: str) -> bytes:
     return hmac.new(secret, b"sqsq-raft " + role + nonce + node_id.encode(), sha256).digest()
 
 
-def _send(writer: asyncio.StreamWriter, value: list[object]) -> None:
+def _send(send: Send, value: list[object]) -> None:
     payload = msgpack.packb(value, use_bin_type=True)
-    writer.write(frame_header(len(payload)) + payload)
+    send(frame_header(len(payload)) + payload)
 
 
-async def _receive(reader: asyncio.StreamReader, length: int) -> list[object]:
-    raw = await read_frame(reader, HANDSHAKE_MAX_BYTES)
+async def _receive(receive: Receive, length: int) -> list[object]:
+    raw = await receive()
     try:
         value = msgpack.unpackb(raw, raw=False, use_list=True)
     except Exception:  # noqa: BLE001 - untrusted bytes: anything the parser trips on
@@ -102,12 +110,30 @@ def _check_bytes(value: object, size: int, what: str) -> bytes:
     return value
 
 
+def _stream(reader: asyncio.StreamReader) -> Receive:
+    return lambda: read_frame(reader, HANDSHAKE_MAX_BYTES)
+
+
 async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
                  secret: bytes, node_id: str, incarnation: bytes) -> Hello:
+    """``accept_frames`` over a stream pair."""
+    return await accept_frames(_stream(reader), writer.write, secret=secret, node_id=node_id,
+                               incarnation=incarnation)
+
+
+async def dial(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+               secret: bytes, node_id: str, incarnation: bytes, expect: str) -> Hello:
+    """``dial_frames`` over a stream pair."""
+    return await dial_frames(_stream(reader), writer.write, secret=secret, node_id=node_id,
+                             incarnation=incarnation, expect=expect)
+
+
+async def accept_frames(receive: Receive, send: Send, *, secret: bytes, node_id: str,
+                        incarnation: bytes) -> Hello:
     """The server's side: who dialed us, proven; ``AuthError`` if they could not prove it."""
     nonce = os.urandom(NONCE_BYTES)
-    _send(writer, [FORMAT_VERSION, nonce])
-    _, client_id, their_incarnation, their_nonce, mac = await _receive(reader, 5)
+    _send(send, [FORMAT_VERSION, nonce])
+    _, client_id, their_incarnation, their_nonce, mac = await _receive(receive, 5)
     client_id = _check_id(client_id)
     their_incarnation = _check_bytes(their_incarnation, INCARNATION_BYTES, "incarnation")
     their_nonce = _check_bytes(their_nonce, NONCE_BYTES, "nonce")
@@ -116,20 +142,20 @@ async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
         raise AuthError(f"{client_id!r:.80} does not know the cluster secret")
     if client_id == node_id:
         raise AuthError("a connection from a node with this node's own id")
-    _send(writer, [FORMAT_VERSION, node_id, incarnation,
-                   _mac(secret, b"server", their_nonce, node_id)])
+    _send(send, [FORMAT_VERSION, node_id, incarnation,
+                 _mac(secret, b"server", their_nonce, node_id)])
     return Hello(client_id, their_incarnation)
 
 
-async def dial(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-               secret: bytes, node_id: str, incarnation: bytes, expect: str) -> Hello:
+async def dial_frames(receive: Receive, send: Send, *, secret: bytes, node_id: str,
+                      incarnation: bytes, expect: str) -> Hello:
     """The client's side: the server we reached is ``expect`` and holds the secret."""
-    _, server_nonce = await _receive(reader, 2)
+    _, server_nonce = await _receive(receive, 2)
     server_nonce = _check_bytes(server_nonce, NONCE_BYTES, "nonce")
     nonce = os.urandom(NONCE_BYTES)
-    _send(writer, [FORMAT_VERSION, node_id, incarnation, nonce,
-                   _mac(secret, b"client", server_nonce, node_id)])
-    _, server_id, their_incarnation, mac = await _receive(reader, 4)
+    _send(send, [FORMAT_VERSION, node_id, incarnation, nonce,
+                 _mac(secret, b"client", server_nonce, node_id)])
+    _, server_id, their_incarnation, mac = await _receive(receive, 4)
     server_id = _check_id(server_id)
     their_incarnation = _check_bytes(their_incarnation, INCARNATION_BYTES, "incarnation")
     if type(mac) is not bytes or not hmac.compare_digest(

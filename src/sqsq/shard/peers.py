@@ -9,11 +9,14 @@ out as one frame: heartbeats of many shards coalesce into one write.
 Frames are ``[u32 length][u8 kind][payload]`` (``sqsq.shard.raftwire`` for the payloads):
 a batch of (shard, message) pairs, a snapshot chunk, a snapshot acknowledgement or abort, a
 leader's write sets (``sqsq.shard.writesets``). A frame of a kind this node does not know (a
-newer node's) is skipped.
+newer node's) is skipped. A connection is read by its socket's protocol
+(``sqsq.shard.peerlink.Link``): each read lands in the link's buffer and its whole frames go
+to the host in that read's own callback, with no reader task between.
 Everything is bounded: a frame's size (a larger length prefix closes the connection before
 any of it is read), the queue per peer (count and bytes; when full the oldest messages go:
 Raft tolerates loss, and after an outage the newest are the ones worth delivering), what a
-slow peer may leave in our socket buffer, the transfers in progress. ``send`` never blocks
+slow peer may leave in our socket buffer, what a peer may send before it is proven (a
+read buffer's worth), the transfers in progress. ``send`` never blocks
 and never raises for the network's sake.
 
 Either node may dial; a second connection between the same two (both dialed at once) is
@@ -25,6 +28,7 @@ once (a crashed machine's half-open connection would otherwise be kept over the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
@@ -42,8 +46,8 @@ from sqsq.shard.peerauth import (
     AuthError,
     FrameTooLarge,
     Hello,
-    accept,
-    dial,
+    accept_frames,
+    dial_frames,
 )
 from sqsq.shard.peerlink import (
     KIND_ABORT,
@@ -148,7 +152,8 @@ class PeerTransport(SnapshotTransfers):
         for stale in self.snapshot_dir.glob("*" + snapxfer.PART_SUFFIX):
             stale.unlink()  # a transfer cut short by our own crash
         sock = await bind_listener(self.host, self.port, "Raft peers")
-        self._server = await asyncio.start_server(self._accepted, sock=sock)
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: self._link(dialed=False), sock=sock)
         self.port = sock.getsockname()[1]
         return self.port
 
@@ -308,17 +313,17 @@ class PeerTransport(SnapshotTransfers):
         try:
             while peer.active() is None and not self._stopped and peer.address is not None:
                 host, port = peer.address
-                writer = None
+                link: Link | None = None
                 try:
-                    reader, writer = await asyncio.wait_for(
-                        asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
-                    hello = await asyncio.wait_for(dial(
-                        reader, writer, secret=self._secret, node_id=self.node_id,
-                        incarnation=self.incarnation, expect=peer.id), HANDSHAKE_TIMEOUT_S)
-                except (OSError, TimeoutError, ValueError, AuthError,
-                        asyncio.IncompleteReadError) as e:
-                    if writer is not None:
-                        writer.transport.abort()
+                    _, link = await asyncio.wait_for(asyncio.get_running_loop().create_connection(
+                        lambda: self._link(dialed=True), host, port), CONNECT_TIMEOUT_S)
+                    hello = await asyncio.wait_for(dial_frames(
+                        link.handshake_frame, link.send_raw, secret=self._secret,
+                        node_id=self.node_id, incarnation=self.incarnation, expect=peer.id),
+                        HANDSHAKE_TIMEOUT_S)
+                except (OSError, TimeoutError, ValueError, AuthError) as e:
+                    if link is not None:
+                        link.abort()
                     self.connect_failures += 1
                     if isinstance(e, AuthError):
                         self.auth_failures += 1
@@ -330,33 +335,38 @@ class PeerTransport(SnapshotTransfers):
                     delay = min(delay * 2, self.backoff_s[1])
                     continue
                 except asyncio.CancelledError:
-                    if writer is not None:
-                        writer.transport.abort()  # stopped mid-handshake
+                    if link is not None:
+                        link.abort()  # stopped mid-handshake
                     raise
                 if self._stopped or peer.forgotten:
-                    writer.transport.abort()
+                    link.abort()
                     return
-                self._attach(peer, hello, reader, writer, dialed=True)
+                self._attach(peer, hello, link)
         finally:
             peer.dialer = None
 
-    async def _accepted(self, reader: asyncio.StreamReader,
-                        writer: asyncio.StreamWriter) -> None:
+    def _link(self, *, dialed: bool) -> Link:
+        return Link(dialed=dialed, max_frame_bytes=self.max_frame_bytes,
+                    receiving=snapxfer.Receiving(self.snapshot_dir, MAX_INCOMING_TRANSFERS,
+                                                 MAX_SNAPSHOT_BYTES),
+                    on_made=None if dialed else self._accepted)
+
+    def _accepted(self, link: Link) -> None:
+        """A connection came in (its protocol just got its socket): authenticate it."""
         if self._stopped or self._handshakes >= MAX_PENDING_HANDSHAKES:
-            writer.transport.abort()
+            link.abort()
             return
         self._handshakes += 1
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        who = writer.get_extra_info("peername")
+        self._spawn(self._authenticate(link))
+
+    async def _authenticate(self, link: Link) -> None:
+        who = link.address()
         try:
-            hello = await asyncio.wait_for(accept(
-                reader, writer, secret=self._secret, node_id=self.node_id,
-                incarnation=self.incarnation), HANDSHAKE_TIMEOUT_S)
-        except (OSError, TimeoutError, ValueError, AuthError,
-                asyncio.IncompleteReadError) as e:
-            writer.transport.abort()
+            hello = await asyncio.wait_for(accept_frames(
+                link.handshake_frame, link.send_raw, secret=self._secret,
+                node_id=self.node_id, incarnation=self.incarnation), HANDSHAKE_TIMEOUT_S)
+        except (OSError, TimeoutError, ValueError, AuthError) as e:
+            link.abort()
             if isinstance(e, AuthError):
                 self.auth_failures += 1
             elif isinstance(e, FrameTooLarge):
@@ -365,21 +375,23 @@ class PeerTransport(SnapshotTransfers):
                         e or type(e).__name__)
             return
         except asyncio.CancelledError:
-            writer.transport.abort()  # stopped mid-handshake
+            link.abort()  # stopped mid-handshake
             raise
         finally:
             self._handshakes -= 1
-            self._tasks.discard(task)
         if self._stopped:
-            writer.transport.abort()
+            link.abort()
             return
-        self._attach(self._peer(hello.peer_id, None), hello, reader, writer, dialed=False)
+        self._attach(self._peer(hello.peer_id, None), hello, link)
 
-    def _attach(self, peer: PeerState, hello: Hello, reader: asyncio.StreamReader,
-                writer: asyncio.StreamWriter, *, dialed: bool) -> None:
-        link = Link(peer.id, hello.incarnation, reader, writer, dialed=dialed,
-                    receiving=snapxfer.Receiving(self.snapshot_dir, MAX_INCOMING_TRANSFERS,
-                                                 MAX_SNAPSHOT_BYTES))
+    def _attach(self, peer: PeerState, hello: Hello, link: Link) -> None:
+        dialed = link.dialed
+        link.start(hello.peer_id, hello.incarnation,
+                   functools.partial(self._frame_arrived, peer, link),
+                   functools.partial(self._link_failed, peer, link),
+                   functools.partial(self._drop, peer, link))
+        if link.gone:
+            return  # lost between its handshake and now (start dropped it)
         # A different incarnation: the peer restarted, the old connection is dead whatever
         # TCP says. (The new link goes in first, so dropping the old one dials nothing.)
         stale = [old for old in peer.links.values()
@@ -395,13 +407,11 @@ class PeerTransport(SnapshotTransfers):
             retired = peer.links.pop(self.node_id > peer.id)
             retired.retire()
             if retired is link:
-                link.task = self._spawn(self._read(peer, link))
                 return
         if peer.ever_connected:
             self.reconnects += 1
         peer.ever_connected = peer.reachable = True
         peer.connected.set()
-        link.task = self._spawn(self._read(peer, link))
         if peer.queue and not peer.flush_scheduled:
             peer.flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush, peer)
@@ -423,26 +433,28 @@ class PeerTransport(SnapshotTransfers):
 
     # ---- receiving ---------------------------------------------------------------------
 
-    async def _read(self, peer: PeerState, link: Link) -> None:
+    def _frame_arrived(self, peer: PeerState, link: Link, kind: int,
+                       payload: memoryview) -> None:
+        """One whole frame from ``link``, handed on in the socket's own callback."""
+        self.heard[peer.id] = time.monotonic()
+        self.frames_received += 1
+        self.bytes_received += 5 + len(payload)
         try:
-            while True:
-                kind, payload = await link.read(self.max_frame_bytes)
-                self.heard[peer.id] = time.monotonic()
-                self.frames_received += 1
-                self.bytes_received += 5 + len(payload)
-                self._dispatch(peer, link, kind, payload)
-        except FrameTooLarge as e:
-            self.oversized_frames += 1
-            log.warning("Raft peer %s cut off: %s", peer.id, e)
+            self._dispatch(peer, link, kind, payload)
         except ValueError as e:
-            self.bad_frames += 1
-            log.warning("Raft peer %s cut off: %s", peer.id, e)
-        except (OSError, asyncio.IncompleteReadError):
-            pass  # the connection was lost; the peer is dialed again when needed
-        finally:
-            self._drop(peer, link)
+            self._link_failed(peer, link, e)
 
-    def _dispatch(self, peer: PeerState, link: Link, kind: int, payload: bytes) -> None:
+    def _link_failed(self, peer: PeerState, link: Link, e: Exception) -> None:
+        """``link`` sent what it must not (a frame too large, one we cannot decode): it is
+        cut off."""
+        if isinstance(e, FrameTooLarge):
+            self.oversized_frames += 1
+        else:
+            self.bad_frames += 1
+        log.warning("Raft peer %s cut off: %s", peer.id, e)
+        self._drop(peer, link)
+
+    def _dispatch(self, peer: PeerState, link: Link, kind: int, payload: memoryview) -> None:
         if kind == KIND_MESSAGES:
             batch = decode_messages(payload)
             self.messages_received += len(batch)

@@ -47,7 +47,7 @@ def encode_messages(batch: list[tuple[int, Message]]) -> bytes:
     return _PACKER.pack([FORMAT_VERSION, [[shard, _pack_message(m)] for shard, m in batch]])
 
 
-def decode_messages(data: bytes) -> list[tuple[int, Message]]:
+def decode_messages(data: bytes | memoryview) -> list[tuple[int, Message]]:
     """``encode_messages``' inverse; ``ValueError`` for anything it would not have made."""
     body = _versioned(data, 2, "message batch")
     pairs = _list(body[1], "batch")
@@ -149,7 +149,7 @@ def encode_chunk(chunk: Chunk) -> bytes:
                          chunk.index, chunk.term, chunk.data, message])
 
 
-def decode_chunk(data: bytes) -> Chunk:
+def decode_chunk(data: bytes | memoryview) -> Chunk:
     (_, transfer, seq, last, shard, index, term, payload,
      message) = _versioned(data, 9, "snapshot chunk")
     chunk = Chunk(_uint(transfer, "transfer"), _uint(seq, "seq"), _bool(last, "last"),
@@ -170,7 +170,7 @@ def encode_ack(transfer: int, ok: bool) -> bytes:
     return _PACKER.pack([FORMAT_VERSION, transfer, ok])
 
 
-def decode_ack(data: bytes) -> tuple[int, bool]:
+def decode_ack(data: bytes | memoryview) -> tuple[int, bool]:
     _, transfer, ok = _versioned(data, 3, "snapshot acknowledgement")
     return _uint(transfer, "transfer"), _bool(ok, "ok")
 
@@ -183,7 +183,7 @@ def encode_write_sets(batch: list[tuple[int, int, int, int, bytes | None]]) -> b
     return _PACKER.pack([FORMAT_VERSION, batch])
 
 
-def decode_write_sets(data: bytes) -> list[tuple[int, int, int, int, bytes | None]]:
+def decode_write_sets(data: bytes | memoryview) -> list[tuple[int, int, int, int, bytes | None]]:
     """``encode_write_sets``' inverse (the writes stay packed until applied)."""
     out = []
     for item in _list(_versioned(data, 2, "write sets")[1], "write sets"):
@@ -197,7 +197,7 @@ def decode_write_sets(data: bytes) -> list[tuple[int, int, int, int, bytes | Non
 
 # ---- checks --------------------------------------------------------------------------------
 
-def _versioned(data: bytes, length: int, what: str) -> list[Any]:
+def _versioned(data: bytes | memoryview, length: int, what: str) -> list[Any]:
     try:
         # Untrusted bytes: whatever the parser trips on (bad types, truncation, trailing
         # bytes, unknown extension types) is one thing to us, a payload we did not make.
