@@ -95,18 +95,22 @@ class RaftNode(Leading):
         return self.log.conf().voters
 
     def has_ready(self) -> bool:
-        return bool(self.msgs or self.read_states or self.log.unstable_from is not None
-                    or self.log.pending_snapshot is not None
-                    or self.hard_state() != self._persisted
-                    or self.applied < min(self.log.commit, self.log.last_index()))
+        # Asked after every message a host steps in: compared field by field, no HardState
+        # built.
+        log, p = self.log, self._persisted
+        return bool(self.msgs or self.read_states or log.unstable_from is not None
+                    or log.pending_snapshot is not None
+                    or self.term != p.term or self.vote != p.vote or log.commit != p.commit
+                    or self.applied < min(log.commit, log.last_index()))
 
     def ready(self) -> Ready:
         """What to do next. The core may be stepped and ticked while the host works on it
         (persisting takes a while); call ``advance`` with it before asking again."""
-        hs = self.hard_state()
+        log, p = self.log, self._persisted
+        changed = self.term != p.term or self.vote != p.vote or log.commit != p.commit
         snapshot, self.log.pending_snapshot = self.log.pending_snapshot, None
         rd = Ready(
-            hard_state=hs if hs != self._persisted else None,
+            hard_state=HardState(self.term, self.vote, log.commit) if changed else None,
             entries=self.log.take_unstable(),
             snapshot=snapshot,
             messages=coalesced(self.msgs, self.cfg.max_append_bytes),

@@ -100,6 +100,8 @@ class RaftReplica(ReadyLoop):
         self._catching_up = False
         self._to_apply: list[Entry] = []  # committed, handed to the applier, not yet applied
         self._applier: asyncio.Task | None = None
+        self._apply_due = False  # a follower's ``_apply_soon`` is scheduled
+        self._node_of: dict[str, tuple[str, tuple[str, int]]] = {}  # member -> node_of()
         self._applied = 0  # what the state machine applied (the core's ``applied`` is ahead)
         self._term_vote: tuple[int, str | None] = (0, None)  # as last persisted
         self._reads = ReadIndexReads()
