@@ -247,3 +247,35 @@ async def store_fails(tmp_path: Path) -> None:
     finally:
         await replica.stop()
         machine.close()
+
+
+def test_a_follower_whose_store_fails_to_apply_stops(tmp_path: Path) -> None:
+    """A follower applies a small batch in a callback of its own, not the applier's task:
+    an entry its store cannot take stops it there too."""
+    asyncio.run(follower_store_fails(tmp_path))
+
+
+async def follower_store_fails(tmp_path: Path) -> None:
+    machine = ShardMachine(tmp_path / "shard", CONFIG)
+    leader = "127.0.0.1:7101"
+    stopped: list[BaseException] = []
+    replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None, voters=[ME, leader],
+                          bootstrap=True, settings=HostSettings(durable=False),
+                          on_fatal=stopped.append)
+    events: list[tuple[str, int]] = []
+    replica.transport = Wire(events)  # type: ignore[assignment]
+
+    def broken(index: int, data: bytes) -> object:
+        raise OSError("the disk went away")
+    machine.apply_entry = broken  # type: ignore[method-assign]
+    await replica.start()
+    try:
+        a = RaftEntry(index=2, term=2, data=create_queue("a"))
+        replica.step(Message(MsgType.APPEND, ME, leader, 2, log_term=1, index=1,
+                             entries=(a,), commit=2))
+        await until(lambda: bool(stopped))
+        assert isinstance(replica.fatal, OSError) and stopped == [replica.fatal]
+        assert replica.raftLastApplied < 2
+    finally:
+        await replica.stop()
+        machine.close()
