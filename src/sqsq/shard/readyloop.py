@@ -146,6 +146,35 @@ class ReadyLoop(Applier):
                     self._note_catch_up(core)
                 if core.applied - self._last_snapshot >= self.settings.compaction_entries:
                     await self._maybe_snapshot()
+            if self.fatal is None and \
+                    core.applied - self._last_snapshot >= self.settings.compaction_entries:
+                await self._maybe_snapshot()  # due after a Ready taken by ``_ready_now``
+
+    def _ready_now(self, core: RaftNode) -> bool:
+        """Act on a Ready that only commits here and now, in the turn of the message that
+        brought the commit (a leader's quorum of answers), rather than in the Ready loop's
+        task a turn later: it has nothing to persist or send, so what it commits goes
+        straight to the applier (a small batch of a leader's applied and answered at once).
+        Only while the Ready loop holds no Ready and the applier has nothing waiting; False
+        if it did not (the Ready loop takes it)."""
+        if self._stopped or self._to_apply or self._apply_due or not core.commit_only() or (
+                self._applier is not None and not self._applier.done()):
+            return False
+        rd = core.ready()
+        self.readies += 1
+        core.advance(rd)
+        self._hand_over(rd.committed, at_once=True)
+        if self.fatal is not None:
+            return True  # the apply failed (``_die``)
+        if self._reads.out or self._reads.waiting:
+            self._serve_reads()
+        self._note_role(core)
+        if self._catching_up:
+            self._note_catch_up(core)
+        if core.has_ready() or \
+                core.applied - self._last_snapshot >= self.settings.compaction_entries:
+            self._kick.set()  # the Ready loop takes the rest, and the snapshot
+        return True
 
     def _note_role(self, core: RaftNode) -> None:
         """Proposals are answered once this replica stops leading, however it stopped. A

@@ -173,9 +173,10 @@ class RaftReplica(ReadyLoop):
             core.step(message)
             # A message that leaves nothing to do (an answer to an entry already committed,
             # which on a lone send arrives while the leader applies and replies) costs no
-            # turn of the Ready loop. A change of role always comes with a Ready (a new term,
-            # a commit, or messages to send).
-            if core.has_ready():
+            # turn of the Ready loop, and one that only commits is acted on here
+            # (``_ready_now``). A change of role always comes with a Ready (a new term, a
+            # commit, or messages to send).
+            if core.has_ready() and not self._ready_now(core):
                 self._kick.set()
 
     def nodes(self) -> frozenset[tuple[str, tuple[str, int]]]:
