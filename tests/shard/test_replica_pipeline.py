@@ -10,11 +10,14 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from sqsq.core import commands as c
 from sqsq.core.entry import Entry, encode_entry
 from sqsq.core.state import ShardConfig
 from sqsq.raft import Entry as RaftEntry
 from sqsq.raft import HardState, Message, MsgType, Ready, Role
+from sqsq.shard import readyloop
 from sqsq.shard.replica import HostSettings, Proposal, RaftReplica
 from sqsq.shard.statemachine import ShardMachine
 
@@ -182,9 +185,14 @@ class Wire:
         self.queued.clear()
 
 
-def test_a_follower_answers_an_append_before_it_applies(tmp_path: Path) -> None:
+def test_a_follower_answers_an_append_before_it_applies(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The leader's commit waits for the follower's answer, and nothing waits for its
-    apply: an append that also commits entries the follower holds is answered first."""
+    apply: an append that also commits entries the follower holds is answered first. On a
+    fast disk, that is: once a write takes long enough to go to the writer thread, what is
+    already durable is applied while it runs (``test_apply_proceeds_while_...``); a slow
+    first fsync on a busy machine made this test take that path."""
+    monkeypatch.setattr(readyloop, "INLINE_WRITE_S", 3600.0)
     asyncio.run(answers_first(tmp_path))
 
 
