@@ -4,9 +4,11 @@ snapshots taken. Two steps overlap where Raft allows it: committed entries that 
 durable here are applied while the Ready's new entries are being fsynced (an applier task,
 ``sqsq.shard.applier``, takes them in order), and a leader sends its appends while it writes
 its own copy (it counts itself only once that is durable). Large RocksDB batches run in
-worker threads, and so do a leader's writes, batched with the node's other replicas'
-(``raftstorage.Writes``); a follower's small write runs on the event loop while the disk is
-fast (``_write_inline``). The core is only ever touched on the event loop.
+worker threads; a leader's writes go to the node's writer thread, batched with its other
+replicas' (``raftstorage.Writes``); a follower's small write runs on the event loop while
+the disk is fast (``_write_inline``). A Ready that only commits is acted on in the turn of
+the message that brought the commit (``_ready_now``). The core is only ever touched on the
+event loop.
 """
 
 from __future__ import annotations
