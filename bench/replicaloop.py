@@ -8,7 +8,7 @@ a write one node does on the loop holds up the other two: read the rates with th
 (the CPU per entry is still what a node spends).
 
     python -m bench.replicaloop [--entries 3000] [--messages 1] [--inflight 1] [--shards 1]
-                               [--profile]
+                               [--no-fsync] [--profile]
 
 It prints entries/s, messages/s and this process's CPU time (all three replicas, every
 thread) per entry and per message, and per entry the Readys handled, disk writes, Raft
@@ -35,7 +35,7 @@ from sqsq.core.entry import Entry, encode_entry
 from sqsq.core.state import ShardConfig
 from sqsq.shard.peers import PeerTransport
 from sqsq.shard.raftstorage import Writes
-from sqsq.shard.replica import Proposal, RaftReplica, Replicas
+from sqsq.shard.replica import HostSettings, Proposal, RaftReplica, Replicas
 from sqsq.shard.statemachine import ShardMachine
 
 SHARD = 1
@@ -51,8 +51,10 @@ def _free_port() -> int:
 class Node:
     """One node: a peer transport, its batched Raft writes and a replica of each shard."""
 
-    def __init__(self, root: Path, port: int, ports: list[int], shards: int) -> None:
+    def __init__(self, root: Path, port: int, ports: list[int], shards: int,
+                 durable: bool = True) -> None:
         self.root, self.port, self.ports, self.shards = root, port, ports, shards
+        self.durable = durable
         self.replicas: dict[int, RaftReplica] = {}
         self.machines: list[ShardMachine] = []
 
@@ -60,7 +62,8 @@ class Node:
         replicas = Replicas()
         self.transport = PeerTransport(f"127.0.0.1:{self.port}", "127.0.0.1", self.port, SECRET,
                                        replicas.on_messages, replicas.on_snapshot,
-                                       snapshot_dir=self.root / "incoming")
+                                       snapshot_dir=self.root / "incoming",
+                                       on_write_sets=replicas.on_write_sets)
         await self.transport.start()
         writes = Writes()
         for shard in range(SHARD, SHARD + self.shards):
@@ -70,7 +73,8 @@ class Node:
             replica = RaftReplica(shard, f"127.0.0.1:{self.port + shard}",
                                   self.root / f"shard-{shard}", machine, self.transport,
                                   voters=[f"127.0.0.1:{p + shard}" for p in self.ports],
-                                  bootstrap=True, writes=writes)
+                                  bootstrap=True, writes=writes,
+                                  settings=HostSettings(durable=self.durable))
             replicas.by_shard[shard] = self.replicas[shard] = replica
             await replica.start()
 
@@ -96,11 +100,12 @@ async def _propose(replica: RaftReplica, data: bytes) -> Proposal:
 
 
 async def run(root: Path, entries: int, messages: int, inflight: int,
-              profile: cProfile.Profile | None, shards: int = 1) -> dict[str, float]:
+              profile: cProfile.Profile | None, shards: int = 1,
+              durable: bool = True) -> dict[str, float]:
     ports = [_free_port() for _ in range(3)]
     while len({p + s for p in ports for s in range(shards + 1)}) < 3 * (shards + 1):
         ports = [_free_port() for _ in range(3)]  # member addresses must not collide
-    nodes = [Node(root / f"n{i}", p, ports, shards) for i, p in enumerate(ports)]
+    nodes = [Node(root / f"n{i}", p, ports, shards, durable) for i, p in enumerate(ports)]
     for n in nodes:
         await n.start()
     replicas = [r for n in nodes for r in n.replicas.values()]
@@ -168,13 +173,16 @@ def main() -> None:
     ap.add_argument("--inflight", type=int, default=1, help="entries outstanding")
     ap.add_argument("--shards", type=int, default=1,
                     help="groups on the same three nodes; proposals go round-robin")
+    ap.add_argument("--no-fsync", action="store_true",
+                    help="no fsync per Ready (what the rest costs)")
     ap.add_argument("--profile", action="store_true", help="cProfile the event loop thread")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--sort", default="tottime", help="pstats order: tottime, cumulative")
     args = ap.parse_args()
     profile = cProfile.Profile() if args.profile else None
     with tempfile.TemporaryDirectory(prefix="sqsq-replicaloop-") as tmp:
         r = asyncio.run(run(Path(tmp), args.entries, args.messages, args.inflight, profile,
-                            args.shards))
+                            args.shards, not args.no_fsync))
     print(f"{args.entries} entries of {args.messages} message(s), {args.inflight} in flight, "
           f"{args.shards} shard(s): "
           f"{r['entries_per_s']:,.0f} entries/s, {r['msgs_per_s']:,.0f} msgs/s, CPU "
@@ -184,7 +192,7 @@ def main() -> None:
           f"writes in {r['worker_calls']:.2f} worker calls, {r['messages']:.2f} Raft messages in "
           f"{r['frames']:.2f} frames")
     if profile is not None:
-        pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
+        pstats.Stats(profile).sort_stats(args.sort).print_stats(args.top)
 
 
 if __name__ == "__main__":

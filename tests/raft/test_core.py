@@ -101,6 +101,34 @@ def test_a_leader_counts_its_own_entry_only_once_it_is_durable() -> None:
     assert leader.log.commit == index
 
 
+def test_a_commit_is_acted_on_at_once_only_while_no_ready_is_out() -> None:
+    """A host may act on a Ready that only commits in the turn its quorum's answers come
+    (``commit_only``), but not while its own write of the entry is still out: the
+    followers' answers commit an entry the leader holds only in a Ready it has not
+    advanced, and applying it then would apply before the leader's own persist."""
+    g = Group()
+    leader = g.elect("a")
+    _, index = leader.propose(b"x")  # type: ignore[misc]
+    rd = leader.ready()  # the leader's write of the entry: out, not yet durable
+    for peer in ("b", "c"):
+        for m in rd.messages:
+            if m.to == peer:
+                g.nodes[peer].step(m)
+        rd_f = g.nodes[peer].ready()
+        g.nodes[peer].advance(rd_f)
+        for m in rd_f.messages:
+            leader.step(m)
+    assert leader.log.commit == index  # the two followers made it
+    assert not leader.commit_only()
+    leader.advance(rd)
+    assert leader.commit_only() and leader.has_ready()
+    done = leader.ready()
+    assert [e.index for e in done.committed] == [index] and not done.entries
+    assert not done.messages and done.hard_state is not None
+    leader.advance(done)
+    assert not leader.has_ready()
+
+
 def test_a_cut_off_node_neither_raises_its_term_nor_deposes_the_leader_when_back() -> None:
     """Finding 8: pre-vote and check-quorum."""
     g = Group()

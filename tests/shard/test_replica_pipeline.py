@@ -10,11 +10,14 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from sqsq.core import commands as c
 from sqsq.core.entry import Entry, encode_entry
 from sqsq.core.state import ShardConfig
 from sqsq.raft import Entry as RaftEntry
 from sqsq.raft import HardState, Message, MsgType, Ready, Role
+from sqsq.shard import readyloop
 from sqsq.shard.replica import HostSettings, Proposal, RaftReplica
 from sqsq.shard.statemachine import ShardMachine
 
@@ -182,9 +185,14 @@ class Wire:
         self.queued.clear()
 
 
-def test_a_follower_answers_an_append_before_it_applies(tmp_path: Path) -> None:
+def test_a_follower_answers_an_append_before_it_applies(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The leader's commit waits for the follower's answer, and nothing waits for its
-    apply: an append that also commits entries the follower holds is answered first."""
+    apply: an append that also commits entries the follower holds is answered first. On a
+    fast disk, that is: once a write takes long enough to go to the writer thread, what is
+    already durable is applied while it runs (``test_apply_proceeds_while_...``); a slow
+    first fsync on a busy machine made this test take that path."""
+    monkeypatch.setattr(readyloop, "INLINE_WRITE_S", 3600.0)
     asyncio.run(answers_first(tmp_path))
 
 
@@ -244,6 +252,38 @@ async def store_fails(tmp_path: Path) -> None:
         answers: list[Proposal] = []
         replica.propose(create_queue("b"), lambda status, outcomes: answers.append(status))
         assert answers == [Proposal.NOT_LEADER]
+    finally:
+        await replica.stop()
+        machine.close()
+
+
+def test_a_follower_whose_store_fails_to_apply_stops(tmp_path: Path) -> None:
+    """A follower applies a small batch in a callback of its own, not the applier's task:
+    an entry its store cannot take stops it there too."""
+    asyncio.run(follower_store_fails(tmp_path))
+
+
+async def follower_store_fails(tmp_path: Path) -> None:
+    machine = ShardMachine(tmp_path / "shard", CONFIG)
+    leader = "127.0.0.1:7101"
+    stopped: list[BaseException] = []
+    replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None, voters=[ME, leader],
+                          bootstrap=True, settings=HostSettings(durable=False),
+                          on_fatal=stopped.append)
+    events: list[tuple[str, int]] = []
+    replica.transport = Wire(events)  # type: ignore[assignment]
+
+    def broken(index: int, data: bytes) -> object:
+        raise OSError("the disk went away")
+    machine.apply_entry = broken  # type: ignore[method-assign]
+    await replica.start()
+    try:
+        a = RaftEntry(index=2, term=2, data=create_queue("a"))
+        replica.step(Message(MsgType.APPEND, ME, leader, 2, log_term=1, index=1,
+                             entries=(a,), commit=2))
+        await until(lambda: bool(stopped))
+        assert isinstance(replica.fatal, OSError) and stopped == [replica.fatal]
+        assert replica.raftLastApplied < 2
     finally:
         await replica.stop()
         machine.close()

@@ -12,7 +12,7 @@ import pytest
 
 from sqsq.core.state import ShardConfig
 from sqsq.raft import Entry, HardState, Message, MsgType, Ready, Role
-from sqsq.shard import readyloop
+from sqsq.shard import raftstorage, readyloop
 from sqsq.shard.raftstorage import Writes
 from sqsq.shard.replica import RaftReplica
 from sqsq.shard.statemachine import ShardMachine
@@ -181,3 +181,20 @@ async def appends_first(tmp_path: Path, disk: Disk) -> None:
     finally:
         replica.storage.close()
         machine.close()
+
+
+def test_the_writer_thread_ends_when_idle_and_the_next_batch_starts_another(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    asyncio.run(idle_writer(monkeypatch))
+
+
+async def idle_writer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(raftstorage, "WRITER_IDLE_S", 0.01)
+    writes = Writes()
+    assert await writes.run(lambda: threading.current_thread().name) == "raft-writes"
+    writer = writes._writer
+    assert writer is not None
+    await asyncio.to_thread(writer.join, 20)  # nothing more to write: it ended
+    assert not writer.is_alive() and writes._writer is None
+    async with asyncio.timeout(20):  # a batch left to a writer that ended would hang
+        assert await writes.run(lambda: "again") == "again"

@@ -80,6 +80,7 @@ class RaftNode(Leading):
         self.quiesced = False
         self.idle_ticks = 0
         self._persisted = hard_state
+        self._out = False  # a Ready handed out and not yet advanced
         self._abstain = wiped and hard_state.term == 0
         self._reset_timeout()
 
@@ -95,18 +96,33 @@ class RaftNode(Leading):
         return self.log.conf().voters
 
     def has_ready(self) -> bool:
-        return bool(self.msgs or self.read_states or self.log.unstable_from is not None
-                    or self.log.pending_snapshot is not None
-                    or self.hard_state() != self._persisted
-                    or self.applied < min(self.log.commit, self.log.last_index()))
+        # Asked after every message a host steps in: compared field by field, no HardState
+        # built.
+        log, p = self.log, self._persisted
+        return bool(self.msgs or self.read_states or log.unstable_from is not None
+                    or log.pending_snapshot is not None
+                    or self.term != p.term or self.vote != p.vote or log.commit != p.commit
+                    or self.applied < min(log.commit, log.last_index()))
+
+    def commit_only(self) -> bool:
+        """Whether the next Ready would only commit (hand out committed entries, move the
+        commit index): no entries to persist, no message, no read state, no snapshot, term
+        and vote as persisted, and no Ready handed out and not yet advanced. Then every
+        entry in the log is durable here, those committed included, and a host may act on
+        that Ready at once: there is nothing to write or send before it applies them."""
+        log, p = self.log, self._persisted
+        return not (self._out or self.msgs or self.read_states
+                    or log.unstable_from is not None or log.pending_snapshot is not None
+                    or self.term != p.term or self.vote != p.vote)
 
     def ready(self) -> Ready:
         """What to do next. The core may be stepped and ticked while the host works on it
         (persisting takes a while); call ``advance`` with it before asking again."""
-        hs = self.hard_state()
+        log, p = self.log, self._persisted
+        changed = self.term != p.term or self.vote != p.vote or log.commit != p.commit
         snapshot, self.log.pending_snapshot = self.log.pending_snapshot, None
         rd = Ready(
-            hard_state=hs if hs != self._persisted else None,
+            hard_state=HardState(self.term, self.vote, log.commit) if changed else None,
             entries=self.log.take_unstable(),
             snapshot=snapshot,
             messages=coalesced(self.msgs, self.cfg.max_append_bytes),
@@ -117,6 +133,7 @@ class RaftNode(Leading):
         )
         self.msgs = []
         self.read_states = []
+        self._out = True
         return rd
 
     def _committed(self) -> tuple[Entry, ...]:
@@ -127,6 +144,7 @@ class RaftNode(Leading):
     def advance(self, rd: Ready) -> None:
         """The host did what ``rd`` asked: entries and hard state are durable, the snapshot
         installed, the committed entries applied."""
+        self._out = False
         if rd.hard_state is not None:
             self._persisted = rd.hard_state
         if rd.snapshot is not None:

@@ -4,9 +4,11 @@ snapshots taken. Two steps overlap where Raft allows it: committed entries that 
 durable here are applied while the Ready's new entries are being fsynced (an applier task,
 ``sqsq.shard.applier``, takes them in order), and a leader sends its appends while it writes
 its own copy (it counts itself only once that is durable). Large RocksDB batches run in
-worker threads, and so do a leader's writes, batched with the node's other replicas'
-(``raftstorage.Writes``); a follower's small write runs on the event loop while the disk is
-fast (``_write_inline``). The core is only ever touched on the event loop.
+worker threads; a leader's writes go to the node's writer thread, batched with its other
+replicas' (``raftstorage.Writes``); a follower's small write runs on the event loop while
+the disk is fast (``_write_inline``). A Ready that only commits is acted on in the turn of
+the message that brought the commit (``_ready_now``). The core is only ever touched on the
+event loop.
 """
 
 from __future__ import annotations
@@ -122,13 +124,14 @@ class ReadyLoop(Applier):
                 rd = core.ready()
                 self.readies += 1
                 later = rd.committed
-                if rd.snapshot is None and rd.committed and self._writes_off_loop(rd):
+                inline = self._write_inline(rd)
+                if rd.snapshot is None and rd.committed and not inline and self._writes(rd):
                     new = rd.entries[0].index if rd.entries else rd.committed[-1].index + 1
                     cut = sum(1 for e in rd.committed if e.index < new)
                     self._hand_over(rd.committed[:cut])
                     later = rd.committed[cut:]
                 try:
-                    await self._handle(rd)
+                    await self._handle(rd, inline)
                 except Exception as exc:  # a replica that cannot persist or apply stops
                     self._die(exc)
                     return
@@ -138,11 +141,42 @@ class ReadyLoop(Applier):
                     return  # the apply failed (``_die``)
                 if len(self._to_apply) > MAX_APPLY_BACKLOG:
                     await self._applied_all()  # the disk outruns the state machine
-                self._serve_reads(rd.read_states)
+                if rd.read_states or self._reads.out or self._reads.waiting:
+                    self._serve_reads(rd.read_states)
                 self._note_role(core)
                 if self._catching_up:
                     self._note_catch_up(core)
-                await self._maybe_snapshot()
+                if core.applied - self._last_snapshot >= self.settings.compaction_entries:
+                    await self._maybe_snapshot()
+            if self.fatal is None and \
+                    core.applied - self._last_snapshot >= self.settings.compaction_entries:
+                await self._maybe_snapshot()  # due after a Ready taken by ``_ready_now``
+
+    def _ready_now(self, core: RaftNode) -> bool:
+        """Act on a Ready that only commits here and now, in the turn of the message that
+        brought the commit (a leader's quorum of answers), rather than in the Ready loop's
+        task a turn later: it has nothing to persist or send, so what it commits goes
+        straight to the applier (a small batch of a leader's applied and answered at once).
+        Only while the Ready loop holds no Ready and the applier has nothing waiting; False
+        if it did not (the Ready loop takes it)."""
+        if self._stopped or self._to_apply or self._apply_due or not core.commit_only() or (
+                self._applier is not None and not self._applier.done()):
+            return False
+        rd = core.ready()
+        self.readies += 1
+        core.advance(rd)
+        self._hand_over(rd.committed, at_once=True)
+        if self.fatal is not None:
+            return True  # the apply failed (``_die``)
+        if self._reads.out or self._reads.waiting:
+            self._serve_reads()
+        self._note_role(core)
+        if self._catching_up:
+            self._note_catch_up(core)
+        if core.has_ready() or \
+                core.applied - self._last_snapshot >= self.settings.compaction_entries:
+            self._kick.set()  # the Ready loop takes the rest, and the snapshot
+        return True
 
     def _note_role(self, core: RaftNode) -> None:
         """Proposals are answered once this replica stops leading, however it stopped. A
@@ -157,8 +191,11 @@ class ReadyLoop(Applier):
             self.write_sets.wake()  # a new leader's applier waits for no one's write sets
         self._led = leads
 
-    async def _handle(self, rd: Ready) -> None:
-        """Install, persist, send: what must be done before the core may ``advance``."""
+    async def _handle(self, rd: Ready, inline: bool | None = None) -> None:
+        """Install, persist, send: what must be done before the core may ``advance``.
+        ``inline``: ``_write_inline(rd)``, when the caller has worked it out already."""
+        if inline is None:
+            inline = self._write_inline(rd)
         if rd.snapshot is not None:
             await self._applied_all()  # the state machine is swapped: nothing may apply to it
             await asyncio.to_thread(self._install, rd.snapshot)
@@ -170,7 +207,7 @@ class ReadyLoop(Applier):
         # commit only along with a new term or vote): no worker thread, no sync.
         if rd.entries or changes_vote:
             self.persists += 1
-            if self._write_inline(rd):
+            if inline:
                 if rest is not rd.messages and self.transport is not None:
                     self.transport.flush_now()  # the appends leave before the loop blocks
                 took = self._persist(rd.entries, hs)
@@ -184,12 +221,10 @@ class ReadyLoop(Applier):
         for m in rest:
             self._send(m)
 
-    def _writes_off_loop(self, rd: Ready) -> bool:
-        """Whether this Ready has a write, and it goes to a worker thread."""
-        if not rd.entries and (rd.hard_state is None or (
-                rd.hard_state.term, rd.hard_state.vote) == self._term_vote):
-            return False
-        return not self._write_inline(rd)
+    def _writes(self, rd: Ready) -> bool:
+        """Whether this Ready writes the disk (its entries, or a new term or vote)."""
+        return bool(rd.entries) or (rd.hard_state is not None and (
+            rd.hard_state.term, rd.hard_state.vote) != self._term_vote)
 
     def _write_inline(self, rd: Ready) -> bool:
         """Whether to write this Ready on the event loop rather than in a worker thread: a
@@ -254,7 +289,12 @@ class ReadyLoop(Applier):
     def _send(self, m: Message) -> None:
         if self.transport is None:
             return  # a group of one has no one to send to
-        node, address = node_of(m.to, self.shard_id)
+        found = self._node_of.get(m.to)
+        if found is None:
+            if len(self._node_of) > 64:
+                self._node_of.clear()  # members come and go: keep only the recent ones
+            found = self._node_of[m.to] = node_of(m.to, self.shard_id)
+        node, address = found
         if m.type is not MsgType.SNAPSHOT:
             self.transport.send(node, address, self.shard_id, m)
             return

@@ -100,6 +100,8 @@ class RaftReplica(ReadyLoop):
         self._catching_up = False
         self._to_apply: list[Entry] = []  # committed, handed to the applier, not yet applied
         self._applier: asyncio.Task | None = None
+        self._apply_due = False  # a follower's ``_apply_soon`` is scheduled
+        self._node_of: dict[str, tuple[str, tuple[str, int]]] = {}  # member -> node_of()
         self._applied = 0  # what the state machine applied (the core's ``applied`` is ahead)
         self._term_vote: tuple[int, str | None] = (0, None)  # as last persisted
         self._reads = ReadIndexReads()
@@ -171,9 +173,10 @@ class RaftReplica(ReadyLoop):
             core.step(message)
             # A message that leaves nothing to do (an answer to an entry already committed,
             # which on a lone send arrives while the leader applies and replies) costs no
-            # turn of the Ready loop. A change of role always comes with a Ready (a new term,
-            # a commit, or messages to send).
-            if core.has_ready():
+            # turn of the Ready loop, and one that only commits is acted on here
+            # (``_ready_now``). A change of role always comes with a Ready (a new term, a
+            # commit, or messages to send).
+            if core.has_ready() and not self._ready_now(core):
                 self._kick.set()
 
     def nodes(self) -> frozenset[tuple[str, tuple[str, int]]]:

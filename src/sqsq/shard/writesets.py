@@ -137,6 +137,10 @@ class Received:
         for index in [i for i in self._by_index if i <= applied]:
             self.take(index, -1, -1)
 
+    def has(self, index: int) -> bool:
+        """Whether the write set of ``index`` came (``wait`` would return at once)."""
+        return index in self._by_index
+
     def sharing(self) -> bool:
         return time.monotonic() - self._last < SHARING_LAPSES_S
 
