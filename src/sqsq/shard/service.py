@@ -49,7 +49,7 @@ class ShardService:
         self.endpoint = endpoint
 
     async def _run(self, command: c.Command) -> c.Result:
-        result = await self.engine.execute(command)
+        result = await self.engine.submit(command)
         if isinstance(result, Rejection):
             _raise(result)
         return result
@@ -158,7 +158,9 @@ class ShardService:
                 raise from_rejection(reject(
                     ErrorCode.MISSING_PARAMETER, "The request must contain the parameter "
                     "MessageBody."))
-        result = await self._run(command)
+        result = await self.engine.submit(command)  # (not ``_run``: a coroutine less)
+        if isinstance(result, Rejection):
+            _raise(result)
         assert isinstance(result, c.BatchResult)
         return result
 
@@ -231,7 +233,9 @@ class ShardService:
         self, queue: str, entries: list[tuple[str, str]]
     ) -> c.BatchResult:
         _check_batch_ids([e[0] for e in entries])
-        result = await self._run(c.DeleteMessages(queue, tuple(entries)))
+        result = await self.engine.submit(c.DeleteMessages(queue, tuple(entries)))
+        if isinstance(result, Rejection):
+            _raise(result)
         assert isinstance(result, c.BatchResult)
         return result
 
