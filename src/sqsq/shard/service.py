@@ -227,6 +227,10 @@ class ShardService:
                 break
             await self.engine.waiters.park(woken, min(left, 1.0))
         message_names = [_all_spelled(n) for n in message_attribute_names]
+        if not attribute_names and not message_names:  # the common receive: neither asked for
+            received = c.ReceivedMessage  # (built here: a call to ``_select`` per message less)
+            return [received(m.message_id, m.receipt_handle, m.body, m.md5_of_body, None, (), ())
+                    for m in result.messages]
         return [_select(m, attribute_names, message_names) for m in result.messages]
 
     async def delete_message_batch(
