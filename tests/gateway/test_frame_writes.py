@@ -49,6 +49,9 @@ class _Engine:
             c.SentMessage(e.entry_id, f"id-{command.request_id}-{e.entry_id}", "md5", None,
                           None) for e in command.entries), ())
 
+    def submit(self, command: Any) -> Any:
+        return self.execute(command)
+
 
 class _Transport:
     def __init__(self) -> None:

@@ -36,3 +36,14 @@ def test_the_random_pool_never_hands_out_the_same_bytes_twice_across_refills() -
 def test_receives_get_distinct_nonces() -> None:
     nonces = {stamp(c.ReceiveMessages("q")).nonce for _ in range(1000)}
     assert len(nonces) == 1000 and all(0 <= n < 2**64 for n in nonces)
+
+
+def test_message_ids_keep_every_random_bit_but_the_version_and_variant() -> None:
+    from sqsq.shard.stamp import MessageIdPool
+
+    ids = [i for _ in range(10) for i in MessageIdPool(per_read=64).take(100)]  # refills
+    assert len(set(ids)) == 1000
+    assert {i[19] for i in ids} == set("89ab")  # the variant's two random bits
+    for pos in (0, 15, 20, 35):  # random digits elsewhere take all 16 values
+        assert len({i[pos] for i in ids}) == 16
+    assert {i[14] for i in ids} == {"4"}  # the version

@@ -75,11 +75,18 @@ def entry_to_pb(e: c.SendEntry) -> pb.SendMessageBatchEntry:
     return out
 
 
-def sent_fields(s: c.SentMessage) -> dict[str, str]:
-    return dict(message_id=s.message_id, md5_of_message_body=s.md5_of_message_body,
-                md5_of_message_attributes=s.md5_of_message_attributes or "",
-                sequence_number=s.sequence_number or "",
-                md5_of_message_system_attributes=s.md5_of_message_system_attributes or "")
+def sent_response(s: c.SentMessage) -> pb.SendMessageResponse:
+    """SendMessage's response (the optional digests and sequence number set only when
+    there is one: an empty string is no field on the wire either way, and no keyword dict)."""
+    out = pb.SendMessageResponse(message_id=s.message_id,
+                                 md5_of_message_body=s.md5_of_message_body)
+    if s.md5_of_message_attributes:
+        out.md5_of_message_attributes = s.md5_of_message_attributes
+    if s.sequence_number:
+        out.sequence_number = s.sequence_number
+    if s.md5_of_message_system_attributes:
+        out.md5_of_message_system_attributes = s.md5_of_message_system_attributes
+    return out
 
 
 def add_sent(out: Any, successful: tuple[c.SentMessage, ...]) -> None:

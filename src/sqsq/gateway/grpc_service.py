@@ -30,7 +30,7 @@ from sqsq.gateway.convert import (
     entry_from_pb,
     failed_to_pb,
     opt,
-    sent_fields,
+    sent_response,
 )
 from sqsq.gateway.metrics import ApiMetrics
 from sqsq.gateway.streaming import (
@@ -38,6 +38,7 @@ from sqsq.gateway.streaming import (
     CallContext,
     Metadata,
     StreamSession,
+    error_reply,
     result_bytes,
 )
 from sqsq.v1 import queues_pb2 as pb
@@ -115,22 +116,26 @@ def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
         code = ""
         try:
             return await method(self, request, context)
-        except QueueError as e:
-            code = e.code
-            await context.abort(_status(e.error_code), e.message,
-                                trailing_metadata=((ERROR_CODE_KEY, e.code),))
         except Exception as e:  # noqa: BLE001 - every failure leaves with an SQS code
             if isinstance(e, (grpc.aio.AbortError, Aborted)):  # the method's own
                 raise
-            code = "InternalError"
-            log.exception("internal error in %s", action)
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {e}",
-                                trailing_metadata=((ERROR_CODE_KEY, "InternalError"),))
+            status, code, message = _failure(e, action)
+            await context.abort(status, message, trailing_metadata=((ERROR_CODE_KEY, code),))
         finally:
             metrics.end(label, "grpc", started, code)
             logs.unbind(token)
 
     return run
+
+
+def _failure(e: Exception, action: str) -> tuple[grpc.StatusCode, str, str]:
+    """What a handler's exception ends its call with: the status, the SQS error code and
+    the message (called in the ``except`` that caught it: an internal error is logged with
+    its traceback)."""
+    if isinstance(e, QueueError):
+        return _status(e.error_code), e.code, e.message
+    log.exception("internal error in %s", action)
+    return grpc.StatusCode.INTERNAL, "InternalError", f"internal error: {e}"
 
 
 def _passed(api: QueueService, method: str, request: Any, key: str) -> Awaitable[Any] | None:
@@ -196,12 +201,27 @@ class QueuesService(pb_grpc.QueuesServicer):
             session.drain()
 
     async def _stream_call(self, kind: str, request: Any, context: CallContext) -> bytes:
-        """One call off a stream, through its unary method: the same checks, metrics and
-        errors (``context.abort`` raises ``Aborted`` here). Its reply, serialized."""
+        """One call off a stream, through its unary method's body with what ``_rpc`` wraps
+        around it done here: the same logs, metrics and errors (``context.abort`` raises
+        ``Aborted`` here). Its reply, serialized. (Through the wrapper, each call cost a
+        coroutine more, resumed at every await, and each failure an abort raised and caught.)
+        """
+        action = STREAM_CALLS[kind]
+        token = logs.bind(*_about(request, action))
+        metrics = self.metrics
+        label = metrics.action_label(action)
+        started = metrics.begin(label)
+        code = ""
         try:
-            response = await getattr(self, STREAM_CALLS[kind])(request, context)
-        except Aborted as e:
+            response = await _BODIES[action](self, request, context)
+        except Aborted as e:  # the method's own
             return e.reply(ERROR_CODE_KEY).SerializeToString()
+        except Exception as e:  # noqa: BLE001 - every failure leaves with an SQS code
+            status, code, message = _failure(e, action)
+            return error_reply(status, code, message).SerializeToString()
+        finally:
+            metrics.end(label, "grpc", started, code)
+            logs.unbind(token)
         return result_bytes(kind, response)
 
     def api_for(self, context: grpc.aio.ServicerContext) -> QueueService:
@@ -305,7 +325,7 @@ class QueuesService(pb_grpc.QueuesServicer):
             key, [entry_from_pb(request, "0")], request.request_id)
         if result.failed:
             raise from_rejection(result.failed[0].rejection)
-        return pb.SendMessageResponse(**sent_fields(result.successful[0]))
+        return sent_response(result.successful[0])
 
     @_rpc
     async def SendMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
@@ -414,3 +434,7 @@ class QueuesService(pb_grpc.QueuesServicer):
         if describe is None:  # one shard group, or a node: nothing to route, call here
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no direct routing here")
         return await describe(key)
+
+
+# action -> the body of its handler (what ``_rpc`` wraps), for calls off a stream
+_BODIES = {name: getattr(QueuesService, name).__wrapped__ for name in STREAM_CALLS.values()}

@@ -26,7 +26,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from sqsq.core import commands as c
@@ -229,6 +229,17 @@ class ShardEngine:
         self.proposer.submit(stamp(command), fut)
         return await fut
 
+    def submit(self, command: c.Command) -> Awaitable[c.Result]:
+        """``execute``, for the calls of a client: when the command is admitted at once (the
+        usual case) the future its entry answers, with no coroutine of its own in between
+        (each level of coroutine is one more to create, and to pass through on every
+        resume, on every call)."""
+        if not self._admitted():
+            return self.execute(command)
+        fut: asyncio.Future = self._loop.create_future()  # type: ignore[union-attr]
+        self.proposer.submit(stamp(command), fut)
+        return fut
+
     async def barrier(self) -> None | Rejection:
         """Wait until this replica has confirmed that it still leads and has applied
         everything committed before this call (ReadIndex: no log entry). A Rejection if it
@@ -292,7 +303,7 @@ class ShardEngine:
             answer = self._look(dataclasses.replace(command, max_number_of_messages=1))
             if answer is not None:
                 return answer
-        return await self.execute(command)
+        return await self.submit(command)
 
     def _counted_visible(self, queue: str) -> bool:
         """Whether a standard queue counts visible messages here: then a receive very

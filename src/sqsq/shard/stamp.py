@@ -32,21 +32,43 @@ class RandomPool:
 
 _RANDOM = RandomPool()
 
+# the hex digit of a UUID's variant nibble (RFC 4122: 10xx) for each random one: its low bits
+_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
+IDS_PER_READ = 256
+
+
+class MessageIdPool:
+    """Message ids made ``IDS_PER_READ`` at a time, from one read of the OS's random bytes,
+    and handed out in order (each once). Used from the event loop's thread only."""
+
+    def __init__(self, per_read: int = IDS_PER_READ) -> None:
+        self._per_read = per_read
+        self._ids: list[str] = []
+        self._pos = 0
+
+    def take(self, n: int) -> tuple[str, ...]:
+        pos = self._pos
+        if pos + n > len(self._ids):
+            self._ids, pos = _uuid4_texts(max(self._per_read, n)), 0
+        self._pos = pos + n
+        return tuple(self._ids[pos : pos + n])
+
+
+def _uuid4_texts(n: int) -> list[str]:
+    """``n`` random (version 4) UUIDs as text: what ``str(uuid.uuid4())`` gives, from the
+    random bytes' hex digits with the version's and variant's put in (no UUID objects)."""
+    h = os.urandom(16 * n).hex()
+    v = _VARIANT
+    return [f"{h[i : i + 8]}-{h[i + 8 : i + 12]}-4{h[i + 13 : i + 16]}-{v[h[i + 16]]}"
+            f"{h[i + 17 : i + 20]}-{h[i + 20 : i + 32]}" for i in range(0, 32 * n, 32)]
+
+
+_IDS = MessageIdPool()
+
 
 def message_ids(n: int) -> tuple[str, ...]:
-    """``n`` random (version 4) UUIDs as text.
-
-    The same strings as ``str(uuid.uuid4())`` n times, at a fraction of the cost: bytes from
-    the pool and no UUID objects.
-    """
-    raw = bytearray(_RANDOM.take(16 * n))
-    ids = []
-    for i in range(0, 16 * n, 16):
-        raw[i + 6] = raw[i + 6] & 0x0F | 0x40  # version 4
-        raw[i + 8] = raw[i + 8] & 0x3F | 0x80  # RFC 4122 variant
-        h = raw[i : i + 16].hex()
-        ids.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
-    return tuple(ids)
+    """``n`` random (version 4) UUIDs as text, none handed out before."""
+    return _IDS.take(n)
 
 
 def stamp(command: c.Command) -> c.Command:
