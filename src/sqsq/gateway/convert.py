@@ -80,13 +80,18 @@ def sent_response(s: c.SentMessage) -> pb.SendMessageResponse:
     there is one: an empty string is no field on the wire either way, and no keyword dict)."""
     out = pb.SendMessageResponse(message_id=s.message_id,
                                  md5_of_message_body=s.md5_of_message_body)
+    _set_optional(out, s)
+    return out
+
+
+def _set_optional(out: Any, s: c.SentMessage) -> None:
+    """A sent message's optional fields, on ``out`` (a response or a batch result entry)."""
     if s.md5_of_message_attributes:
         out.md5_of_message_attributes = s.md5_of_message_attributes
     if s.sequence_number:
         out.sequence_number = s.sequence_number
     if s.md5_of_message_system_attributes:
         out.md5_of_message_system_attributes = s.md5_of_message_system_attributes
-    return out
 
 
 def add_sent(out: Any, successful: tuple[c.SentMessage, ...]) -> None:
@@ -94,14 +99,8 @@ def add_sent(out: Any, successful: tuple[c.SentMessage, ...]) -> None:
     (built in place: no keyword dict and no copy per message)."""
     add = out.add
     for s in successful:
-        entry = add(id=s.entry_id, message_id=s.message_id,
-                    md5_of_message_body=s.md5_of_message_body)
-        if s.md5_of_message_attributes:
-            entry.md5_of_message_attributes = s.md5_of_message_attributes
-        if s.sequence_number:
-            entry.sequence_number = s.sequence_number
-        if s.md5_of_message_system_attributes:
-            entry.md5_of_message_system_attributes = s.md5_of_message_system_attributes
+        _set_optional(add(id=s.entry_id, message_id=s.message_id,
+                          md5_of_message_body=s.md5_of_message_body), s)
 
 
 def sent_from_pb(s: pb.SendMessageBatchResultEntry) -> c.SentMessage:
