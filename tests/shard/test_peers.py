@@ -21,7 +21,7 @@ from peersupport import (
     until,
 )
 from sqsq.raft.types import Entry, Message, MsgType
-from sqsq.shard import peerauth, peers
+from sqsq.shard import peerauth, peerconns
 from sqsq.shard.peerlink import KIND_MESSAGES
 from sqsq.shard.peers import MAX_FRAME_BYTES
 from sqsq.shard.raftwire import encode_messages
@@ -208,7 +208,7 @@ def test_a_frame_that_is_not_a_batch_closes_the_connection(tmp_path: Path) -> No
 
 def test_a_connection_that_does_not_authenticate_in_time_is_cut(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(peers, "HANDSHAKE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(peerconns, "HANDSHAKE_TIMEOUT_S", 0.2)
 
     async def scenario() -> None:
         a = Node("a", tmp_path)
@@ -224,7 +224,7 @@ def test_a_connection_that_does_not_authenticate_in_time_is_cut(
 
 def test_connections_still_authenticating_are_bounded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(peers, "MAX_PENDING_HANDSHAKES", 2)
+    monkeypatch.setattr(peerconns, "MAX_PENDING_HANDSHAKES", 2)
 
     async def scenario() -> None:
         a = Node("a", tmp_path)

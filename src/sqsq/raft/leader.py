@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from sqsq.raft.log import RaftLog
     from sqsq.raft.types import RaftConfig
 
+_APPEND, _APPEND_RESP = MsgType.APPEND, MsgType.APPEND_RESP
+_REPLICATE, _PROBE, _SNAPSHOT = ProgressState.REPLICATE, ProgressState.PROBE, ProgressState.SNAPSHOT
+
 
 def coalesced(msgs: list[Message], max_append_bytes: int) -> tuple[Message, ...]:
     """A Ready's messages with those that say the same thing once: appends to one follower
@@ -22,24 +25,24 @@ def coalesced(msgs: list[Message], max_append_bytes: int) -> tuple[Message, ...]
     leader in a row, the last (it acknowledges everything the earlier ones did). Each peer
     still gets its messages in order. One message instead of several saves an encode, a
     decode, a step and, for an append, the follower's answer to each."""
-    if len(msgs) < 2:
-        return tuple(msgs)
+    if len(msgs) < 2 or len({m.to for m in msgs}) == len(msgs):
+        return tuple(msgs)  # one message per peer: nothing to merge (a set is cheaper)
     out: list[Message] = []
     last: dict[str, int] = {}  # peer -> where in ``out`` the last message to it is
     for m in msgs:
         i = last.get(m.to)
         if i is not None:
             prev = out[i]
-            if (m.type is MsgType.APPEND and prev.type is MsgType.APPEND and m.entries
+            if (m.type is _APPEND and prev.type is _APPEND and m.entries
                     and prev.entries and m.term == prev.term
                     and m.index == prev.entries[-1].index
                     and m.log_term == prev.entries[-1].term
                     and sum(len(e.data) for e in prev.entries) + sum(
                         len(e.data) for e in m.entries) <= max_append_bytes):
-                out[i] = Message(MsgType.APPEND, m.to, m.frm, m.term, prev.log_term,
+                out[i] = Message(_APPEND, m.to, m.frm, m.term, prev.log_term,
                                  prev.index, prev.entries + m.entries, max(m.commit, prev.commit))
                 continue
-            if (m.type is MsgType.APPEND_RESP and prev.type is MsgType.APPEND_RESP
+            if (m.type is _APPEND_RESP and prev.type is _APPEND_RESP
                     and not m.reject and not prev.reject and m.term == prev.term
                     and m.index >= prev.index):
                 out[i] = m
@@ -145,8 +148,8 @@ class Leading:
 
     def _maybe_commit(self) -> bool:
         voters = self.voters()
-        matches = sorted((self.progress[p].match for p in voters if p in self.progress),
-                         reverse=True)
+        progress = self.progress
+        matches = sorted([progress[p].match for p in voters if p in progress], reverse=True)
         quorum = len(voters) // 2 + 1
         if len(matches) < quorum:
             return False
@@ -168,30 +171,43 @@ class Leading:
             self._become_follower(self.term, None)  # removed, and the removal is committed
 
     def _broadcast_append(self) -> None:
+        # Followers that need the same entries share one slice of the log (and one tuple:
+        # a transport may then encode it once).
+        shared: dict[int, tuple[Entry, ...]] = {}
         for peer in self.progress:
             if peer != self.id:
-                self._send_append(peer)
+                self._send_append(peer, True, shared)
 
-    def _send_append(self, peer: str, send_empty: bool = True) -> bool:
+    def _send_append(self, peer: str, send_empty: bool = True,
+                     shared: dict[int, tuple[Entry, ...]] | None = None) -> bool:
         pr = self.progress[peer]
         if pr.is_paused():
             return False
-        prev = pr.next - 1
-        prev_term = self.log.term(prev)
+        log = self.log
+        nxt = pr.next
+        last = log.last_index()
+        if nxt > last and not send_empty:
+            return False  # nothing new (and prev, at or past the snapshot, has a term)
+        prev = nxt - 1
+        prev_term = log.term(prev)
         if prev_term is None:
             # The follower needs entries this log has compacted: the snapshot instead.
-            pr.become_snapshot(self.log.snapshot.index)
+            pr.become_snapshot(log.snapshot.index)
             self.msgs.append(Message(MsgType.SNAPSHOT, peer, self.id, self.term,
-                                     snapshot=self.log.snapshot))
+                                     snapshot=log.snapshot))
             return False
-        last = self.log.last_index()
-        entries = (self.log.slice(pr.next, last, self.cfg.max_append_bytes)
-                   if pr.next <= last else ())
-        if not entries and not send_empty:
-            return False
-        commit = self.log.commit
-        self.msgs.append(Message(MsgType.APPEND, peer, self.id, self.term, log_term=prev_term,
-                                 index=prev, entries=entries, commit=commit))
+        if nxt > last:
+            entries: tuple[Entry, ...] = ()
+        elif shared is None:
+            entries = log.slice(nxt, last, self.cfg.max_append_bytes)
+        else:
+            found = shared.get(nxt)
+            if found is None:
+                found = shared[nxt] = log.slice(nxt, last, self.cfg.max_append_bytes)
+            entries = found
+        commit = log.commit
+        self.msgs.append(Message(_APPEND, peer, self.id, self.term, prev_term, prev, entries,
+                                 commit))
         pr.commit_sent = commit
         pr.sent(entries[-1].index if entries else prev)
         return bool(entries)
@@ -216,12 +232,12 @@ class Leading:
         if pr is None:
             return
         pr.recent_active = True
-        if m.type is MsgType.APPEND_RESP:
+        if m.type is _APPEND_RESP:
             self._handle_append_resp(m, pr)
         elif m.type is MsgType.HEARTBEAT_RESP:
             # The follower is there: a lost probe or a full window must not stall it.
             pr.paused = False
-            if pr.state is ProgressState.REPLICATE and pr.is_paused():
+            if pr.state is _REPLICATE and pr.is_paused():
                 pr.inflight.popleft()
             if pr.match < self.log.last_index():
                 self._send_append(m.frm)
@@ -231,16 +247,16 @@ class Leading:
     def _handle_append_resp(self, m: Message, pr: Progress) -> None:
         if m.reject:
             if pr.maybe_decrease(m.index, m.hint):
-                if pr.state is ProgressState.REPLICATE:
+                if pr.state is _REPLICATE:
                     pr.become_probe()
                 self._send_append(m.frm)
             return
         was_paused = pr.is_paused()
         if not pr.maybe_update(m.index):
             return
-        if pr.state is ProgressState.PROBE:
+        if pr.state is _PROBE:
             pr.become_replicate()
-        elif pr.state is ProgressState.SNAPSHOT and pr.match >= pr.pending_snapshot:
+        elif pr.state is _SNAPSHOT and pr.match >= pr.pending_snapshot:
             pr.become_probe()
             pr.become_replicate()
         # A commit found here is not broadcast: it rides on the next append or heartbeat,

@@ -42,11 +42,12 @@ class RaftLog:
 
     def term(self, index: int) -> int | None:
         """The term of the entry at ``index``; None if compacted away or not there yet."""
-        if index == self.snap.index:
-            return self.snap.term
-        if index < self.snap.index or index > self.last_index():
-            return None
-        return self.entries[index - self.snap.index - 1].term
+        snap = self.snap
+        at = index - snap.index - 1
+        if at < 0:
+            return snap.term if at == -1 else None
+        entries = self.entries
+        return entries[at].term if at < len(entries) else None
 
     def last_term(self) -> int:
         return self.term(self.last_index()) or 0
@@ -65,20 +66,28 @@ class RaftLog:
         start = lo - self.snap.index - 1
         if start < 0:
             raise ValueError(f"entry {lo} is compacted (snapshot at {self.snap.index})")
-        out: list[Entry] = []
-        size = 0
-        for e in self.entries[start : hi - self.snap.index]:
-            size += len(e.data)
-            if out and size > max_bytes:
-                break
-            out.append(e)
+        out = self.entries[start : hi - self.snap.index]
+        if len(out) > 1:
+            size = 0
+            for n, e in enumerate(out):
+                size += len(e.data)
+                if n and size > max_bytes:
+                    return tuple(out[:n])
         return tuple(out)
+
+    def between(self, lo: int, hi: int) -> tuple[Entry, ...]:
+        """Entries lo..hi inclusive, however large."""
+        start = lo - self.snap.index - 1
+        if start < 0:
+            raise ValueError(f"entry {lo} is compacted (snapshot at {self.snap.index})")
+        return tuple(self.entries[start : hi - self.snap.index])
 
     def find_conflict(self, entries: Iterable[Entry]) -> int:
         """The index of the first entry that this log lacks or holds with another term;
         0 if it holds them all."""
+        term = self.term
         for e in entries:
-            if not self.match_term(e.index, e.term):
+            if term(e.index) != e.term:
                 return e.index
         return 0
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sqsq.raft.election import FROM_LEADER, Electing
 from sqsq.raft.leader import Leading, coalesced
 from sqsq.raft.log import RaftLog
 from sqsq.raft.progress import Progress, ProgressState
@@ -38,13 +39,18 @@ from sqsq.raft.types import (
 if TYPE_CHECKING:
     import random  # the host's seeded generator; the core draws nothing of its own
 
-_FROM_LEADER = {MsgType.APPEND, MsgType.HEARTBEAT, MsgType.SNAPSHOT}
+# Enum members as module constants: a class attribute lookup on an Enum costs several
+# times a global's, and ``step`` compares a message's type a few times per message.
+_APPEND, _APPEND_RESP, _HEARTBEAT = MsgType.APPEND, MsgType.APPEND_RESP, MsgType.HEARTBEAT
+_SNAPSHOT, _PRE_VOTE, _PRE_VOTE_RESP = MsgType.SNAPSHOT, MsgType.PRE_VOTE, MsgType.PRE_VOTE_RESP
+_VOTES = frozenset({MsgType.VOTE, MsgType.PRE_VOTE})
+_LEADER, _FOLLOWER = Role.LEADER, Role.FOLLOWER
 DEFAULT_CONFIG = RaftConfig()
 ABSTAINED = "~abstained"  # the vote of a wiped replica in the first term it learns of
 ALL_SAFEGUARDS = Safeguards()
 
 
-class RaftNode(Leading):
+class RaftNode(Leading, Electing):
     def __init__(self, node_id: str, *, hard_state: HardState, snapshot: SnapshotMeta,
                  entries: tuple[Entry, ...] = (), applied: int | None = None,
                  rng: random.Random, config: RaftConfig = DEFAULT_CONFIG,
@@ -90,7 +96,7 @@ class RaftNode(Leading):
         return HardState(self.term, self.vote, self.log.commit)
 
     def is_leader(self) -> bool:
-        return self.role is Role.LEADER
+        return self.role is _LEADER
 
     def voters(self) -> frozenset[str]:
         return self.log.conf().voters
@@ -119,27 +125,32 @@ class RaftNode(Leading):
         """What to do next. The core may be stepped and ticked while the host works on it
         (persisting takes a while); call ``advance`` with it before asking again."""
         log, p = self.log, self._persisted
-        changed = self.term != p.term or self.vote != p.vote or log.commit != p.commit
-        snapshot, self.log.pending_snapshot = self.log.pending_snapshot, None
+        term, vote, commit = self.term, self.vote, log.commit
+        snapshot, log.pending_snapshot = log.pending_snapshot, None
+        msgs, reads = self.msgs, self.read_states
         rd = Ready(
-            hard_state=HardState(self.term, self.vote, log.commit) if changed else None,
-            entries=self.log.take_unstable(),
-            snapshot=snapshot,
-            messages=coalesced(self.msgs, self.cfg.max_append_bytes),
-            committed=self._committed(),
-            read_states=tuple(self.read_states),
-            leader=self.lead,
-            role=self.role,
+            None if term == p.term and vote == p.vote and commit == p.commit
+            else HardState(term, vote, commit),
+            log.take_unstable(),
+            snapshot,
+            coalesced(msgs, self.cfg.max_append_bytes) if msgs else (),
+            self._committed(),
+            tuple(reads) if reads else (),
+            self.lead,
+            self.role,
         )
-        self.msgs = []
-        self.read_states = []
+        if msgs:
+            self.msgs = []
+        if reads:
+            self.read_states = []
         self._out = True
         return rd
 
     def _committed(self) -> tuple[Entry, ...]:
-        lo = max(self.applied, self.log.snap.index) + 1
-        hi = min(self.log.commit, self.log.last_index())
-        return self.log.slice(lo, hi, 1 << 62) if hi >= lo else ()
+        log = self.log
+        lo = max(self.applied, log.snap.index) + 1
+        hi = min(log.commit, log.last_index())
+        return log.between(lo, hi) if hi >= lo else ()
 
     def advance(self, rd: Ready) -> None:
         """The host did what ``rd`` asked: entries and hard state are durable, the snapshot
@@ -153,11 +164,14 @@ class RaftNode(Leading):
             self.log.stable_to(rd.entries[-1].index, rd.entries[-1].term)
         if rd.committed:
             self.applied = max(self.applied, rd.committed[-1].index)
-        if self.role is Role.LEADER and self.id in self.progress:
+        if self.role is _LEADER:
             # A leader counts its own entries only once they are durable on its own disk.
             # The commit this finds goes with the next append or tick (``_send_commit``).
-            self.progress[self.id].maybe_update(self.log.stable)
-            self._maybe_commit()
+            # Only a longer durable copy here can move it: every other match that moves
+            # (``_handle_append_resp``) looks for a commit itself.
+            own = self.progress.get(self.id)
+            if own is not None and own.maybe_update(self.log.stable):
+                self._maybe_commit()
 
     # ---- inputs ----------------------------------------------------------------------------
 
@@ -165,7 +179,7 @@ class RaftNode(Leading):
         if self.quiesced:
             return  # asleep: no heartbeats, no election countdown, until woken
         self.election_elapsed += 1
-        if self.role is Role.LEADER:
+        if self.role is _LEADER:
             self._tick_leader()
         elif self._promotable() and self.election_elapsed >= self.timeout:
             self.election_elapsed = 0
@@ -178,7 +192,7 @@ class RaftNode(Leading):
         if self.quiesced:
             self.quiesced = False
             self.idle_ticks = 0
-            if self.role is Role.LEADER:
+            if self.role is _LEADER:
                 self._broadcast_heartbeat(b"")
             elif leader_silent:
                 self.election_elapsed = max(self.election_elapsed, self.cfg.election_ticks)
@@ -188,7 +202,7 @@ class RaftNode(Leading):
         handing leadership over). The entry is the host's once it is applied at that index
         with that term."""
         self.wake()
-        if self.role is not Role.LEADER or self.transferee is not None:
+        if self.role is not _LEADER or self.transferee is not None:
             return None
         return self._append_own(data, EntryKind.NORMAL)
 
@@ -196,7 +210,7 @@ class RaftNode(Leading):
         """One membership change; None if this node does not lead, one is still uncommitted,
         this term has committed nothing yet, or the change makes no sense here."""
         self.wake()
-        if self.role is not Role.LEADER or self.transferee is not None:
+        if self.role is not _LEADER or self.transferee is not None:
             return None
         if self.guard.one_conf_change_at_a_time and (
                 self.log.last_conf_index() > self.log.commit or not self._committed_in_term()):
@@ -218,7 +232,7 @@ class RaftNode(Leading):
         """Ask for a linearizable read: a ReadState with ``context`` comes out once this
         leader has confirmed it still leads; False if it does not lead."""
         self.wake()
-        if self.role is not Role.LEADER:
+        if self.role is not _LEADER:
             return False
         if not self._committed_in_term():
             self.waiting_reads.append(context)  # the commit index is not known to be current
@@ -227,7 +241,7 @@ class RaftNode(Leading):
         return True
 
     def transfer_leadership(self, target: str) -> bool:
-        if (self.role is not Role.LEADER or target == self.id or target not in self.voters()
+        if (self.role is not _LEADER or target == self.id or target not in self.voters()
                 or target not in self.progress):
             return False
         self.transferee = target
@@ -259,33 +273,34 @@ class RaftNode(Leading):
     def step(self, m: Message) -> None:
         if self.quiesced and m.context != QUIESCE:
             self.wake()  # anything but the quiet round itself is a sign of life
+        kind = m.type
         if m.term > self.term:
-            if m.type in (MsgType.VOTE, MsgType.PRE_VOTE) and m.context != TRANSFER and (
+            if kind in _VOTES and m.context != TRANSFER and (
                     self.cfg.check_quorum and self.lead is not None
                     and self.election_elapsed < self.cfg.election_ticks):
                 return  # a leader was heard within the timeout: no vote, no new term (lease)
-            if m.type is MsgType.PRE_VOTE or (m.type is MsgType.PRE_VOTE_RESP and not m.reject):
+            if kind is _PRE_VOTE or (kind is _PRE_VOTE_RESP and not m.reject):
                 pass  # a pre-vote changes nobody's term
             else:
-                self._become_follower(m.term, m.frm if m.type in _FROM_LEADER else None)
+                self._become_follower(m.term, m.frm if kind in FROM_LEADER else None)
         elif m.term < self.term:
-            if not self.guard.stale_responses_ignored and m.type is MsgType.APPEND_RESP:
+            if not self.guard.stale_responses_ignored and kind is _APPEND_RESP:
                 pass  # mutant: a stale acknowledgement is counted as if it were current
             else:
-                if (self.cfg.check_quorum or self.cfg.pre_vote) and m.type in _FROM_LEADER:
+                if (self.cfg.check_quorum or self.cfg.pre_vote) and kind in FROM_LEADER:
                     # A deposed leader learns of the new term (it would not otherwise).
-                    self._send(m.frm, MsgType.APPEND_RESP)
-                elif m.type is MsgType.PRE_VOTE:
-                    self._send(m.frm, MsgType.PRE_VOTE_RESP, reject=True)
+                    self._send(m.frm, _APPEND_RESP)
+                elif kind is _PRE_VOTE:
+                    self._send(m.frm, _PRE_VOTE_RESP, reject=True)
                 return
-        if m.type in (MsgType.VOTE, MsgType.PRE_VOTE):
+        if kind in _VOTES:
             self._handle_vote(m)
-        elif self.role is Role.LEADER:
+        elif self.role is _LEADER:
             self._step_leader(m)
-        elif self.role in (Role.CANDIDATE, Role.PRE_CANDIDATE):
-            self._step_candidate(m)
-        else:
+        elif self.role is _FOLLOWER:
             self._step_follower(m)
+        else:
+            self._step_candidate(m)
 
     # ---- roles -----------------------------------------------------------------------------
 
@@ -306,17 +321,14 @@ class RaftNode(Leading):
         self.quiesced = False
         self.idle_ticks = 0
 
-    def _reset_timeout(self) -> None:
-        self.timeout = self.cfg.election_ticks + self.rng.randrange(self.cfg.election_ticks)
-
     def _become_follower(self, term: int, lead: str | None) -> None:
         self._reset(term)
-        self.role = Role.FOLLOWER
+        self.role = _FOLLOWER
         self.lead = lead
 
     def _become_leader(self) -> None:
         self._reset(self.term)
-        self.role = Role.LEADER
+        self.role = _LEADER
         self.lead = self.id
         last = self.log.last_index()
         self.progress = {}
@@ -327,104 +339,46 @@ class RaftNode(Leading):
         # The no-op: entries of earlier terms commit only with one of this term.
         self._append_own(b"", EntryKind.NORMAL)
 
-    def _promotable(self) -> bool:
-        return self.id in self.voters()
-
-    def _campaign(self, *, pre: bool, transfer: bool) -> None:
-        if pre:
-            self._reset(self.term)
-            self.role = Role.PRE_CANDIDATE
-            term, kind = self.term + 1, MsgType.PRE_VOTE
-        else:
-            self._reset(self.term + 1)
-            self.role = Role.CANDIDATE
-            self.vote = self.id
-            term, kind = self.term, MsgType.VOTE
-        self.votes = {self.id: True}
-        if self._tally() is True:
-            return
-        for peer in sorted(self.voters() - {self.id}):
-            self.msgs.append(Message(kind, peer, self.id, term, log_term=self.log.last_term(),
-                                     index=self.log.last_index(),
-                                     context=TRANSFER if transfer else b""))
-
-    def _tally(self) -> bool | None:
-        """Count the votes: True if won (and acted on), False if lost."""
-        voters = self.voters()
-        granted = sum(1 for v, ok in self.votes.items() if ok and v in voters)
-        refused = sum(1 for v, ok in self.votes.items() if not ok and v in voters)
-        quorum = len(voters) // 2 + 1
-        if granted >= quorum:
-            if self.role is Role.PRE_CANDIDATE:
-                self._campaign(pre=False, transfer=False)
-            else:
-                self._become_leader()
-            return True
-        if refused >= quorum:
-            self._become_follower(self.term, None)
-            return False
-        return None
-
-    def _handle_vote(self, m: Message) -> None:
-        pre = m.type is MsgType.PRE_VOTE
-        can_vote = (self.vote == m.frm or (self.vote is None and self.lead is None)
-                    or (pre and m.term > self.term))
-        resp = MsgType.PRE_VOTE_RESP if pre else MsgType.VOTE_RESP
-        if can_vote and self.log.is_up_to_date(m.index, m.log_term):
-            # A pre-vote is answered in the term it asks about, so the candidate counts it.
-            self.msgs.append(Message(resp, m.frm, self.id, m.term))
-            if not pre:
-                self.election_elapsed = 0
-                self.vote = m.frm
-        else:
-            self._send(m.frm, resp, reject=True)
-
-    def _step_candidate(self, m: Message) -> None:
-        if m.type in _FROM_LEADER:
-            self._become_follower(m.term, m.frm)  # a leader of this term exists
-            self._step_follower(m)
-        elif (m.type is MsgType.PRE_VOTE_RESP and self.role is Role.PRE_CANDIDATE) or (
-                m.type is MsgType.VOTE_RESP and self.role is Role.CANDIDATE):
-            self.votes.setdefault(m.frm, not m.reject)
-            self._tally()
-
     def _step_follower(self, m: Message) -> None:
-        if m.type is MsgType.APPEND:
+        kind = m.type
+        if kind is _APPEND:
             self.election_elapsed = 0
             self.lead = m.frm
             self._handle_append(m)
-        elif m.type is MsgType.HEARTBEAT:
+        elif kind is _HEARTBEAT:
             self.election_elapsed = 0
             self.lead = m.frm
             self.log.commit_to(min(m.commit, self.log.last_index()))
             self._send(m.frm, MsgType.HEARTBEAT_RESP, context=m.context)
             if m.context == QUIESCE:
                 self.quiesced = True
-        elif m.type is MsgType.SNAPSHOT:
+        elif kind is _SNAPSHOT:
             self.election_elapsed = 0
             self.lead = m.frm
             self._handle_snapshot(m)
-        elif m.type is MsgType.TIMEOUT_NOW and self._promotable():
+        elif kind is MsgType.TIMEOUT_NOW and self._promotable():
             self._campaign(pre=False, transfer=True)
 
     def _handle_append(self, m: Message) -> None:
         log = self.log
         if m.index < log.commit:
-            self._send(m.frm, MsgType.APPEND_RESP, index=log.commit)
+            self._send(m.frm, _APPEND_RESP, index=log.commit)
             return
         if not log.match_term(m.index, m.log_term):
-            self._send(m.frm, MsgType.APPEND_RESP, index=m.index, reject=True,
+            self._send(m.frm, _APPEND_RESP, index=m.index, reject=True,
                        hint=log.last_index())
             return
-        last_new = m.index + len(m.entries)
+        entries = m.entries
+        last_new = m.index + len(entries)
         if self.guard.truncate_only_at_conflict:
-            conflict = log.find_conflict(m.entries)
+            conflict = log.find_conflict(entries)
             if conflict:
-                log.append(m.entries[conflict - m.entries[0].index :])
-        elif m.entries:
-            log.append(m.entries)  # mutant: whatever followed prev goes, held or not
+                log.append(entries[conflict - entries[0].index :])
+        elif entries:
+            log.append(entries)  # mutant: whatever followed prev goes, held or not
         log.commit_to(min(m.commit, last_new))
-        self._send(m.frm, MsgType.APPEND_RESP, index=last_new)
+        # the answer, built positionally (keyword arguments cost a dict per message)
+        self.msgs.append(Message(_APPEND_RESP, m.frm, self.id, self.term, 0, last_new))
 
     def _handle_snapshot(self, m: Message) -> None:
         meta = m.snapshot

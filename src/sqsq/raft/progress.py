@@ -18,6 +18,8 @@ class ProgressState(enum.IntEnum):
     SNAPSHOT = 2
 
 
+_PROBE, _REPLICATE = ProgressState.PROBE, ProgressState.REPLICATE  # (cheaper than the class's)
+
 class Progress:
     __slots__ = ("match", "next", "state", "paused", "pending_snapshot", "recent_active",
                  "inflight", "max_inflight", "snapshot_ticks", "commit_sent")
@@ -56,15 +58,16 @@ class Progress:
         self.inflight.clear()
 
     def is_paused(self) -> bool:
-        if self.state is ProgressState.PROBE:
-            return self.paused
-        if self.state is ProgressState.REPLICATE:
+        state = self.state
+        if state is _REPLICATE:
             return len(self.inflight) >= self.max_inflight
+        if state is _PROBE:
+            return self.paused
         return True
 
     def sent(self, last: int) -> None:
         """An append ending at ``last`` went out (``last`` = next - 1 for an empty one)."""
-        if self.state is ProgressState.REPLICATE:
+        if self.state is _REPLICATE:
             if last >= self.next:
                 self.next = last + 1
                 self.inflight.append(last)

@@ -22,8 +22,9 @@ _HEADER = struct.Struct(">IB")
 _LENGTH = struct.Struct(">I")
 
 
-def frame(kind: int, payload: bytes) -> bytes:
-    return _HEADER.pack(len(payload) + 1, kind) + payload
+def frame_header(kind: int, size: int) -> bytes:
+    """The header of a frame of ``kind`` whose payload is ``size`` bytes."""
+    return _HEADER.pack(size + 1, kind)
 
 
 def message_size(m: Message) -> int:
@@ -261,19 +262,27 @@ class Link(asyncio.BufferedProtocol):
 
     # ---- writing -------------------------------------------------------------------------
 
-    def write(self, kind: int, payload: bytes, ahead: bytes = b"") -> int:
-        """Queue a frame on the socket, after ``ahead`` (frames already made, so that both
-        go in one system call); never waits. The size on the wire."""
+    def write(self, kind: int, payload: bytes, ahead: list[bytes] | None = None) -> int:
+        """Queue a frame on the socket, after the parts of frames already made (``ahead``,
+        which this extends), so that all go in one system call; never waits. The size on
+        the wire."""
         assert self._transport is not None
-        # One join, one copy (``a + b + c`` copies a large payload twice).
-        self._transport.write(b"".join((ahead, _HEADER.pack(len(payload) + 1, kind), payload)))
-        return len(ahead) + _HEADER.size + len(payload)
+        header = _HEADER.pack(len(payload) + 1, kind)
+        if ahead is None:
+            data = header + payload
+        else:
+            # One join, one copy (``a + b + c`` copies a large payload twice).
+            ahead += (header, payload)
+            data = b"".join(ahead)
+        self._transport.write(data)
+        return len(data)
 
-    def write_bytes(self, frames: bytes) -> int:
-        """Queue frames already made (``frame``) on the socket; their size."""
+    def write_parts(self, parts: list[bytes]) -> int:
+        """Queue frames already made, as their parts, on the socket; their size."""
         assert self._transport is not None
-        self._transport.write(frames)
-        return len(frames)
+        data = b"".join(parts)
+        self._transport.write(data)
+        return len(data)
 
     def buffered(self) -> int:
         assert self._transport is not None
@@ -320,8 +329,8 @@ class PeerState:
     def __init__(self, peer_id: str) -> None:
         self.id = peer_id
         self.address: tuple[str, int] | None = None
-        self.queue: deque[tuple[int, Message, int]] = deque()  # (shard, message, size)
-        self.queued_bytes = 0
+        self.queue: deque[tuple[int, Message]] = deque()  # (shard, message)
+        self.queued_bytes = 0  # an upper bound on the queue's encoded size (message_size)
         # write sets (shard, index, term, check, packed) to go ahead of the queue's messages
         self.write_sets: list[tuple[int, int, int, int, bytes | None]] = []
         self.write_set_bytes = 0

@@ -4,7 +4,8 @@ travel over one authenticated TCP connection, on the node's event loop.
 pysyncobj gave every shard replica its own port, poller and connections, so a node with 32
 shards kept 64 connections and sent 32 heartbeats per tick to each peer. Here a node has one
 connection per peer, and what the node's shards send a peer during one event-loop turn goes
-out as one frame: heartbeats of many shards coalesce into one write.
+out as one frame: heartbeats of many shards coalesce into one write, and one callback at the
+turn's end writes to every peer that has something queued.
 
 Frames are ``[u32 length][u8 kind][payload]`` (``sqsq.shard.raftwire`` for the payloads):
 a batch of (shard, message) pairs, a snapshot chunk, a snapshot acknowledgement or abort, a
@@ -19,36 +20,23 @@ slow peer may leave in our socket buffer, what a peer may send before it is prov
 read buffer's worth), the transfers in progress. ``send`` never blocks
 and never raises for the network's sake.
 
-Either node may dial; a second connection between the same two (both dialed at once) is
-retired by a rule both ends apply alike: keep the one the smaller node id dialed. A node that
-restarted announces a new incarnation, and the connections to its previous one are dropped at
-once (a crashed machine's half-open connection would otherwise be kept over the new one).
+How connections are made, proven and settled (one per pair) is ``sqsq.shard.peerconns``;
+snapshot transfers are ``sqsq.shard.peersnap``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 import os
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from sqsq.listen import bind_listener
 from sqsq.raft.types import Message
-from sqsq.shard import snapxfer
-from sqsq.shard.peerauth import (
-    HANDSHAKE_TIMEOUT_S,
-    INCARNATION_BYTES,
-    AuthError,
-    FrameTooLarge,
-    Hello,
-    accept_frames,
-    dial_frames,
-)
+from sqsq.shard.peerauth import INCARNATION_BYTES, FrameTooLarge
+from sqsq.shard.peerconns import Connections
 from sqsq.shard.peerlink import (
     KIND_ABORT,
     KIND_ACK,
@@ -57,10 +45,10 @@ from sqsq.shard.peerlink import (
     KIND_WRITE_SETS,
     Link,
     PeerState,
-    frame,
+    frame_header,
     message_size,
 )
-from sqsq.shard.peersnap import CONNECT_TIMEOUT_S, SnapshotTransfers
+from sqsq.shard.peersnap import SnapshotTransfers
 from sqsq.shard.raftwire import (
     decode_ack,
     decode_chunk,
@@ -82,15 +70,12 @@ SNAPSHOT_CHUNK_BYTES = 1 << 20
 MAX_QUEUE_MESSAGES = 8192
 MAX_QUEUE_BYTES = 16 << 20  # well under a frame: one turn's queue always fits in one
 MAX_WRITE_BUFFER_BYTES = 32 << 20  # past this, a peer that does not read loses batches
-MAX_PENDING_HANDSHAKES = 64
-MAX_INCOMING_TRANSFERS = 8  # per connection
-MAX_SNAPSHOT_BYTES = 1 << 40
 # How long a leader's write sets wait for messages to the same peer to ride with.
 WRITE_SETS_LINGER_S = 0.005
 BACKOFF_S = (0.05, 2.0)  # the first retry's wait, doubled per failure up to the second
 
 
-class PeerTransport(SnapshotTransfers):
+class PeerTransport(Connections, SnapshotTransfers):
     """The node's Raft peer transport. Counters (plain ints) say what it did; the host
     exports them. Everything is called on the node's event loop (it keeps no lock)."""
 
@@ -134,6 +119,10 @@ class PeerTransport(SnapshotTransfers):
         self._handshakes = 0
         self._transfer_ids = itertools.count(1)
         self._stopped = False
+        # Peers with something to write at the end of this loop turn; one callback (set
+        # when the first is added) writes to them all.
+        self._due: list[PeerState] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
         # counters
         self.frames_sent = self.frames_received = 0
         self.bytes_sent = self.bytes_received = 0
@@ -144,72 +133,38 @@ class PeerTransport(SnapshotTransfers):
         self.snapshots_sent = self.snapshots_failed = 0
         self.snapshots_received = self.snapshots_discarded = 0
 
-    # ---- lifecycle ---------------------------------------------------------------------
-
-    async def start(self) -> int:
-        """Listen on ``host`` only (its first address; port 0: any free one); the port."""
-        self.snapshot_dir.mkdir(parents=True, exist_ok=True)
-        for stale in self.snapshot_dir.glob("*" + snapxfer.PART_SUFFIX):
-            stale.unlink()  # a transfer cut short by our own crash
-        sock = await bind_listener(self.host, self.port, "Raft peers")
-        self._server = await asyncio.get_running_loop().create_server(
-            lambda: self._link(dialed=False), sock=sock)
-        self.port = sock.getsockname()[1]
-        return self.port
-
-    async def stop(self) -> None:
-        """Close the listener and every connection; transfers in flight fail."""
-        self._stopped = True
-        if self._server is not None:
-            self._server.close()
-        for peer in self._peers.values():
-            for link in list(peer.links.values()):
-                self._drop(peer, link)
-            peer.queue.clear()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-
-    def forget(self, peer_id: str) -> None:
-        """``peer_id`` left the cluster: close its connections, stop dialing it."""
-        peer = self._peers.pop(peer_id, None)
-        if peer is not None:
-            peer.forgotten = True
-            for link in list(peer.links.values()):
-                self._drop(peer, link)
-            if peer.dialer is not None:
-                peer.dialer.cancel()
-
-    def connections(self) -> dict[str, int]:
-        """Peer id -> connections in use with it (one, once both ends settled)."""
-        return {p.id: len(p.links) for p in self._peers.values() if p.links}
-
     # ---- sending -----------------------------------------------------------------------
 
     def send(self, peer_id: str, address: tuple[str, int], shard_id: int,
              message: Message) -> None:
         """Queue ``message`` for ``peer_id`` (at ``address``); it leaves with everything
         else queued for that peer this loop turn, in one frame."""
-        if self._stopped:
-            self.messages_dropped += 1
-            return
-        peer = self._peer(peer_id, address)
+        peer = self._peers.get(peer_id)
+        if peer is None or self._stopped:
+            if self._stopped:
+                self.messages_dropped += 1
+                return
+            peer = self._peer(peer_id, address)
+        else:
+            peer.address = address
         size = message_size(message)
         if size > self.max_queue_bytes:
             self.messages_dropped += 1
             return
-        peer.queue.append((shard_id, message, size))
+        queue = peer.queue
+        queue.append((shard_id, message))
         peer.queued_bytes += size
-        while len(peer.queue) > self.max_queue_messages or \
-                peer.queued_bytes > self.max_queue_bytes:
-            peer.queued_bytes -= peer.queue.popleft()[2]
-            self.messages_dropped += 1
+        if len(queue) > self.max_queue_messages or peer.queued_bytes > self.max_queue_bytes:
+            self._overflow(peer)
         if not peer.flush_scheduled:
-            peer.flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush, peer)
+            self._flush_soon(peer)
+
+    def _overflow(self, peer: PeerState) -> None:
+        """The oldest messages go (their sizes worked out again: this is the rare path)."""
+        queue = peer.queue
+        while len(queue) > self.max_queue_messages or peer.queued_bytes > self.max_queue_bytes:
+            peer.queued_bytes -= message_size(queue.popleft()[1])
+            self.messages_dropped += 1
 
     def send_write_sets(self, peer_id: str, address: tuple[str, int], shard_id: int,
                         sets: list[tuple[int, int, int, bytes | None]]) -> None:
@@ -227,16 +182,36 @@ class PeerTransport(SnapshotTransfers):
             # They ride with the next messages to this peer (one system call for both,
             # which on loopback is most of a send's cost), or leave on their own shortly.
             peer.write_sets_due = True
-            asyncio.get_running_loop().call_later(WRITE_SETS_LINGER_S, self._flush_write_sets,
-                                                  peer)
+            self._event_loop().call_later(WRITE_SETS_LINGER_S, self._flush_write_sets, peer)
 
     def flush_now(self) -> None:
         """Write what is queued for every peer now instead of at the end of the loop's
         turn: before the loop blocks on the disk (an fsync on the loop), what was sent must
         already be on its way."""
-        for peer in self._peers.values():
+        for peer in self._due:
             if peer.flush_scheduled:
                 self._flush(peer)
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
+
+    def _flush_soon(self, peer: PeerState) -> None:
+        peer.flush_scheduled = True
+        self._due.append(peer)
+        if len(self._due) == 1:
+            self._event_loop().call_soon(self._flush_due)
+
+    def _flush_due(self) -> None:
+        due, self._due = self._due, []
+        for peer in due:
+            if peer.flush_scheduled:  # not written already (``flush_now``)
+                try:
+                    self._flush(peer)
+                except Exception:  # one peer's failure must not hold up the others
+                    log.exception("writing to Raft peer %s failed", peer.id)
 
     def _flush_write_sets(self, peer: PeerState) -> None:
         peer.write_sets_due = False
@@ -246,27 +221,29 @@ class PeerTransport(SnapshotTransfers):
     def _flush(self, peer: PeerState) -> None:
         peer.flush_scheduled = False
         link = peer.active()
-        ahead = b""
+        ahead: list[bytes] | None = None
         if peer.write_sets:
             if link is not None:
-                ahead = frame(KIND_WRITE_SETS, encode_write_sets(peer.write_sets))
+                sets = encode_write_sets(peer.write_sets)
+                ahead = [frame_header(KIND_WRITE_SETS, len(sets)), sets]
                 self.frames_sent += 1
             peer.write_sets, peer.write_set_bytes = [], 0
-        if not peer.queue:
-            if link is not None and ahead:
-                self.bytes_sent += link.write_bytes(ahead)
+        queue = peer.queue
+        if not queue:
+            if ahead is not None:
+                self.bytes_sent += link.write_parts(ahead)  # type: ignore[union-attr]
             return
         if link is None:
             self._dial_soon(peer)  # the queue waits (bounded) for the connection
             return
         if link.buffered() > self.max_write_buffer_bytes:
-            self.messages_dropped += len(peer.queue)  # it does not read: do not buffer more
+            self.messages_dropped += len(queue)  # it does not read: do not buffer more
             peer.clear_queue()
             return
-        batch = [(shard, m) for shard, m, _ in peer.queue]
+        payload = encode_messages(queue)
+        self.messages_sent += len(queue)
         peer.clear_queue()
-        self._write(link, KIND_MESSAGES, encode_messages(batch), ahead)
-        self.messages_sent += len(batch)
+        self._write(link, KIND_MESSAGES, payload, ahead)
 
     def ping(self, peer_id: str, address: tuple[str, int]) -> None:
         """Send ``peer_id`` an empty batch (dialing if need be): the node's own heartbeat,
@@ -281,155 +258,10 @@ class PeerTransport(SnapshotTransfers):
         elif not peer.queue and link.buffered() <= self.max_write_buffer_bytes:
             self._write(link, KIND_MESSAGES, _EMPTY_BATCH)
 
-    def _write(self, link: Link, kind: int, payload: bytes, ahead: bytes = b"") -> None:
+    def _write(self, link: Link, kind: int, payload: bytes,
+               ahead: list[bytes] | None = None) -> None:
         self.bytes_sent += link.write(kind, payload, ahead)
         self.frames_sent += 1
-
-    # ---- connections -------------------------------------------------------------------
-
-    def _peer(self, peer_id: str, address: tuple[str, int] | None) -> PeerState:
-        peer = self._peers.get(peer_id)
-        if peer is None:
-            peer = self._peers[peer_id] = PeerState(peer_id)
-        if address is not None:
-            peer.address = address
-        return peer
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def _dial_soon(self, peer: PeerState) -> None:
-        if peer.active() is None and peer.dialer is None and peer.address is not None \
-                and not self._stopped and not peer.forgotten:
-            peer.dialer = self._spawn(self._dial(peer))
-
-    async def _dial(self, peer: PeerState) -> None:
-        """Connect to ``peer`` until connected (or it connected to us), waiting longer after
-        each failure; one log line when it becomes unreachable, not one per attempt."""
-        delay = self.backoff_s[0]
-        try:
-            while peer.active() is None and not self._stopped and peer.address is not None:
-                host, port = peer.address
-                link: Link | None = None
-                try:
-                    _, link = await asyncio.wait_for(asyncio.get_running_loop().create_connection(
-                        lambda: self._link(dialed=True), host, port), CONNECT_TIMEOUT_S)
-                    hello = await asyncio.wait_for(dial_frames(
-                        link.handshake_frame, link.send_raw, secret=self._secret,
-                        node_id=self.node_id, incarnation=self.incarnation, expect=peer.id),
-                        HANDSHAKE_TIMEOUT_S)
-                except (OSError, TimeoutError, ValueError, AuthError) as e:
-                    if link is not None:
-                        link.abort()
-                    self.connect_failures += 1
-                    if isinstance(e, AuthError):
-                        self.auth_failures += 1
-                    if peer.reachable:
-                        peer.reachable = False
-                        log.warning("cannot reach Raft peer %s at %s:%d: %s", peer.id, host,
-                                    port, e or type(e).__name__)
-                    await asyncio.sleep(delay)  # back off: a down peer is not hammered
-                    delay = min(delay * 2, self.backoff_s[1])
-                    continue
-                except asyncio.CancelledError:
-                    if link is not None:
-                        link.abort()  # stopped mid-handshake
-                    raise
-                if self._stopped or peer.forgotten:
-                    link.abort()
-                    return
-                self._attach(peer, hello, link)
-        finally:
-            peer.dialer = None
-
-    def _link(self, *, dialed: bool) -> Link:
-        return Link(dialed=dialed, max_frame_bytes=self.max_frame_bytes,
-                    receiving=snapxfer.Receiving(self.snapshot_dir, MAX_INCOMING_TRANSFERS,
-                                                 MAX_SNAPSHOT_BYTES),
-                    on_made=None if dialed else self._accepted)
-
-    def _accepted(self, link: Link) -> None:
-        """A connection came in (its protocol just got its socket): authenticate it."""
-        if self._stopped or self._handshakes >= MAX_PENDING_HANDSHAKES:
-            link.abort()
-            return
-        self._handshakes += 1
-        self._spawn(self._authenticate(link))
-
-    async def _authenticate(self, link: Link) -> None:
-        who = link.address()
-        try:
-            hello = await asyncio.wait_for(accept_frames(
-                link.handshake_frame, link.send_raw, secret=self._secret,
-                node_id=self.node_id, incarnation=self.incarnation), HANDSHAKE_TIMEOUT_S)
-        except (OSError, TimeoutError, ValueError, AuthError) as e:
-            link.abort()
-            if isinstance(e, AuthError):
-                self.auth_failures += 1
-            elif isinstance(e, FrameTooLarge):
-                self.oversized_frames += 1
-            log.warning("Raft peer connection from %s refused: %s", who,
-                        e or type(e).__name__)
-            return
-        except asyncio.CancelledError:
-            link.abort()  # stopped mid-handshake
-            raise
-        finally:
-            self._handshakes -= 1
-        if self._stopped:
-            link.abort()
-            return
-        self._attach(self._peer(hello.peer_id, None), hello, link)
-
-    def _attach(self, peer: PeerState, hello: Hello, link: Link) -> None:
-        dialed = link.dialed
-        link.start(hello.peer_id, hello.incarnation,
-                   functools.partial(self._frame_arrived, peer, link),
-                   functools.partial(self._link_failed, peer, link),
-                   functools.partial(self._drop, peer, link))
-        if link.gone:
-            return  # lost between its handshake and now (start dropped it)
-        # A different incarnation: the peer restarted, the old connection is dead whatever
-        # TCP says. (The new link goes in first, so dropping the old one dials nothing.)
-        stale = [old for old in peer.links.values()
-                 if old.dialed == dialed or old.incarnation != hello.incarnation]
-        peer.links[dialed] = link
-        for old in stale:
-            self._drop(peer, old)
-        self.connects += 1
-        if len(peer.links) == 2:
-            # Both dialed at once. Both ends keep the one the smaller id dialed, so they
-            # agree without a word; the other is retired: no more sends on it, and it is
-            # half-closed so what is in flight on it still arrives.
-            retired = peer.links.pop(self.node_id > peer.id)
-            retired.retire()
-            if retired is link:
-                return
-        if peer.ever_connected:
-            self.reconnects += 1
-        peer.ever_connected = peer.reachable = True
-        peer.connected.set()
-        if peer.queue and not peer.flush_scheduled:
-            peer.flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush, peer)
-
-    def _drop(self, peer: PeerState, link: Link) -> None:
-        """``link`` is gone (or going): no more sends on it, its transfers failed or
-        discarded, and if the peer has messages waiting, it is dialed again."""
-        link.abort()
-        if peer.links.get(link.dialed) is link:
-            del peer.links[link.dialed]
-        if not peer.links:
-            peer.connected.clear()
-        for done in link.outgoing.values():
-            self._settle(done, False)
-        link.outgoing.clear()
-        self.snapshots_discarded += link.receiving.discard_all()
-        if peer.queue:
-            self._dial_soon(peer)
 
     # ---- receiving ---------------------------------------------------------------------
 
@@ -439,10 +271,22 @@ class PeerTransport(SnapshotTransfers):
         self.heard[peer.id] = time.monotonic()
         self.frames_received += 1
         self.bytes_received += 5 + len(payload)
+        if kind != KIND_MESSAGES:
+            try:
+                self._dispatch(peer, link, kind, payload)
+            except ValueError as e:
+                self._link_failed(peer, link, e)
+            return
         try:
-            self._dispatch(peer, link, kind, payload)
+            batch = decode_messages(payload)
         except ValueError as e:
             self._link_failed(peer, link, e)
+            return
+        self.messages_received += len(batch)
+        try:
+            self.on_messages(peer.id, batch)
+        except Exception:
+            log.exception("the host failed on messages from %s", peer.id)
 
     def _link_failed(self, peer: PeerState, link: Link, e: Exception) -> None:
         """``link`` sent what it must not (a frame too large, one we cannot decode): it is
@@ -455,14 +299,8 @@ class PeerTransport(SnapshotTransfers):
         self._drop(peer, link)
 
     def _dispatch(self, peer: PeerState, link: Link, kind: int, payload: memoryview) -> None:
-        if kind == KIND_MESSAGES:
-            batch = decode_messages(payload)
-            self.messages_received += len(batch)
-            try:
-                self.on_messages(peer.id, batch)
-            except Exception:
-                log.exception("the host failed on messages from %s", peer.id)
-        elif kind == KIND_CHUNK:
+        """A frame other than a batch of messages."""
+        if kind == KIND_CHUNK:
             self._chunk_arrived(peer, link, decode_chunk(payload))
         elif kind == KIND_ACK:
             self._ack_arrived(link, *decode_ack(payload))

@@ -53,6 +53,10 @@ def decode_messages(data: bytes | memoryview) -> list[tuple[int, Message]]:
     pairs = _list(body[1], "batch")
     out = []
     for pair in pairs:
+        if type(pair) is list and len(pair) == 2 and type(pair[0]) is int and \
+                0 <= pair[0] <= _U64_MAX:
+            out.append((pair[0], _unpack_message(pair[1])))
+            continue
         shard, raw = _list(pair, "batch item", 2)
         out.append((_uint(shard, "shard"), _unpack_message(raw)))
     return out
@@ -79,7 +83,7 @@ def _unpack_message(raw: object) -> Message:
                 and 0 <= hint <= _U64_MAX and type(reject) is bool
                 and type(entries) is list and type(context) is bytes):
             return Message(kind, to, frm, term, log_term, index,
-                           tuple(_unpack_entry(e) for e in entries) if entries else (),
+                           tuple([_unpack_entry(e) for e in entries]) if entries else (),
                            commit, reject, hint,
                            None if snap is None else _unpack_snapshot(snap), context)
     return _unpack_message_checked(raw)
@@ -204,6 +208,9 @@ def _versioned(data: bytes | memoryview, length: int, what: str) -> list[Any]:
         body = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
     except Exception as e:  # noqa: BLE001
         raise ValueError(f"{what}: not msgpack ({type(e).__name__})") from None
+    if type(body) is list and len(body) == length and type(body[0]) is int and \
+            body[0] == FORMAT_VERSION:
+        return body  # the common case, in one test
     if not isinstance(body, list) or not body:
         raise ValueError(f"{what}: not a versioned array")
     if body[0] != FORMAT_VERSION or type(body[0]) is not int:
