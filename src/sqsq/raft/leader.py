@@ -91,7 +91,7 @@ class Leading:
         if self.heartbeat_elapsed >= self.cfg.heartbeat_ticks:
             self.heartbeat_elapsed = 0
             quiet = self._idle()
-            self._broadcast_heartbeat(QUIESCE if quiet else b"")
+            self._broadcast_heartbeat(QUIESCE if quiet else b"", busy=not quiet)
             self.quiesced = quiet
         else:
             self._send_commit()
@@ -209,16 +209,35 @@ class Leading:
         self.msgs.append(Message(_APPEND, peer, self.id, self.term, prev_term, prev, entries,
                                  commit))
         pr.commit_sent = commit
+        pr.appended = True
         pr.sent(entries[-1].index if entries else prev)
         return bool(entries)
 
-    def _broadcast_heartbeat(self, context: bytes) -> None:
+    def _broadcast_heartbeat(self, context: bytes, busy: bool = False) -> None:
+        """``busy``: the tick's round. A follower sent an append since the last round has
+        heard from this leader (its election clock and the check-quorum count an append as
+        a heartbeat): it gets the commit it lacks in an append, or nothing. Its heartbeat's
+        answer would only have drawn an empty append (entries are in flight) and that
+        append's answer: four messages and two Readys a tick per follower of a busy group.
+        A follower the append cannot reach (a probe or a full window out) is heartbeated,
+        so that the answer unblocks it."""
+        commit = self.log.commit
         for peer, pr in self.progress.items():
-            if peer != self.id:
-                commit = min(pr.match, self.log.commit)
-                self.msgs.append(Message(MsgType.HEARTBEAT, peer, self.id, self.term,
-                                         commit=commit, context=context))
-                pr.commit_sent = max(pr.commit_sent, commit)
+            if peer == self.id:
+                continue
+            if busy and pr.appended:
+                pr.appended = False
+                if pr.commit_sent >= commit:
+                    continue
+                queued = len(self.msgs)
+                self._send_append(peer)
+                if len(self.msgs) > queued:
+                    continue  # an append (or the snapshot) went
+            pr.appended = False
+            known = min(pr.match, commit)
+            self.msgs.append(Message(MsgType.HEARTBEAT, peer, self.id, self.term,
+                                     commit=known, context=context))
+            pr.commit_sent = max(pr.commit_sent, known)
 
     def _start_read(self, context: bytes) -> None:
         if len(self.voters()) == 1 and self.id in self.voters():

@@ -103,12 +103,12 @@ class RaftNode(Leading, Electing):
 
     def has_ready(self) -> bool:
         # Asked after every message a host steps in: compared field by field, no HardState
-        # built.
+        # built. (The commit never passes the log's last index: ``commit_to`` refuses it.)
         log, p = self.log, self._persisted
         return bool(self.msgs or self.read_states or log.unstable_from is not None
                     or log.pending_snapshot is not None
                     or self.term != p.term or self.vote != p.vote or log.commit != p.commit
-                    or self.applied < min(log.commit, log.last_index()))
+                    or self.applied < log.commit)
 
     def commit_only(self) -> bool:
         """Whether the next Ready would only commit (hand out committed entries, move the

@@ -22,7 +22,7 @@ _PROBE, _REPLICATE = ProgressState.PROBE, ProgressState.REPLICATE  # (cheaper th
 
 class Progress:
     __slots__ = ("match", "next", "state", "paused", "pending_snapshot", "recent_active",
-                 "inflight", "max_inflight", "snapshot_ticks", "commit_sent")
+                 "inflight", "max_inflight", "snapshot_ticks", "commit_sent", "appended")
 
     def __init__(self, next_index: int, max_inflight: int) -> None:
         self.match = 0
@@ -35,6 +35,7 @@ class Progress:
         self.max_inflight = max_inflight
         self.snapshot_ticks = 0
         self.commit_sent = 0  # the highest commit index sent to it (append or heartbeat)
+        self.appended = False  # an append went to it since the last heartbeat round
 
     def become_probe(self) -> None:
         if self.state is ProgressState.SNAPSHOT:
