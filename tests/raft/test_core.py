@@ -52,6 +52,41 @@ def test_a_commit_rides_on_the_next_append_or_goes_on_the_next_tick() -> None:
     assert g.payloads("a") == g.payloads("b") == g.payloads("c") == [b"e0", b"e1"]
 
 
+def test_a_busy_groups_tick_sends_the_commit_in_an_append_not_a_heartbeat() -> None:
+    """A follower sent an append since the last heartbeat round has heard from its leader:
+    the tick gives it the commit it lacks in an append (a heartbeat's answer would only
+    draw another append and its answer), then nothing while it has it; a follower with a
+    probe out is heartbeated all the same, since the answer is what unblocks it."""
+    g = Group()
+    leader = g.elect("a")
+
+    def tick() -> list[tuple[MsgType, str, int]]:
+        leader.tick()
+        if not leader.has_ready():
+            return []
+        rd = leader.ready()
+        leader.advance(rd)
+        g.inbox.extend(rd.messages)
+        g.flush()
+        return [(m.type, m.to, m.commit) for m in rd.messages]
+
+    leader.propose(b"e0")
+    g.flush()
+    committed = leader.log.commit
+    assert g.nodes["b"].log.commit < committed  # e0's commit has not reached the followers
+    assert tick() == [(MsgType.APPEND, "b", committed), (MsgType.APPEND, "c", committed)]
+    assert g.nodes["b"].log.commit == g.nodes["c"].log.commit == committed
+    assert tick() == []  # they hold the commit: the round sends nothing
+    assert [kind for kind, _, _ in tick()] == [MsgType.HEARTBEAT] * 2  # no append since
+    leader.propose(b"e1")
+    g.flush()
+    probing = leader.progress["b"]
+    probing.become_probe()
+    probing.paused = True  # a probe out, unanswered
+    assert [(kind, to) for kind, to, _ in tick()] == [
+        (MsgType.HEARTBEAT, "b"), (MsgType.APPEND, "c")]
+
+
 def test_appends_and_answers_made_between_two_readys_go_as_one() -> None:
     """Three proposals made while the leader's last Ready was being written: one append to
     each follower carries all three, and each follower answers once."""
