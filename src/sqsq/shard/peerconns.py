@@ -239,7 +239,7 @@ class Connections:
             self.reconnects += 1
         peer.ever_connected = peer.reachable = True
         peer.connected.set()
-        if peer.queue:
+        if peer.queue and not peer.flush_scheduled:
             self._flush_soon(peer)
 
     def _drop(self, peer: PeerState, link: Link) -> None:
