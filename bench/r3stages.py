@@ -63,7 +63,11 @@ def _serve(argv: list[str], out: Path) -> None:
         setattr(owner, name, timed)
 
     around(streaming.StreamSession, "_start", "read")
-    around(engine.ShardEngine, "execute", "exec", "exec.end")
+    # (a client's send reaches the engine through ``submit``, which hands back the future
+    # its entry answers: "submit" is the engine's, "exec.end" the result back in the service)
+    from sqsq.shard import service
+    around(engine.ShardEngine, "submit", "submit")
+    around(service.ShardService, "send_message_batch", None, "exec.end")
     around(streaming.StreamSession, "_put", "reply.queued")
     around(frames._Connection, "_flush", None, "reply.written")
     around(statemachine.ShardMachine, "apply_entry_writes", "apply", "apply.end")
