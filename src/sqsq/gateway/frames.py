@@ -50,7 +50,10 @@ ENV_FRAME_PORT = "SQSQ_FRAME_PORT"
 # Calls running on one connection before it stops reading (TCP then holds the client back,
 # as HTTP/2 flow control does a gRPC stream).
 MAX_CALLS_PER_CONNECTION = 4096
-READ_BUFFER_BYTES = 262144  # what one read takes at most (asyncio's own read size)
+# What one read takes at most. A connection keeps its buffer while it lives (a server may
+# hold many), so smaller than asyncio's own read size (256 KiB): a call is rarely larger,
+# and a larger one takes a few reads, none of which allocates.
+READ_BUFFER_BYTES = 64 << 10
 _LENGTH = struct.Struct(">I")  # what ``sqsq.wire.framed`` puts before a message
 
 # A connection must say hello within this long; one that does not would hold a descriptor
