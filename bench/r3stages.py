@@ -63,7 +63,17 @@ def _serve(argv: list[str], out: Path) -> None:
         setattr(owner, name, timed)
 
     around(streaming.StreamSession, "_start", "read")
-    around(engine.ShardEngine, "execute", "exec", "exec.end")
+    # The leader's edge, in the order a send meets it: the handler's first step (a task of
+    # its own), the engine (``submit``, which hands back the future its entry answers), the
+    # proposer's flush at the end of that turn and the entry encoded; then, once applied,
+    # the result back in the service ("exec.end") and the reply queued.
+    from sqsq.gateway import grpc_service
+    from sqsq.shard import proposer, service
+    around(grpc_service.QueuesService, "_stream_call", "call")
+    around(engine.ShardEngine, "submit", "submit")
+    around(proposer.Proposer, "_flush", "flush")
+    around(proposer, "_encode", None, "encoded")
+    around(service.ShardService, "send_message_batch", None, "exec.end")
     around(streaming.StreamSession, "_put", "reply.queued")
     around(frames._Connection, "_flush", None, "reply.written")
     around(statemachine.ShardMachine, "apply_entry_writes", "apply", "apply.end")

@@ -1,12 +1,17 @@
 """The SDK writes a stream's calls as bytes it joins (``sqsq.client._stream._request`` and
-``_frame``): they must be the frames protobuf would have serialized, call for call."""
+``_frame``): they must be the frames protobuf would have serialized, call for call. And it
+reads the replies into its connection's own buffer, whole wherever a read ends."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from sqsq.client._frames import AioFrameStream, _Protocol
 from sqsq.client._stream import _NOTHING, MAX_FRAME_CALLS, _cancel, _frame, _request
 from sqsq.v1 import queues_pb2 as pb
+from sqsq.wire import framed
 
 SEND = pb.SendMessageBatchRequest(
     queue_url="http://127.0.0.1:9324/000000000000/q", request_id="r" * 32,
@@ -56,3 +61,25 @@ def test_a_call_that_would_pass_the_frame_size_waits_for_the_next() -> None:
     frame, held = _frame(first, lambda: second)
     assert [c.id for c in pb.StreamRequestFrame.FromString(frame).calls] == [1]
     assert held == second
+
+
+def test_replies_read_into_the_connections_buffer_arrive_whole_wherever_a_read_ends() -> None:
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        frames = [pb.StreamReplyFrame(replies=[pb.StreamReply(id=i) for i in ids])
+                  for ids in ((1, 2), (3,))]
+        data = b"".join(framed(f) for f in frames)
+        for cut in range(len(data) + 1):
+            stream = AioFrameStream()
+            protocol = _Protocol(stream)
+            waiting = {i: loop.create_future() for i in (1, 2, 3)}
+            stream.pending.update(waiting)
+            for piece in (data[:cut], data[cut:]):  # two reads, as the event loop makes them
+                if piece:
+                    buffer = protocol.get_buffer(-1)
+                    buffer[:len(piece)] = piece
+                    protocol.buffer_updated(len(piece))
+            assert all(f.done() for f in waiting.values()), cut
+            assert [waiting[i].result().id for i in (1, 2, 3)] == [1, 2, 3]
+
+    asyncio.run(run())

@@ -190,3 +190,29 @@ def test_a_call_past_its_deadline_is_cancelled_and_one_within_it_runs_on() -> No
         assert sorted(r.id for f in transport.frames() for r in f.replies) == [1, 3]
 
     asyncio.run(run())
+
+
+def _read(connection: _Connection, data: bytes, cut: int) -> None:
+    """``data`` as the event loop reads it: into the connection's own buffer, in two reads
+    cut at ``cut``."""
+    for piece in (data[:cut], data[cut:]):
+        if piece:
+            buffer = connection.get_buffer(-1)
+            buffer[:len(piece)] = piece
+            connection.buffer_updated(len(piece))
+
+
+def test_calls_read_into_the_connections_buffer_arrive_whole_wherever_a_read_ends() -> None:
+    async def run() -> None:
+        data = _sends(range(1, 3)) + _sends(range(3, 4))
+        for cut in range(len(data) + 1):
+            engine, connection, transport = await _open()
+            _read(connection, data, cut)
+            await _settle()
+            assert engine.running == 3, cut
+            engine.release.set()
+            await _settle()
+            assert sorted(r.id for f in transport.frames() for r in f.replies) == [1, 2, 3]
+            connection.connection_lost(None)
+
+    asyncio.run(run())

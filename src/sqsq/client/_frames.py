@@ -36,6 +36,7 @@ from sqsq.wire import FRAME_ID_KEY, FRAME_PORT_KEY, FrameError, FrameSplitter, f
 
 ENV_FRAMES = "SQSQ_FRAMES"
 OPEN_TIMEOUT_S = 2.0  # to connect and be accepted; past it, gRPC
+READ_BUFFER_BYTES = 262144  # what one read takes at most (asyncio's own read size)
 _LENGTH = struct.Struct(">I")  # what ``sqsq.wire.framed`` puts before a message
 
 
@@ -171,14 +172,26 @@ class AioFrameStream(_AioCalls):
             await self.closed
 
 
-class _Protocol(asyncio.Protocol):
+class _Protocol(asyncio.BufferedProtocol):
+    """Reads into a buffer of its own (``recv_into``): asyncio's plain protocols read with
+    ``recv(256 KiB)``, a fresh buffer of that size each time, which glibc maps, shrinks and
+    unmaps again (three system calls and a page fault: 11 us of a read's 13 measured here,
+    on every reply)."""
+
     def __init__(self, stream: AioFrameStream) -> None:
         self._stream = stream
+        self._buffer = memoryview(bytearray(READ_BUFFER_BYTES))
 
     def connection_made(self, transport: Any) -> None:
         self._stream._transport = transport
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self._buffer[:nbytes])  # (the splitter copies what it keeps)
+
+    def data_received(self, data: bytes | memoryview) -> None:
         stream = self._stream
         try:
             for message in stream._splitter.feed(data):
@@ -245,8 +258,9 @@ class SyncFrameStream(_SyncCalls):
     def _read(self) -> None:
         exc: BaseException | None = None
         try:
-            while data := self._sock.recv(262144):
-                for message in self._splitter.feed(data):
+            buffer = memoryview(bytearray(READ_BUFFER_BYTES))  # (see _Protocol)
+            while nbytes := self._sock.recv_into(buffer):
+                for message in self._splitter.feed(buffer[:nbytes]):
                     frame = pb.StreamReplyFrame.FromString(message)
                     self._deliver(frame.replies)
                     if frame.draining:  # half-close: the server answers, then closes

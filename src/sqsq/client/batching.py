@@ -391,8 +391,11 @@ class AsyncBatcher:
             lane = self._lanes[key] = _Lane(_limit(self.settings, queue, call))
         lane.pending.append(me)
         if not lane.launching and lane.in_flight < lane.limit:
+            # The task that sends what this turn's calls make: its first step runs at the
+            # end of the turn (a task, not a callback that starts one: a turn of the loop
+            # less on a lone call's way out).
             lane.launching = True
-            loop.call_soon(self._launch, key, lane)
+            self._track(loop.create_task(self._send(key, lane, None)))
         try:
             return await me.future
         except asyncio.CancelledError:
@@ -401,30 +404,39 @@ class AsyncBatcher:
                 self._tidy(key, lane)
             raise
 
-    def _launch(self, key: tuple[str, str, str], lane: _Lane) -> None:
-        lane.launching = False
-        self._spawn(key, lane, lane.start(self.settings))
-        self._tidy(key, lane)
+    def _track(self, task: asyncio.Task) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _spawn(self, key: tuple[str, str, str], lane: _Lane, started: list[list[_Waiter]]) -> None:
         if not started:
             return
         loop = asyncio.get_running_loop()
         for batch in started:
-            task = loop.create_task(self._send(key, lane, batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._track(loop.create_task(self._send(key, lane, batch)))
 
     def _release(self, key: tuple[str, str, str], lane: _Lane) -> None:
         lane.in_flight -= 1
-        self._spawn(key, lane, lane.start(self.settings))
+        if not lane.launching:  # (else the task launched this turn takes what waits)
+            self._spawn(key, lane, lane.start(self.settings))
         self._tidy(key, lane)
 
     def _tidy(self, key: tuple[str, str, str], lane: _Lane) -> None:
         if lane.idle and self._lanes.get(key) is lane:
             del self._lanes[key]
 
-    async def _send(self, key: tuple[str, str, str], lane: _Lane, batch: list[_Waiter]) -> None:
+    async def _send(self, key: tuple[str, str, str], lane: _Lane,
+                    batch: list[_Waiter] | None) -> None:
+        """Send ``batch`` and answer its callers; None: launched by a call that found a free
+        slot, so first take the batches that may go now (this task sends the first)."""
+        if batch is None:
+            lane.launching = False
+            started = lane.start(self.settings)
+            if not started:  # (every caller was cancelled meanwhile)
+                self._tidy(key, lane)
+                return
+            batch = started[0]
+            self._spawn(key, lane, started[1:])
         try:
             try:
                 if len(batch) == 1:

@@ -194,8 +194,14 @@ class StreamSession:
 
     def cancel_calls(self) -> None:
         """Nobody is left to answer: the calls still running are cancelled."""
+        self._stop_expiry()
         for task in list(self._tasks.values()):
             task.cancel()
+
+    def _stop_expiry(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()  # (the session is done: the loop holds it no longer)
+            self._expiry, self._expiry_at = None, math.inf
 
     def _put(self, item: Any) -> None:
         replies = self._replies
@@ -232,6 +238,7 @@ class StreamSession:
 
     def _end_if_idle(self) -> None:
         if self._read_all and not self._tasks:
+            self._stop_expiry()
             self._put(None)
 
     async def _read(self, frames: AsyncIterator[pb.StreamRequestFrame]) -> None:
@@ -317,9 +324,8 @@ class StreamSession:
             pass  # abandoned by its caller (deadline or cancel): nobody waits for a reply
         finally:
             del self._tasks[call_id]
-            deadlines = self._deadlines
-            if deadlines.pop(call_id, None) is not None and not deadlines and \
-                    self._expiry is not None:
-                self._expiry.cancel()  # (nothing left to expire: the session may go)
-                self._expiry, self._expiry_at = None, math.inf
+            # The expiry timer stays set when no deadline is left: it finds nothing when it
+            # fires, and the next call's deadline, later than it, needs no timer of its own
+            # (cancelled here, each lone call cost a timer made, pushed and cancelled).
+            self._deadlines.pop(call_id, None)
             self._end_if_idle()
