@@ -77,6 +77,31 @@ def test_standard_sends_take_turns_and_handles_go_to_their_shard() -> None:
     assert list(merged.successful) == ["a", "b"] and merged.failed[0].id == "c"
 
 
+def test_standard_sends_go_to_one_partition_a_burst_at_a_time() -> None:
+    """Calls made close together share a partition (its shard commits them in one Raft
+    entry); the next burst takes the next partition, and over many bursts each gets its share."""
+    now = [0.0]
+    spread = _direct.SendSpread(lambda: now[0], calls=3, window_s=1.0, start=0)
+    route = _route((5, 6))
+    send = pb.SendMessageRequest(queue_url="q", message_body="b")
+
+    def shard() -> int:
+        return _direct.parts("SendMessage", send, route, spread.turn())[0][0]
+
+    assert [shard() for _ in range(7)] == [6, 6, 6, 5, 5, 5, 6]  # a burst is 3 calls
+    now[0] += 1.0  # the window ends before the burst's calls do: the next partition
+    assert [shard(), shard()] == [5, 5]
+    for _ in range(5):
+        now[0] += 2.0  # a client that sends now and then takes turns call by call
+        assert shard() == (6 if _ % 2 == 0 else 5)
+    counts = {5: 0, 6: 0}
+    for _ in range(600):
+        counts[shard()] += 1
+    assert abs(counts[5] - counts[6]) <= 3
+    # clients start at random turns, so that those started together do not move in step
+    assert len({_direct.SendSpread().turn() for _ in range(20)}) > 1
+
+
 def test_a_route_expires_and_an_unreachable_node_is_skipped_for_a_while() -> None:
     now = [100.0]
     table = _direct.Table(lambda: now[0])

@@ -4,10 +4,13 @@ calls themselves are made by ``sqsq.client._routed``.
 
 A client pointed at a cluster's gateway sends its message calls (send, receive, delete,
 change visibility and their batches) straight to the leader of the shard each is for, over
-the stream or frame connection it keeps to that node; queue calls stay on the gateway. The
-partitions are chosen as the gateway chooses them (``sqsq.wire``): a standard queue's sends
-round-robin, a FIFO group's by its hash, a receipt handle to the shard it names. Nothing
-about delivery is decided here: the shard answers each call as it would the gateway's.
+the stream or frame connection it keeps to that node; queue calls stay on the gateway. A FIFO
+group's sends go to the partition its hash names and a receipt handle to the shard it names,
+as the gateway routes them (``sqsq.wire``). A standard queue's sends take the partitions in
+turn, a burst at a time (``SendSpread``): calls made close together go to one partition, whose
+shard commits them in one Raft entry (the gateway takes turns call by call; a standard queue
+has no order to keep, so the two may differ). Nothing about delivery is decided here: the
+shard answers each call as it would the gateway's.
 
 What the client holds is a hint, refreshed when it is old (``ROUTE_TTL_S``: a dead-letter
 queue can gain partitions), when a node answers that it does not know the queue, and when no
@@ -20,7 +23,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +43,10 @@ ROUTE_TTL_S = 5.0  # a queue's route is asked for again after this long
 NO_ROUTE_S = 1.0  # a queue the gateway could not route (unknown, or the gateway away)
 NODE_DOWN_S = 5.0  # a node that could not be reached is tried again after this long
 MAX_ROUTES = 1024  # queues whose routes a client keeps (the oldest go first)
+# A standard queue's sends stay on one partition for this many calls, or this long, whichever
+# ends first (``SendSpread``).
+BURST_CALLS = 32
+BURST_S = 0.01
 # The calls that go to a shard's leader; every other one goes through the gateway.
 MESSAGE_CALLS = frozenset({
     "SendMessage", "SendMessageBatch", "ReceiveMessage", "DeleteMessage",
@@ -89,6 +98,32 @@ class Stats:
                 "refreshes": self.refreshes}
 
 
+class SendSpread:
+    """The turn a standard queue's next send takes (its partition: ``turn % partitions``).
+    Calls made close together share a turn: the shard they reach commits them in one Raft
+    entry, where spreading them call by call gave each of four shards a quarter of every
+    burst, four times the entries (and the Readys, fsyncs and frames) per message. A new
+    turn starts after ``calls`` calls or ``window_s`` seconds, so the partitions still share
+    the load, and a client that sends now and then takes them in turn call by call. Each
+    client starts at a random turn, so that clients started together do not move in step.
+    Threads of a blocking client may race on it: a burst a call longer or shorter, no more."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, *,
+                 calls: int = BURST_CALLS, window_s: float = BURST_S,
+                 start: int | None = None) -> None:
+        self._clock, self._calls, self._window_s = clock, calls, window_s
+        self._turn = random.randrange(1 << 16) if start is None else start
+        self._left, self._ends = 0, float("-inf")
+
+    def turn(self) -> int:
+        now = self._clock()
+        if self._left <= 0 or now >= self._ends:
+            self._turn += 1
+            self._left, self._ends = self._calls, now + self._window_s
+        self._left -= 1
+        return self._turn
+
+
 @dataclass
 class Table:
     """Routes by (queue as the caller names it, region), at most ``MAX_ROUTES``; each shard's
@@ -103,6 +138,7 @@ class Table:
     off: bool = False  # the server routes nothing (one shard group, or an older server)
     stats: Stats = field(default_factory=Stats)
     turn: Any = field(default_factory=itertools.count)
+    sends: SendSpread = field(default_factory=SendSpread)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def route(self, queue: str, region: str | None) -> QueueRoute | None | bool:

@@ -231,7 +231,7 @@ class AsyncRouter(_Router):
         route = await self._route(queue, region)
         if call.method == "ReceiveMessage" and len(route.shards) > 1:
             return await self._fan_out(route, call, queue, region, timeout)
-        split = parts(call.method, call.request, route, next(self.table.turn))
+        split = parts(call.method, call.request, route, self.table.sends.turn())
         if len(split) == 1:
             return await self._at(route, split[0], call, queue, region, timeout)
         replies = await asyncio.gather(*(self._part(route, p, call, queue, region, timeout)
@@ -366,7 +366,7 @@ class SyncRouter(_Router):
         route = self._route(queue, region)
         if call.method == "ReceiveMessage" and len(route.shards) > 1:
             return self._sweep(route, call, queue, region, timeout)
-        split = parts(call.method, call.request, route, next(self.table.turn))
+        split = parts(call.method, call.request, route, self.table.sends.turn())
         if len(split) == 1:
             return self._at(route, split[0], call, queue, region, timeout)
         return merged(call.method, [self._part(route, p, call, queue, region, timeout)
