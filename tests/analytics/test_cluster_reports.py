@@ -79,7 +79,9 @@ def _dead_letter_all(c: Client, queue: str) -> None:
 @pytest.fixture(scope="module")
 def exported(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Exported:
     out = tmp_path_factory.mktemp("cluster-export")
-    with Client(cluster.gateway.endpoint, timeout=30) as c:
+    # Through the gateway, which takes a standard queue's partitions call by call, so both
+    # shards hold messages (the SDK's direct routing sends a burst of calls to one partition).
+    with Client(cluster.gateway.endpoint, timeout=30, direct=False) as c:
         c.create_queue("dlq")
         policy = {"deadLetterTargetArn": ARN + "dlq", "maxReceiveCount": 1}
         c.create_queue("fail", attributes={"RedrivePolicy": json.dumps(policy)})
