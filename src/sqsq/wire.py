@@ -1,7 +1,8 @@
 """What the SDK and the server share, and nothing else: the gRPC metadata keys, the signed
 token a client sends with each call, the wire shape of the few values both sides convert
 (message move tasks), and what direct routing needs to agree on with the gateway (which
-partition a FIFO group goes to, which shard a receipt handle names). The SDK
+partition a FIFO group goes to, which shard a receipt handle names, how a standard queue's
+calls spread over its partitions). The SDK
 (``sqsq.client``) imports this, never the gateway or shard.
 """
 
@@ -11,8 +12,10 @@ import base64
 import binascii
 import hashlib
 import hmac
+import random
 import struct
 import time
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from sqsq.v1 import queues_pb2 as pb
@@ -156,6 +159,80 @@ def group_partition(group_id: str, partitions: int) -> int:
     (both route by it, so a group's order holds whichever sends)."""
     digest = hashlib.blake2b(group_id.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % partitions
+
+
+# A standard queue's sends stay on one partition for this many calls, or this long, whichever
+# ends first (``SendSpread``); a receive looks first where messages were last found for as
+# long (``ReceiveSpread``).
+BURST_CALLS = 32
+BURST_S = 0.01
+MAX_SPREAD_QUEUES = 1024  # queues whose last partition with messages a ReceiveSpread keeps
+
+
+class SendSpread:
+    """The turn a standard queue's next send takes (its partition: ``turn % partitions``).
+    Calls made close together share a turn: the shard they reach commits them in one Raft
+    entry, where spreading them call by call gave each of four shards a quarter of every
+    burst, four times the entries (and the Readys, fsyncs and frames) per message. A new
+    turn starts after ``calls`` calls or ``window_s`` seconds, so the partitions still share
+    the load, and a client that sends now and then takes them in turn call by call. Each
+    client starts at a random turn, so that clients started together do not move in step.
+    Threads of a blocking client may race on it: a burst a call longer or shorter, no more."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, *,
+                 calls: int = BURST_CALLS, window_s: float = BURST_S,
+                 start: int | None = None) -> None:
+        self._clock, self._calls, self._window_s = clock, calls, window_s
+        self._turn = random.randrange(1 << 16) if start is None else start
+        self._left, self._ends = 0, float("-inf")
+
+    def turn(self) -> int:
+        now = self._clock()
+        if self._left <= 0 or now >= self._ends:
+            self._turn += 1
+            self._left, self._ends = self._calls, now + self._window_s
+        self._left -= 1
+        return self._turn
+
+
+class ReceiveSpread:
+    """Where a receive from a queue with several partitions looks first (its turn; the
+    partition is ``turn % partitions``): where the last receive found messages, for up to
+    ``calls`` calls or ``window_s`` seconds, then the next partition, so that each is looked
+    at first now and then. Sends arrive a burst at a time on one partition (``SendSpread``),
+    so the partition that just had messages likely has more; taken in turn call by call, a
+    queue with four partitions on three nodes had most receives look at an empty partition
+    first (a call to a shard leader each), and the receives and deletes that did find
+    messages were spread over four shards' Raft entries (0.69x the messages received per
+    second of one partition, against 0.9-1.0x looking where messages were found)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, *,
+                 calls: int = BURST_CALLS, window_s: float = BURST_S,
+                 queues: int = MAX_SPREAD_QUEUES, start: int | None = None) -> None:
+        self._clock, self._calls, self._window_s = clock, calls, window_s
+        self._queues, self._start = queues, start
+        self._first: dict[Hashable, list[Any]] = {}  # queue: [turn, calls left, ends]
+
+    def first(self, queue: Hashable) -> int:
+        """The turn a receive from ``queue`` starts at."""
+        now = self._clock()
+        at = self._first.get(queue)
+        if at is None:
+            while len(self._first) >= self._queues:
+                self._first.pop(next(iter(self._first)), None)
+            turn = random.randrange(1 << 16) if self._start is None else self._start
+            at = self._first[queue] = [turn, self._calls, now + self._window_s]
+        elif at[1] <= 0 or now >= at[2]:
+            at[0] += 1
+            at[1], at[2] = self._calls, now + self._window_s
+        at[1] -= 1
+        return at[0]
+
+    def found(self, queue: Hashable, turn: int) -> None:
+        """A receive from ``queue`` found messages at ``turn``: the next ones start there."""
+        at = self._first.get(queue)
+        if at is not None and at[0] != turn:
+            at[0], at[1], at[2] = turn, self._calls, self._clock() + self._window_s
 
 
 # A receipt handle (``sqsq.core.receipts``) is URL-safe base64 of a body whose first byte is

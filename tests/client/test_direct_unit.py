@@ -4,6 +4,8 @@ splits it."""
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
@@ -13,7 +15,7 @@ from sqsq.core.receipts import ReceiptHandle, encode_receipt_handle
 from sqsq.core.receipts import shard_of_receipt_handle as core_shard_of
 from sqsq.errors import QueueError, not_leader_message
 from sqsq.v1 import queues_pb2 as pb
-from sqsq.wire import group_partition, shard_of_receipt_handle
+from sqsq.wire import ReceiveSpread, SendSpread, group_partition, shard_of_receipt_handle
 
 
 def _handle(shard: int) -> str:
@@ -47,7 +49,7 @@ def test_a_fifo_batch_splits_by_group_with_a_request_id_per_partition() -> None:
     request = pb.SendMessageBatchRequest(queue_url="q", request_id="r", entries=[
         pb.SendMessageBatchEntry(id=str(i), message_body="b", message_group_id=f"g{i}")
         for i in range(12)])
-    split = _direct.parts("SendMessageBatch", request, route, turn=0)
+    split = _direct.parts("SendMessageBatch", request, route, SendSpread(start=0))
     assert len(split) > 1
     seen = []
     for shard, part in split:
@@ -62,31 +64,37 @@ def test_a_fifo_batch_splits_by_group_with_a_request_id_per_partition() -> None:
 def test_standard_sends_take_turns_and_handles_go_to_their_shard() -> None:
     route = _route((5, 6))
     send = pb.SendMessageRequest(queue_url="q", message_body="b")
-    assert [_direct.parts("SendMessage", send, route, t)[0][0] for t in range(4)] == \
+    spread = SendSpread(calls=1, start=-1)  # a turn per call
+    assert [_direct.parts("SendMessage", send, route, spread)[0][0] for _ in range(4)] == \
         [5, 6, 5, 6]
     delete = pb.DeleteMessageBatchRequest(queue_url="q", entries=[
         pb.DeleteMessageBatchEntry(id="a", receipt_handle=_handle(6)),
         pb.DeleteMessageBatchEntry(id="b", receipt_handle=_handle(5)),
         pb.DeleteMessageBatchEntry(id="c", receipt_handle="garbled")])  # to the first
-    split = dict(_direct.parts("DeleteMessageBatch", delete, route, 0))
+    split = dict(_direct.parts("DeleteMessageBatch", delete, route, spread))
     assert {s: [e.id for e in p.entries] for s, p in split.items()} == {6: ["a"],
                                                                          5: ["b", "c"]}
     merged = _direct.merged("DeleteMessageBatch", [
         pb.BatchResponse(successful=["a"]), pb.BatchResponse(successful=["b"], failed=[
             pb.BatchResultErrorEntry(id="c", code="ReceiptHandleIsInvalid")])])
     assert list(merged.successful) == ["a", "b"] and merged.failed[0].id == "c"
+    # the deletes took no turn of the sends (a FIFO queue's sends take none either)
+    _direct.parts("SendMessage", pb.SendMessageRequest(queue_url="q", message_body="b",
+                                                       message_group_id="g"),
+                  _route((5, 6), fifo=True), spread)
+    assert _direct.parts("SendMessage", send, route, spread)[0][0] == 5
 
 
 def test_standard_sends_go_to_one_partition_a_burst_at_a_time() -> None:
     """Calls made close together share a partition (its shard commits them in one Raft
     entry); the next burst takes the next partition, and over many bursts each gets its share."""
     now = [0.0]
-    spread = _direct.SendSpread(lambda: now[0], calls=3, window_s=1.0, start=0)
+    spread = SendSpread(lambda: now[0], calls=3, window_s=1.0, start=0)
     route = _route((5, 6))
     send = pb.SendMessageRequest(queue_url="q", message_body="b")
 
     def shard() -> int:
-        return _direct.parts("SendMessage", send, route, spread.turn())[0][0]
+        return _direct.parts("SendMessage", send, route, spread)[0][0]
 
     assert [shard() for _ in range(7)] == [6, 6, 6, 5, 5, 5, 6]  # a burst is 3 calls
     now[0] += 1.0  # the window ends before the burst's calls do: the next partition
@@ -99,7 +107,61 @@ def test_standard_sends_go_to_one_partition_a_burst_at_a_time() -> None:
         counts[shard()] += 1
     assert abs(counts[5] - counts[6]) <= 3
     # clients start at random turns, so that those started together do not move in step
-    assert len({_direct.SendSpread().turn() for _ in range(20)}) > 1
+    assert len({SendSpread().turn() for _ in range(20)}) > 1
+
+
+def _partitions(messages: dict[int, int], looked: list[int]) -> _routed.AsyncRouter:
+    """An async router over a queue of four partitions (shards 0-3) whose shards hold
+    ``messages`` (a count each), noting in ``looked`` each shard a receive called."""
+    table = _direct.Table(lambda: 0.0, receives=ReceiveSpread(lambda: 0.0, start=0))
+    router = _routed.AsyncRouter(table, None, None, None)  # type: ignore[arg-type]
+
+    async def at(route, part, call, queue, region, timeout):  # noqa: ANN001, ANN202
+        shard = part[0]
+        looked.append(shard)
+        if not messages.get(shard):
+            return pb.ReceiveMessageResponse()
+        messages[shard] -= 1
+        return pb.ReceiveMessageResponse(messages=[pb.Message(message_id=f"m{shard}")])
+
+    router._at = at  # type: ignore[method-assign]
+    return router
+
+
+def test_a_receive_looks_first_where_the_last_one_found_messages() -> None:
+    """Sends arrive a burst at a time on one partition; the receives that follow look there
+    first instead of at each partition in turn, and move on once it is empty."""
+    messages: dict[int, int] = {2: 5, 3: 1}
+    looked: list[int] = []
+    router = _partitions(messages, looked)
+    route = _route((0, 1, 2, 3))
+    call = _ops.receive_message("q", wait_time_seconds=0)
+
+    async def receives() -> list[str]:
+        return [(await router._fan_out(route, call, "q", None, None)).messages[0].message_id
+                for _ in range(6)]
+
+    got = asyncio.run(receives())
+    assert got == ["m2"] * 5 + ["m3"]
+    # the first receive looked at each partition from the first; the next ones only where
+    # it found messages, until that partition was empty
+    assert looked == [0, 1, 2, 2, 2, 2, 2, 2, 3]
+
+
+def test_a_receive_moves_on_after_a_burst_so_every_partition_is_looked_at_first() -> None:
+    now = [0.0]
+    spread = ReceiveSpread(lambda: now[0], calls=3, window_s=1.0)
+    first = spread.first("q")
+    spread.found("q", first + 2)  # messages two partitions on: the next receives start there
+    assert [spread.first("q") for _ in range(3)] == [first + 2] * 3
+    assert spread.first("q") == first + 3  # three calls: the next partition
+    spread.found("q", first + 3)  # found there: it stays
+    now[0] += 1.0  # the window ends: the next partition
+    assert spread.first("q") == first + 4
+    other = spread.first("other")
+    spread.found("q", first + 7)
+    assert spread.first("other") == other  # each queue has its own
+    assert len({ReceiveSpread().first("q") for _ in range(20)}) > 1  # random starts
 
 
 def test_a_route_expires_and_an_unreachable_node_is_skipped_for_a_while() -> None:

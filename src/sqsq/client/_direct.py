@@ -7,9 +7,9 @@ change visibility and their batches) straight to the leader of the shard each is
 the stream or frame connection it keeps to that node; queue calls stay on the gateway. A FIFO
 group's sends go to the partition its hash names and a receipt handle to the shard it names,
 as the gateway routes them (``sqsq.wire``). A standard queue's sends take the partitions in
-turn, a burst at a time (``SendSpread``): calls made close together go to one partition, whose
-shard commits them in one Raft entry (the gateway takes turns call by call; a standard queue
-has no order to keep, so the two may differ). Nothing about delivery is decided here: the
+turn, a burst at a time (``sqsq.wire.SendSpread``): calls made close together go to one
+partition, whose shard commits them in one Raft entry; a receive looks first where the last
+one found messages (``sqsq.wire.ReceiveSpread``). Nothing about delivery is decided here: the
 shard answers each call as it would the gateway's.
 
 What the client holds is a hint, refreshed when it is old (``ROUTE_TTL_S``: a dead-letter
@@ -21,11 +21,8 @@ gateway meanwhile. Env ``SQSQ_DIRECT=0`` (or ``direct=False``) turns direct rout
 
 from __future__ import annotations
 
-import itertools
 import os
-import random
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +31,8 @@ from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import (
     REGION_METADATA_KEY,
     SHARD_METADATA_KEY,
+    ReceiveSpread,
+    SendSpread,
     group_partition,
     shard_of_receipt_handle,
 )
@@ -43,10 +42,6 @@ ROUTE_TTL_S = 5.0  # a queue's route is asked for again after this long
 NO_ROUTE_S = 1.0  # a queue the gateway could not route (unknown, or the gateway away)
 NODE_DOWN_S = 5.0  # a node that could not be reached is tried again after this long
 MAX_ROUTES = 1024  # queues whose routes a client keeps (the oldest go first)
-# A standard queue's sends stay on one partition for this many calls, or this long, whichever
-# ends first (``SendSpread``).
-BURST_CALLS = 32
-BURST_S = 0.01
 # The calls that go to a shard's leader; every other one goes through the gateway.
 MESSAGE_CALLS = frozenset({
     "SendMessage", "SendMessageBatch", "ReceiveMessage", "DeleteMessage",
@@ -98,32 +93,6 @@ class Stats:
                 "refreshes": self.refreshes}
 
 
-class SendSpread:
-    """The turn a standard queue's next send takes (its partition: ``turn % partitions``).
-    Calls made close together share a turn: the shard they reach commits them in one Raft
-    entry, where spreading them call by call gave each of four shards a quarter of every
-    burst, four times the entries (and the Readys, fsyncs and frames) per message. A new
-    turn starts after ``calls`` calls or ``window_s`` seconds, so the partitions still share
-    the load, and a client that sends now and then takes them in turn call by call. Each
-    client starts at a random turn, so that clients started together do not move in step.
-    Threads of a blocking client may race on it: a burst a call longer or shorter, no more."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic, *,
-                 calls: int = BURST_CALLS, window_s: float = BURST_S,
-                 start: int | None = None) -> None:
-        self._clock, self._calls, self._window_s = clock, calls, window_s
-        self._turn = random.randrange(1 << 16) if start is None else start
-        self._left, self._ends = 0, float("-inf")
-
-    def turn(self) -> int:
-        now = self._clock()
-        if self._left <= 0 or now >= self._ends:
-            self._turn += 1
-            self._left, self._ends = self._calls, now + self._window_s
-        self._left -= 1
-        return self._turn
-
-
 @dataclass
 class Table:
     """Routes by (queue as the caller names it, region), at most ``MAX_ROUTES``; each shard's
@@ -137,8 +106,8 @@ class Table:
     down: dict[str, float] = field(default_factory=dict)
     off: bool = False  # the server routes nothing (one shard group, or an older server)
     stats: Stats = field(default_factory=Stats)
-    turn: Any = field(default_factory=itertools.count)
     sends: SendSpread = field(default_factory=SendSpread)
+    receives: ReceiveSpread = field(default_factory=ReceiveSpread)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def route(self, queue: str, region: str | None) -> QueueRoute | None | bool:
@@ -227,16 +196,17 @@ def _by_handle(route: QueueRoute, request: Any) -> list[Part]:
     return parts
 
 
-def parts(method: str, request: Any, route: QueueRoute, turn: int) -> list[Part]:
+def parts(method: str, request: Any, route: QueueRoute, sends: SendSpread) -> list[Part]:
     """The shards ``request`` goes to, each with its part, as the gateway splits it
-    (``sqsq.gateway.cluster``). A receive from several partitions is the caller's to fan
-    out (not here)."""
+    (``sqsq.gateway.cluster``), except that a standard queue's send takes the partition of
+    ``sends``'s turn. A receive from several partitions is the caller's to fan out (not
+    here)."""
     shards = route.shards
     n = len(shards)
     if n == 1:
         return [(shards[0], request)]
     if method in ("SendMessage", "SendMessageBatch") and not route.fifo:
-        return [(shards[turn % n], request)]
+        return [(shards[sends.turn() % n], request)]
     if method == "SendMessage":  # without a group: partition 0, whose shard refuses it
         group = request.message_group_id
         return [(shards[group_partition(group, n) if group else 0], request)]

@@ -231,7 +231,7 @@ class AsyncRouter(_Router):
         route = await self._route(queue, region)
         if call.method == "ReceiveMessage" and len(route.shards) > 1:
             return await self._fan_out(route, call, queue, region, timeout)
-        split = parts(call.method, call.request, route, self.table.sends.turn())
+        split = parts(call.method, call.request, route, self.table.sends)
         if len(split) == 1:
             return await self._at(route, split[0], call, queue, region, timeout)
         replies = await asyncio.gather(*(self._part(route, p, call, queue, region, timeout)
@@ -291,28 +291,33 @@ class AsyncRouter(_Router):
         now, in turn; then, if all were empty, a long poll at each, the first to answer with
         messages winning (the others are cancelled: a message one of them had just received
         comes back when its visibility timeout ends)."""
-        request = call.request
-        order = self.receive_parts(route, request, next(self.table.turn))
+        request, spread, key = call.request, self.table.receives, (queue, region)
+        first = spread.first(key)
+        order = self.receive_parts(route, request, first)
         quick = quick_receive(request)
         now = dataclasses.replace(call, min_timeout=None)
         reply = pb.ReceiveMessageResponse()
-        for shard, _ in order:
+        for k, (shard, _) in enumerate(order):
             reply = await self._at(route, (shard, quick), now, queue, region, timeout)
             if reply.messages:
+                spread.found(key, first + k)
                 return reply
         if request.HasField("wait_time_seconds") and request.wait_time_seconds == 0:
             return reply
-        polls = {asyncio.ensure_future(self._at(route, p, call, queue, region, timeout))
-                 for p in order}
+        polls = {asyncio.ensure_future(self._at(route, p, call, queue, region, timeout)): k
+                 for k, p in enumerate(order)}
+        waiting = set(polls)
         try:
-            while polls:
-                done, polls = await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
+            while waiting:
+                done, waiting = await asyncio.wait(waiting,
+                                                   return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     if task.result().messages:
+                        spread.found(key, first + polls[task])
                         return task.result()
             return reply
         finally:
-            for task in polls:
+            for task in waiting:
                 task.cancel()
 
 
@@ -366,7 +371,7 @@ class SyncRouter(_Router):
         route = self._route(queue, region)
         if call.method == "ReceiveMessage" and len(route.shards) > 1:
             return self._sweep(route, call, queue, region, timeout)
-        split = parts(call.method, call.request, route, self.table.sends.turn())
+        split = parts(call.method, call.request, route, self.table.sends)
         if len(split) == 1:
             return self._at(route, split[0], call, queue, region, timeout)
         return merged(call.method, [self._part(route, p, call, queue, region, timeout)
@@ -434,9 +439,12 @@ class SyncRouter(_Router):
         quick = quick_receive(request)
         now = dataclasses.replace(call, min_timeout=None)
         reply = pb.ReceiveMessageResponse()
-        for shard, _ in self.receive_parts(route, request, next(self.table.turn)):
+        spread, key = self.table.receives, (queue, region)
+        first = spread.first(key)
+        for k, (shard, _) in enumerate(self.receive_parts(route, request, first)):
             reply = self._at(route, (shard, quick), now, queue, region, timeout)
             if reply.messages:
+                spread.found(key, first + k)
                 return reply
         if request.HasField("wait_time_seconds") and request.wait_time_seconds == 0:
             return reply
