@@ -34,6 +34,7 @@ from sqsq.client import Client
 from sqsq.core.receipts import shard_of_receipt_handle
 from sqsq.gateway.auth import ERROR_CODE_KEY
 from sqsq.v1 import admin_pb2, admin_pb2_grpc
+from sqsq.wire import SendSpread
 
 SHARDS = 2
 WORK = 13  # odd: the two shards' figures differ, so a swapped shard id would show
@@ -79,9 +80,10 @@ def _dead_letter_all(c: Client, queue: str) -> None:
 @pytest.fixture(scope="module")
 def exported(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Exported:
     out = tmp_path_factory.mktemp("cluster-export")
-    # Through the gateway, which takes a standard queue's partitions call by call, so both
-    # shards hold messages (the SDK's direct routing sends a burst of calls to one partition).
-    with Client(cluster.gateway.endpoint, timeout=30, direct=False) as c:
+    with Client(cluster.gateway.endpoint, timeout=30) as c:
+        # Sends take the partitions call by call here, so that both shards hold messages (the
+        # SDK, like the gateway, sends a burst of calls made close together to one partition).
+        c._routes.sends = SendSpread(calls=1)
         c.create_queue("dlq")
         policy = {"deadLetterTargetArn": ARN + "dlq", "maxReceiveCount": 1}
         c.create_queue("fail", attributes={"RedrivePolicy": json.dumps(policy)})
@@ -108,7 +110,7 @@ def test_every_queue_has_a_partition_on_each_shard(cluster: LocalCluster,
                                                    exported: Exported) -> None:
     placed = {q["name"]: sorted(q["partitions"]) for q in cluster.status()["queues"]}
     assert placed == {"dlq": [0, 1], "fail": [0, 1], "work": [0, 1]}
-    # the round-robin sends reached both partitions: the test below sees two loaded shards
+    # the sends reached both partitions: the test below sees two loaded shards
     assert set(exported.work_by_shard) == {0, 1} and set(exported.dlq_by_shard) == {0, 1}
     assert exported.work_by_shard[0] != exported.work_by_shard[1]
 

@@ -4,9 +4,12 @@ The gateway keeps no queue state. The partition map (etcd, cached through a watc
 shards hold a queue: one per partition, each partition a queue of the same name on its own
 shard, so every shard answers with the queue's own URL and ARN. What the gateway adds:
 
-- **Sends**: a standard queue's calls go to its partitions round-robin; a FIFO queue's
-  entries go to the partition their MessageGroupId hashes to, so a group's order holds.
-- **Receives** try the partitions in turn, starting after the last one served; a long poll
+- **Sends**: a standard queue's calls take its partitions in turn, a burst at a time (calls
+  made close together go to one partition, whose shard commits them in one Raft entry:
+  ``sqsq.wire.SendSpread``); a FIFO queue's entries go to the partition their
+  MessageGroupId hashes to, so a group's order holds.
+- **Receives** try the partitions in turn, starting where the last receive found messages
+  (``sqsq.wire.ReceiveSpread``); a long poll
   that finds nothing waits on all of them and answers with the first that has messages.
   (The other polls are cancelled; a message one of them had just received stays in flight
   until its visibility timeout ends: at-least-once, never lost.)
@@ -27,7 +30,6 @@ shard, so every shard answers with the queue's own URL and ARN. What the gateway
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import secrets
 import uuid
@@ -74,7 +76,6 @@ class ClusterApi:
         self.endpoint = endpoint
         self.partitions = partitions
         self.caller = ShardCaller(partition_map, credentials=credentials)
-        self._turn = itertools.count()
 
     async def close(self) -> None:
         await self.caller.close()
@@ -397,7 +398,7 @@ class ClusterApi:
         request_id = request_id or str(uuid.uuid4())
         n = len(record.partitions)
         if n == 1 or not queue.endswith(".fifo"):
-            shard = record.partitions[next(self._turn) % n]
+            shard = record.partitions[self.caller.sends.turn() % n]
             return await self.caller.call(shard, self._about(queue, fw.send_batch_call, entries,
                                                              request_id))
         by_partition: dict[int, list[c.SendEntry]] = {}
@@ -427,11 +428,14 @@ class ClusterApi:
         shards = record.partitions
         if len(shards) == 1:
             return await self.caller.call(shards[0], receive(wait_time_seconds))
-        start = next(self._turn) % len(shards)
+        spread = self.caller.receives
+        first = spread.first(queue)
+        start = first % len(shards)
         order = shards[start:] + shards[:start]
-        for shard in order:  # whatever is there now, partition by partition
+        for k, shard in enumerate(order):  # whatever is there now, partition by partition
             messages = await self.caller.call(shard, receive(0))
             if messages:
+                spread.found(queue, first + k)
                 return messages
         if wait_time_seconds == 0:
             return []

@@ -18,7 +18,6 @@ election, not when the call's deadline runs out.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -35,6 +34,7 @@ from sqsq.control.partition_map import MapSnapshot, PartitionMap
 from sqsq.core import regions
 from sqsq.errors import NotLeader, ServiceUnavailable
 from sqsq.v1 import queues_pb2_grpc
+from sqsq.wire import ReceiveSpread, SendSpread
 
 T = TypeVar("T")
 
@@ -71,7 +71,10 @@ class ShardCaller:
         self._answered: dict[int, tuple[str, int]] = {}
         self.waiting = Waiting()  # calls in flight, abandoned when a newer leader is known
         self._watch: asyncio.Task | None = None
-        self.turn = itertools.count()  # a standard queue's sends take turns (pass_through)
+        # a standard queue's sends take its partitions a burst at a time, and receives look
+        # first where messages were last found (``sqsq.wire``): for every front's calls
+        self.sends = SendSpread()
+        self.receives = ReceiveSpread()
         self.on_pass: Callable[[str], None] | None = None  # (action) per call passed through
         # (shard, was it NotLeader) per retry: the gateway's metrics
         self.on_retry: Callable[[int, bool], None] | None = None
@@ -204,7 +207,7 @@ async def pass_through(caller: ShardCaller, home: str, method: str, request: Any
     route = _direct.QueueRoute(name, region, name.endswith(".fifo"), record.partitions, 0, 0.0)
     if method == "ReceiveMessage" and len(record.partitions) > 1:
         return None
-    split = _direct.parts(method, request, route, next(caller.turn))
+    split = _direct.parts(method, request, route, caller.sends)
     if len(split) != 1:
         return None
     shard, part = split[0]
