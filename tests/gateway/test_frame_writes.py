@@ -216,25 +216,3 @@ def test_calls_read_into_the_connections_buffer_arrive_whole_wherever_a_read_end
             connection.connection_lost(None)
 
     asyncio.run(run())
-
-
-def test_the_reply_of_the_only_call_under_way_is_written_in_the_turn_it_is_ready() -> None:
-    """No other reply can join its frame, so it does not wait for the end of the turn: it is
-    written by the call's own task, as the call ends (later callbacks run in no task)."""
-    async def run() -> None:
-        engine, connection, transport = await _open()
-        written_in: list[asyncio.Task | None] = []
-        write = transport.write
-
-        def noting(data: bytes) -> None:
-            written_in.append(asyncio.current_task())
-            write(data)
-        transport.write = noting  # type: ignore[method-assign]
-        connection.data_received(_sends(range(1, 2)))
-        await _settle()
-        engine.release.set()
-        await _settle()
-        assert [r.id for f in transport.frames() for r in f.replies] == [1]
-        assert len(written_in) == 1 and written_in[0] is not None
-
-    asyncio.run(run())

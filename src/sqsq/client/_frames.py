@@ -86,8 +86,7 @@ def _broken(exc: BaseException | None) -> CallError:
 
 
 class AioFrameStream(_AioCalls):
-    """One open frame connection; calls made in one turn of the event loop share a frame
-    (but one made with no other call in flight is written at once)."""
+    """One open frame connection; calls made in one turn of the event loop share a frame."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -120,17 +119,9 @@ class AioFrameStream(_AioCalls):
 
     def _send(self, outgoing: Outgoing) -> None:
         self._outbox.append(outgoing)
-        if self._flush_due:
-            return
-        if len(self.pending) <= 1 and len(self._outbox) == 1:
-            # The only call in flight (or a cancel with none): nothing is on its way to share
-            # a frame with it, so it leaves now rather than at the end of the loop's turn. A
-            # call made while others wait for their replies waits for the turn's end, with
-            # the calls made in that turn.
-            self._flush()
-            return
-        self._flush_due = True
-        asyncio.get_running_loop().call_soon(self._flush)
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_due = False

@@ -132,8 +132,7 @@ def _refusal(status: grpc.StatusCode, code: str, message: str) -> pb.StreamError
 class _Connection(asyncio.BufferedProtocol):
     """One client's connection: its bytes in, its session's reply frames out. The replies
     ready in one turn of the event loop leave in one frame, written by a callback at the
-    end of that turn (``StreamSession.on_reply``); the reply of the only call under way is
-    written at once.
+    end of that turn (``StreamSession.on_reply``).
 
     It reads into a buffer of its own (``recv_into``): asyncio's plain protocols read with
     ``recv(256 KiB)``, a fresh buffer of that size each time, which glibc maps, shrinks and
@@ -201,17 +200,9 @@ class _Connection(asyncio.BufferedProtocol):
         self._transport.write(framed(pb.StreamReplyFrame()))  # type: ignore[union-attr]  # accepted
 
     def _reply_ready(self) -> None:
-        if self._flush_due:
-            return
-        session = self._session
-        if session is not None and session.in_flight == 1 and self._can_write:
-            # The reply of the one call under way (its task is still running): no other
-            # reply can join its frame this turn, so it leaves now rather than a turn of the
-            # loop later (a lone call's path).
-            self._flush()
-            return
-        self._flush_due = True
-        self._loop.call_soon(self._flush)
+        if not self._flush_due:
+            self._flush_due = True
+            self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         """Write the replies ready, as few frames as they fit in; end the connection once
