@@ -384,6 +384,31 @@ def test_write_sets_reach_the_peer_ahead_of_messages_or_on_their_own(
     run(scenario)
 
 
+def test_write_sets_queued_after_others_rode_with_a_message_wait_out_their_own_linger(
+        tmp_path: Path) -> None:
+    """A linger's timer set for write sets that have since left with a message does not send
+    the newer ones alone: they wait for the next message (or their own linger's end)."""
+    async def scenario() -> None:
+        got: list[tuple[str, list]] = []
+        a = Node("a", tmp_path)
+        b = Node("b", tmp_path, on_write_sets=lambda peer, sets: got.append((peer, sets)))
+        async with running(a, b):
+            a.send(b, 1, heartbeat(b, a))  # connects
+            await until(lambda: len(b.inbox.events) == 1)
+            a.t.send_write_sets(b.id, b.address, 3, [(10, 2, 99, b"ten")])
+            a.send(b, 3, heartbeat(b, a, commit=10))  # they ride with it
+            await until(lambda: len(b.inbox.events) == 2)
+            a.t.send_write_sets(b.id, b.address, 3, [(11, 2, 98, b"eleven")])
+            sent = a.t.frames_sent
+            a.t._flush_write_sets(a.t._peers[b.id])  # the first linger's timer ends
+            assert a.t.frames_sent == sent  # nothing left on its own
+            a.send(b, 3, heartbeat(b, a, commit=11))
+            await until(lambda: len(b.inbox.events) == 3)
+            assert got == [("a", [(3, 10, 2, 99, b"ten")]), ("a", [(3, 11, 2, 98, b"eleven")])]
+
+    run(scenario)
+
+
 def _batch_frame(*messages: Message) -> bytes:
     batch = encode_messages([(i, m) for i, m in enumerate(messages)])
     return struct.pack(">IB", len(batch) + 1, KIND_MESSAGES) + batch

@@ -335,6 +335,7 @@ class PeerState:
         self.write_sets: list[tuple[int, int, int, int, bytes | None]] = []
         self.write_set_bytes = 0
         self.write_sets_due = False  # a flush of them is set for when no message took them
+        self.write_sets_since = 0.0  # (loop time) when the oldest of them was queued
         self.links: dict[bool, Link] = {}
         self.connected = asyncio.Event()
         self.dialer: asyncio.Task | None = None

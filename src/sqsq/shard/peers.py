@@ -175,6 +175,9 @@ class PeerTransport(Connections, SnapshotTransfers):
         if self._stopped or peer.active() is None or \
                 peer.write_set_bytes > self.max_queue_bytes:
             return
+        loop = self._event_loop()
+        if not peer.write_sets:
+            peer.write_sets_since = loop.time()
         for index, term, entry_check, blob in sets:
             peer.write_sets.append((shard_id, index, term, entry_check, blob))
             peer.write_set_bytes += 0 if blob is None else len(blob)
@@ -182,7 +185,7 @@ class PeerTransport(Connections, SnapshotTransfers):
             # They ride with the next messages to this peer (one system call for both,
             # which on loopback is most of a send's cost), or leave on their own shortly.
             peer.write_sets_due = True
-            self._event_loop().call_later(WRITE_SETS_LINGER_S, self._flush_write_sets, peer)
+            loop.call_later(WRITE_SETS_LINGER_S, self._flush_write_sets, peer)
 
     def flush_now(self) -> None:
         """Write what is queued for every peer now instead of at the end of the loop's
@@ -214,9 +217,22 @@ class PeerTransport(Connections, SnapshotTransfers):
                     log.exception("writing to Raft peer %s failed", peer.id)
 
     def _flush_write_sets(self, peer: PeerState) -> None:
+        """The linger's end: the write sets that waited that long leave on their own. Those
+        queued since others rode with a message wait out their own linger (one timer per
+        linger, not per write set: under a steady stream of sends, a timer set for sets long
+        gone used to send the newest alone, a system call and a wake-up of the follower
+        that the next append, a fraction of a millisecond later, would have carried them
+        in)."""
         peer.write_sets_due = False
-        if peer.write_sets and not peer.flush_scheduled:
-            self._flush(peer)
+        if not peer.write_sets or peer.flush_scheduled:
+            return
+        loop = self._event_loop()
+        wait = peer.write_sets_since + WRITE_SETS_LINGER_S - loop.time()
+        if wait > 0:
+            peer.write_sets_due = True
+            loop.call_later(wait, self._flush_write_sets, peer)
+            return
+        self._flush(peer)
 
     def _flush(self, peer: PeerState) -> None:
         peer.flush_scheduled = False
