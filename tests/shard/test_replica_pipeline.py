@@ -18,7 +18,7 @@ from sqsq.core.state import ShardConfig
 from sqsq.raft import Entry as RaftEntry
 from sqsq.raft import HardState, Message, MsgType, Ready, Role
 from sqsq.shard import readyloop
-from sqsq.shard.replica import HostSettings, Proposal, RaftReplica, Replicas
+from sqsq.shard.replica import HostSettings, Proposal, RaftReplica
 from sqsq.shard.statemachine import ShardMachine
 
 SHARD = 1
@@ -284,46 +284,6 @@ async def follower_store_fails(tmp_path: Path) -> None:
         await until(lambda: bool(stopped))
         assert isinstance(replica.fatal, OSError) and stopped == [replica.fatal]
         assert replica.raftLastApplied < 2
-    finally:
-        await replica.stop()
-        machine.close()
-
-
-def test_a_follower_writes_and_answers_an_append_in_the_call_that_brings_it(
-        tmp_path: Path) -> None:
-    """A small append that finds the Ready loop idle is written and answered where it is
-    stepped in (``_act_now``), not a turn of the event loop later in the Ready loop's task;
-    the appends of one batch of messages share one write."""
-    asyncio.run(answers_in_turn(tmp_path))
-
-
-async def answers_in_turn(tmp_path: Path) -> None:
-    machine = ShardMachine(tmp_path / "shard", CONFIG)
-    leader = "127.0.0.1:7101"
-    replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None, voters=[ME, leader],
-                          bootstrap=True, settings=HostSettings(durable=False))
-    events: list[tuple[str, int]] = []
-    replica.transport = Wire(events)  # type: ignore[assignment]
-    await replica.start()
-    try:
-        await until(lambda: replica._parked and not replica._kick.is_set())
-        a = RaftEntry(index=2, term=2, data=create_queue("a"))
-        replica.step(Message(MsgType.APPEND, ME, leader, 2, log_term=1, index=1,
-                             entries=(a,), commit=1))
-        assert replica.storage.log.last_index() == 2 and ("answer", 2) in events  # (no await)
-
-        gated = GatedPersist(replica.storage.persist)
-        replica.storage.persist = gated  # type: ignore[method-assign]
-        b = RaftEntry(index=3, term=2, data=create_queue("b"))
-        c3 = RaftEntry(index=4, term=2, data=create_queue("c"))
-        replicas = Replicas()
-        replicas.by_shard[SHARD] = replica
-        replicas.on_messages(leader, [
-            (SHARD, Message(MsgType.APPEND, ME, leader, 2, log_term=2, index=2,
-                            entries=(b,), commit=2)),
-            (SHARD, Message(MsgType.APPEND, ME, leader, 2, log_term=2, index=3,
-                            entries=(c3,), commit=2))])
-        assert gated.calls == 1 and ("answer", 4) in events
     finally:
         await replica.stop()
         machine.close()

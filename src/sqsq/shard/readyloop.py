@@ -117,16 +117,12 @@ class ReadyLoop(Applier):
         core = self.core
         assert core is not None
         while not self._stopped:
-            self._parked = True
             await self._kick.wait()
-            self._parked = False
             self._kick.clear()
             self._note_role(core)
-            while (self._held is not None or core.has_ready()) and self.fatal is None:
-                rd, self._held = self._held, None
-                if rd is None:
-                    rd = core.ready()
-                    self.readies += 1
+            while core.has_ready() and self.fatal is None:
+                rd = core.ready()
+                self.readies += 1
                 later = rd.committed
                 inline = self._write_inline(rd)
                 if rd.snapshot is None and rd.committed and not inline and self._writes(rd):
@@ -155,44 +151,6 @@ class ReadyLoop(Applier):
             if self.fatal is None and \
                     core.applied - self._last_snapshot >= self.settings.compaction_entries:
                 await self._maybe_snapshot()  # due after a Ready taken by ``_ready_now``
-
-    def _act_now(self, core: RaftNode) -> bool:
-        """Act on the next Ready here and now, in the turn of what made it (a proposal, a
-        batch of a peer's messages), rather than in the Ready loop's task a turn later: when
-        that task is idle and the Ready's write is one for the event loop (``_write_inline``:
-        a lone send's, on the leader and on each follower). The same steps in the same
-        order: persist, send, advance, hand over. A Ready for a worker thread (or with a
-        snapshot) is left to the Ready loop, which takes it first. False if it did nothing."""
-        if not self._parked or self._acting or self._kick.is_set() or self._stopped or \
-                self.fatal is not None or len(self._to_apply) > MAX_APPLY_BACKLOG:
-            return False
-        rd = core.ready()
-        self.readies += 1
-        if rd.snapshot is not None or not self._write_inline(rd):
-            self._held = rd
-            self._kick.set()
-            return True
-        self._acting = True  # (an answer applied here may propose again: to the Ready loop)
-        try:
-            self._handle_inline(rd)
-            core.advance(rd)
-            self._hand_over(rd.committed, at_once=True)
-        except Exception as exc:  # a replica that cannot persist or apply stops
-            self._die(exc)
-            return True
-        finally:
-            self._acting = False
-        if self.fatal is not None:
-            return True
-        if rd.read_states or self._reads.out or self._reads.waiting:
-            self._serve_reads(rd.read_states)
-        self._note_role(core)
-        if self._catching_up:
-            self._note_catch_up(core)
-        if core.has_ready() or len(self._to_apply) > MAX_APPLY_BACKLOG or \
-                core.applied - self._last_snapshot >= self.settings.compaction_entries:
-            self._kick.set()  # the Ready loop takes the rest, the backlog, the snapshot
-        return True
 
     def _ready_now(self, core: RaftNode) -> bool:
         """Act on a Ready that only commits here and now, in the turn of the message that
@@ -242,9 +200,6 @@ class ReadyLoop(Applier):
             await self._applied_all()  # the state machine is swapped: nothing may apply to it
             await asyncio.to_thread(self._install, rd.snapshot)
             self._applied = max(self._applied, rd.snapshot.index)
-        if inline:
-            self._handle_inline(rd)
-            return
         hs = rd.hard_state
         changes_vote = hs is not None and (hs.term, hs.vote) != self._term_vote
         rest = self._send_early(rd, changes_vote)
@@ -252,38 +207,19 @@ class ReadyLoop(Applier):
         # commit only along with a new term or vote): no worker thread, no sync.
         if rd.entries or changes_vote:
             self.persists += 1
-            self._wrote(await self.writes.run(functools.partial(self._persist, rd.entries, hs)))
+            if inline:
+                if rest is not rd.messages and self.transport is not None:
+                    self.transport.flush_now()  # the appends leave before the loop blocks
+                took = self._persist(rd.entries, hs)
+            else:
+                took = await self.writes.run(functools.partial(self._persist, rd.entries, hs))
+            self._write_s += (took - self._write_s) / 8
+            if self.on_sync is not None:
+                self.on_sync(took)
         if hs is not None:
             self._term_vote = (hs.term, hs.vote)
         for m in rest:
             self._send(m)
-
-    def _handle_inline(self, rd: Ready) -> None:
-        """``_handle`` for a Ready written on the event loop (or not written at all)."""
-        hs = rd.hard_state
-        changes_vote = hs is not None and (hs.term, hs.vote) != self._term_vote
-        rest = self._send_early(rd, changes_vote)
-        took = None
-        if rd.entries or changes_vote:
-            self.persists += 1
-            if rest is not rd.messages and self.transport is not None:
-                self.transport.flush_now()  # the appends leave before the loop blocks
-            took = self._persist(rd.entries, hs)
-        if hs is not None:
-            self._term_vote = (hs.term, hs.vote)
-        for m in rest:
-            self._send(m)
-        if took is not None:
-            if rest and self.transport is not None:
-                # What answers the write (a follower's ack, which the leader's commit waits
-                # for) leaves now, not after the rest of this turn and its next write.
-                self.transport.flush_now()
-            self._wrote(took)
-
-    def _wrote(self, took: float) -> None:
-        self._write_s += (took - self._write_s) / 8
-        if self.on_sync is not None:
-            self.on_sync(took)
 
     def _writes(self, rd: Ready) -> bool:
         """Whether this Ready writes the disk (its entries, or a new term or vote)."""

@@ -27,7 +27,6 @@ from sqsq.raft import (
     Message,
     RaftConfig,
     RaftNode,
-    Ready,
     SnapshotMeta,
     bootstrap,
 )
@@ -92,10 +91,6 @@ class RaftReplica(ReadyLoop):
         self._conf_waiters: dict[int, tuple[int, Callable[[bool], None]]] = {}
         self._staged: dict[tuple[int, int], Path] = {}  # snapshots received, by index/term
         self._kick = asyncio.Event()
-        self._parked = False  # the Ready loop waits for a kick (``_act_now`` may act)
-        self._acting = False  # ``_act_now`` is under way
-        self._held: Ready | None = None  # taken by ``_act_now``, left for the Ready loop
-        self.in_batch = False  # stepping a batch of messages: act after the last
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
         self.snapshots_written = 0
@@ -173,24 +168,16 @@ class RaftReplica(ReadyLoop):
     # ---- inputs --------------------------------------------------------------------------
 
     def step(self, message: Message) -> None:
-        """``message`` stepped into the core, and what it leaves to do done (unless more of
-        a batch follow: ``Replicas`` then calls ``act`` once after them)."""
         core = self.core
         if core is not None and self.fatal is None:
             core.step(message)
-            if not self.in_batch:
-                self.act()
-
-    def act(self) -> None:
-        """What the messages stepped in leave to do. Nothing (an answer to an entry already
-        committed, which on a lone send arrives while the leader applies and replies) costs
-        no turn of the Ready loop; a Ready that only commits (``_ready_now``) or writes a
-        little (``_act_now``) is acted on here. A change of role always comes with a Ready
-        (a new term, a commit, or messages to send)."""
-        core = self.core
-        if core is not None and self.fatal is None and core.has_ready() and \
-                not self._ready_now(core) and not self._act_now(core):
-            self._kick.set()
+            # A message that leaves nothing to do (an answer to an entry already committed,
+            # which on a lone send arrives while the leader applies and replies) costs no
+            # turn of the Ready loop, and one that only commits is acted on here
+            # (``_ready_now``). A change of role always comes with a Ready (a new term, a
+            # commit, or messages to send).
+            if core.has_ready() and not self._ready_now(core):
+                self._kick.set()
 
     def nodes(self) -> frozenset[tuple[str, tuple[str, int]]]:
         """The other members' nodes (id, address): whom the node's heartbeat goes to.
@@ -224,8 +211,7 @@ class RaftReplica(ReadyLoop):
             return
         term, index = placed
         self._proposals[index] = (term, done)
-        if not self._act_now(core):  # type: ignore[arg-type]
-            self._kick.set()
+        self._kick.set()
 
     def change_member(self, add: str | None, remove: str | None,
                       done: Callable[[bool], None]) -> None:
@@ -357,20 +343,10 @@ class Replicas:
         self.by_shard: dict[int, RaftReplica] = {}
 
     def on_messages(self, peer: str, batch: list[tuple[int, Message]]) -> None:
-        # Each replica acts once on what the batch brought it (one write for its appends).
-        stepped: dict[int, RaftReplica] = {}
-        try:
-            for shard_id, message in batch:
-                replica = self.by_shard.get(shard_id)
-                if replica is not None:
-                    replica.in_batch = True
-                    stepped[shard_id] = replica
-                    replica.step(message)
-        finally:
-            for replica in stepped.values():
-                replica.in_batch = False
-        for replica in stepped.values():
-            replica.act()
+        for shard_id, message in batch:
+            replica = self.by_shard.get(shard_id)
+            if replica is not None:
+                replica.step(message)
 
     def on_write_sets(self, peer: str,
                       sets: list[tuple[int, int, int, int, bytes | None]]) -> None:
