@@ -169,6 +169,33 @@ BURST_S = 0.01
 MAX_SPREAD_QUEUES = 1024  # queues whose last partition with messages a ReceiveSpread keeps
 
 
+class _Burst:
+    """A turn that holds for ``calls`` calls or ``window_s`` seconds, then moves on by one:
+    the bookkeeping ``SendSpread`` and ``ReceiveSpread`` share."""
+
+    __slots__ = ("turn", "_calls", "_window_s", "_left", "_ends")
+
+    def __init__(self, turn: int, calls: int, window_s: float) -> None:
+        self.turn, self._calls, self._window_s = turn, calls, window_s
+        self._left, self._ends = 0, float("-inf")
+
+    def take(self, now: float) -> int:
+        """The turn for a call made at ``now`` (the next one once this burst is over)."""
+        if self._left <= 0 or now >= self._ends:
+            self.turn += 1
+            self._left, self._ends = self._calls, now + self._window_s
+        self._left -= 1
+        return self.turn
+
+    def restart(self, turn: int, now: float, used: int = 0) -> None:
+        """A new burst at ``turn`` from ``now``, ``used`` of its calls taken already."""
+        self.turn, self._left, self._ends = turn, self._calls - used, now + self._window_s
+
+
+def _start_turn(start: int | None) -> int:
+    return random.randrange(1 << 16) if start is None else start
+
+
 class SendSpread:
     """The turn a standard queue's next send takes (its partition: ``turn % partitions``).
     Calls made close together share a turn: the shard they reach commits them in one Raft
@@ -182,17 +209,11 @@ class SendSpread:
     def __init__(self, clock: Callable[[], float] = time.monotonic, *,
                  calls: int = BURST_CALLS, window_s: float = BURST_S,
                  start: int | None = None) -> None:
-        self._clock, self._calls, self._window_s = clock, calls, window_s
-        self._turn = random.randrange(1 << 16) if start is None else start
-        self._left, self._ends = 0, float("-inf")
+        self._clock = clock
+        self._burst = _Burst(_start_turn(start), calls, window_s)
 
     def turn(self) -> int:
-        now = self._clock()
-        if self._left <= 0 or now >= self._ends:
-            self._turn += 1
-            self._left, self._ends = self._calls, now + self._window_s
-        self._left -= 1
-        return self._turn
+        return self._burst.take(self._clock())
 
 
 class ReceiveSpread:
@@ -211,28 +232,26 @@ class ReceiveSpread:
                  queues: int = MAX_SPREAD_QUEUES, start: int | None = None) -> None:
         self._clock, self._calls, self._window_s = clock, calls, window_s
         self._queues, self._start = queues, start
-        self._first: dict[Hashable, list[Any]] = {}  # queue: [turn, calls left, ends]
+        self._first: dict[Hashable, _Burst] = {}
 
     def first(self, queue: Hashable) -> int:
         """The turn a receive from ``queue`` starts at."""
         now = self._clock()
-        at = self._first.get(queue)
-        if at is None:
+        burst = self._first.get(queue)
+        if burst is None:
             while len(self._first) >= self._queues:
                 self._first.pop(next(iter(self._first)), None)
-            turn = random.randrange(1 << 16) if self._start is None else self._start
-            at = self._first[queue] = [turn, self._calls, now + self._window_s]
-        elif at[1] <= 0 or now >= at[2]:
-            at[0] += 1
-            at[1], at[2] = self._calls, now + self._window_s
-        at[1] -= 1
-        return at[0]
+            burst = self._first[queue] = _Burst(_start_turn(self._start), self._calls,
+                                                self._window_s)
+            burst.restart(burst.turn, now, used=1)
+            return burst.turn
+        return burst.take(now)
 
     def found(self, queue: Hashable, turn: int) -> None:
         """A receive from ``queue`` found messages at ``turn``: the next ones start there."""
-        at = self._first.get(queue)
-        if at is not None and at[0] != turn:
-            at[0], at[1], at[2] = turn, self._calls, self._clock() + self._window_s
+        burst = self._first.get(queue)
+        if burst is not None and burst.turn != turn:
+            burst.restart(turn, self._clock())
 
 
 # A receipt handle (``sqsq.core.receipts``) is URL-safe base64 of a body whose first byte is

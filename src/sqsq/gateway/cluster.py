@@ -439,8 +439,11 @@ class ClusterApi:
                 return messages
         if wait_time_seconds == 0:
             return []
-        return await _first_nonempty([self.caller.call(s, receive(wait_time_seconds))
-                                      for s in order])
+        k, messages = await _first_nonempty([self.caller.call(s, receive(wait_time_seconds))
+                                             for s in order])
+        if messages:
+            spread.found(queue, first + k)  # the next receives look there first
+        return messages
 
     async def delete_message_batch(self, queue: str,
                                    entries: list[tuple[str, str]]) -> c.BatchResult:
@@ -481,18 +484,19 @@ def _merged(results: Iterable[c.BatchResult]) -> c.BatchResult:
     return c.BatchResult(tuple(ok), tuple(failed))
 
 
-async def _first_nonempty(polls: list[Awaitable[list[T]]]) -> list[T]:
-    """The first long poll to return messages (the rest are cancelled), or [] when every
-    one ends empty."""
-    pending = {asyncio.ensure_future(p) for p in polls}
+async def _first_nonempty(polls: list[Awaitable[list[T]]]) -> tuple[int, list[T]]:
+    """The first long poll to return messages and its place in ``polls`` (the rest are
+    cancelled), or (-1, []) when every one ends empty."""
+    place = {asyncio.ensure_future(p): k for k, p in enumerate(polls)}
+    pending = set(place)
     try:
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 result = task.result()
                 if result:
-                    return result
-        return []
+                    return place[task], result
+        return -1, []
     finally:
         for task in pending:
             task.cancel()

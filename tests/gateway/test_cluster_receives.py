@@ -1,0 +1,64 @@
+"""Where the gateway's receives from a partitioned queue look first (no network: the
+partition map is given and the shards are a fake caller)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from sqsq.api import Endpoint
+from sqsq.client import _call
+from sqsq.control.keys import QueueRecord
+from sqsq.control.partition_map import MapSnapshot
+from sqsq.gateway.cluster import ClusterApi
+from sqsq.wire import ReceiveSpread
+
+SHARDS = (10, 11, 12)
+
+
+@dataclass
+class FixedMap:
+    snapshot: MapSnapshot
+
+
+@dataclass
+class Shards:
+    """Every partition is empty, and only ``holding``'s long poll brings a message."""
+
+    holding: int
+    receives: ReceiveSpread = field(default_factory=lambda: ReceiveSpread(start=0))
+    looked: list[tuple[int, int]] = field(default_factory=list)  # (shard, wait seconds)
+
+    async def call(self, shard: int, call: _call.Call) -> list[str]:
+        wait = call.request.wait_time_seconds
+        self.looked.append((shard, wait))
+        if wait == 0:
+            return []
+        if shard != self.holding:
+            await asyncio.Event().wait()  # an empty long poll: cancelled by the winner
+        await asyncio.sleep(0)
+        return [f"message from {shard}"]
+
+
+def _api(shards: Shards) -> ClusterApi:
+    snapshot = MapSnapshot(nodes={}, members={}, shards={}, leaders={},
+                           queues={"q": QueueRecord("q", "id-q", SHARDS)})
+    api = ClusterApi(None, FixedMap(snapshot), Endpoint())  # type: ignore[arg-type]
+    api.caller = shards  # type: ignore[assignment]
+    return api
+
+
+def test_a_long_poll_that_finds_messages_makes_its_partition_the_next_first() -> None:
+    async def go() -> None:
+        shards = Shards(holding=12)
+        api = _api(shards)
+        got = await api.receive_message("q", wait_time_seconds=5)
+        assert got == ["message from 12"]
+        # each partition looked at once, then a long poll at each
+        assert shards.looked[:3] == [(10, 0), (11, 0), (12, 0)]
+        assert sorted(shards.looked[3:]) == [(10, 5), (11, 5), (12, 5)]
+        shards.looked.clear()
+        await api.receive_message("q", wait_time_seconds=0)
+        assert shards.looked[0] == (12, 0)  # where the long poll found messages
+
+    asyncio.run(go())
