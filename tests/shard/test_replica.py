@@ -6,6 +6,7 @@ compaction catches up from a snapshot."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -157,6 +158,67 @@ def test_a_follower_behind_the_compaction_catches_up_from_a_snapshot(tmp_path: P
             installed = lagging.replica.storage.latest_snapshot()
             assert installed is not None and installed[0].index > 2  # from the leader
         finally:
+            for n in nodes:
+                if not n.replica._stopped:
+                    await n.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_group_keeps_committing_while_its_replicas_take_their_snapshots(
+        tmp_path: Path) -> None:
+    """Every replica reaches the snapshot's index together; while their checkpoints run, the
+    log is still written, sent and acknowledged (the Ready loop used to wait for them, and
+    every caller with it), and no entry is applied under a checkpoint, which must hold
+    exactly the snapshot's index."""
+    settings = HostSettings(tick_s=0.02, compaction_entries=10, keep_entries=2)
+    release = threading.Event()
+    seen: list[tuple[int, int]] = []  # the applied index as each checkpoint began and ended
+
+    async def scenario() -> None:
+        nodes = await group(tmp_path, settings)
+        for n in nodes:
+            take = n.machine.write_snapshot
+
+            def slow(path: str, raft: bytes, take=take, machine=n.machine):  # noqa: ANN001
+                began = machine.applied_index
+                release.wait(TIMEOUT_S)
+                pack = take(path, raft)
+                seen.append((began, machine.applied_index))
+                return pack
+
+            n.machine.write_snapshot = slow  # type: ignore[method-assign]
+        try:
+            await commit(nodes, c.CreateQueue("q"))
+            head = leader(nodes)
+            assert head is not None
+            answers: list[Proposal] = []
+            made: list[int] = []
+
+            def propose(i: int) -> None:
+                made.append(i)
+                head.replica.propose(encode_entry(Entry(1_000, (send(i),))),  # type: ignore[union-attr]
+                                     lambda status, _out: answers.append(status))
+
+            for i in range(20):  # until the leader's snapshot has begun
+                propose(i)
+                await asyncio.sleep(0.02)
+                if head.replica._snapshotting is not None:
+                    break
+            assert head.replica._snapshotting is not None
+            for i in range(20, 25):
+                propose(i)
+            end = head.replica.core.log.last_index()  # type: ignore[union-attr]
+            # committed on a majority while the checkpoints wait
+            await until(lambda: head.replica.raftCommitIndex >= end)
+            release.set()
+            await until(lambda: len(answers) == len(made))
+            assert answers == [Proposal.COMMITTED] * len(made)
+            await until(lambda: all(n.replica.snapshots_written >= 1 for n in nodes))
+            assert seen and all(began == ended for began, ended in seen)
+            await until(lambda: len({state(n) for n in nodes}) == 1)
+        finally:
+            release.set()
             for n in nodes:
                 if not n.replica._stopped:
                     await n.stop()

@@ -18,11 +18,8 @@ import dataclasses
 import functools
 import logging
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import BinaryIO
 
 from sqsq.raft import (
     Entry,
@@ -35,6 +32,7 @@ from sqsq.raft import (
     SnapshotMeta,
 )
 from sqsq.shard.applier import MAX_APPLY_BACKLOG, Applier, Proposal
+from sqsq.shard.snapshotting import Snapshotting
 
 log = logging.getLogger("sqsq.raft")
 
@@ -54,7 +52,7 @@ def node_of(member: str, shard_id: int) -> tuple[str, tuple[str, int]]:
     return f"{host}:{base}", (host, base)
 
 
-class ReadyLoop(Applier):
+class ReadyLoop(Applier, Snapshotting):
     """Mixed into ``RaftReplica``, whose state it works on."""
 
     # ---- the Ready loop ------------------------------------------------------------------
@@ -146,11 +144,13 @@ class ReadyLoop(Applier):
                 self._note_role(core)
                 if self._catching_up:
                     self._note_catch_up(core)
-                if core.applied - self._last_snapshot >= self.settings.compaction_entries:
-                    await self._maybe_snapshot()
-            if self.fatal is None and \
-                    core.applied - self._last_snapshot >= self.settings.compaction_entries:
-                await self._maybe_snapshot()  # due after a Ready taken by ``_ready_now``
+                if self._taken is not None:
+                    await self._compact_to_snapshot()
+                self._maybe_snapshot()
+            if self.fatal is None:
+                if self._taken is not None:
+                    await self._compact_to_snapshot()
+                self._maybe_snapshot()  # due after a Ready taken by ``_ready_now``
 
     def _ready_now(self, core: RaftNode) -> bool:
         """Act on a Ready that only commits here and now, in the turn of the message that
@@ -173,8 +173,7 @@ class ReadyLoop(Applier):
         self._note_role(core)
         if self._catching_up:
             self._note_catch_up(core)
-        if core.has_ready() or \
-                core.applied - self._last_snapshot >= self.settings.compaction_entries:
+        if core.has_ready() or self._snapshot_due(core):
             self._kick.set()  # the Ready loop takes the rest, and the snapshot
         return True
 
@@ -197,6 +196,7 @@ class ReadyLoop(Applier):
         if inline is None:
             inline = self._write_inline(rd)
         if rd.snapshot is not None:
+            await self._snapshot_done()  # its own, taken from the state about to be replaced
             await self._applied_all()  # the state machine is swapped: nothing may apply to it
             await asyncio.to_thread(self._install, rd.snapshot)
             self._applied = max(self._applied, rd.snapshot.index)
@@ -315,34 +315,6 @@ class ReadyLoop(Applier):
         sent.add_done_callback(settled)
 
     # ---- snapshots -----------------------------------------------------------------------
-
-    async def _maybe_snapshot(self) -> None:
-        core = self.core
-        assert core is not None
-        if core.applied - self._last_snapshot < self.settings.compaction_entries:
-            return
-        await self._applied_all()  # the checkpoint must not race an apply
-        index = self.machine.applied_index
-        if index - self._last_snapshot < self.settings.compaction_entries:
-            return
-        if core.log.term(index) is None or index > core.log.stable or index > core.applied:
-            return
-        meta = core.snapshot_meta(index)
-        path = await asyncio.to_thread(self.storage.save_snapshot, meta, self._write_state)
-        self._last_snapshot = meta.index
-        self.snapshots_written += 1
-        self.snapshot_bytes = path.stat().st_size
-        keep = self.settings.keep_entries
-        core.compact(meta, keep)
-        await asyncio.to_thread(self.storage.compact, meta.index - keep)
-
-    def _write_state(self, f: BinaryIO) -> None:
-        """The state machine's checkpoint, packed into the snapshot file (worker thread)."""
-        with tempfile.TemporaryDirectory(dir=self.directory) as tmp:
-            packed = Path(tmp) / "state"
-            self.machine.write_snapshot(str(packed), b"")()
-            with open(packed, "rb") as src:
-                shutil.copyfileobj(src, f, 1 << 20)
 
     def _install(self, meta: SnapshotMeta) -> None:
         """A snapshot the core accepted: durable in the Raft storage first (the log reset

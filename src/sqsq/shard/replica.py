@@ -149,6 +149,8 @@ class RaftReplica(ReadyLoop):
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._snapshotting is not None:  # not cancelled: its worker thread would run on
+            await asyncio.wait([self._snapshotting])  # against a closed store
         for _, done in self._proposals.values():
             done(Proposal.UNKNOWN, None)
         self._proposals.clear()
