@@ -144,13 +144,9 @@ class ReadyLoop(Applier, Snapshotting):
                 self._note_role(core)
                 if self._catching_up:
                     self._note_catch_up(core)
-                if self._taken is not None:
-                    await self._compact_to_snapshot()
-                self._maybe_snapshot()
+                await self._snapshot_turn()
             if self.fatal is None:
-                if self._taken is not None:
-                    await self._compact_to_snapshot()
-                self._maybe_snapshot()  # due after a Ready taken by ``_ready_now``
+                await self._snapshot_turn()  # due after a Ready taken by ``_ready_now``
 
     def _ready_now(self, core: RaftNode) -> bool:
         """Act on a Ready that only commits here and now, in the turn of the message that

@@ -40,12 +40,14 @@ class Snapshotting:
         return self._snapshotting is None and (self._taken is not None or (
             core.applied - self._last_snapshot >= self.settings.compaction_entries))
 
-    def _maybe_snapshot(self) -> None:
-        """Start taking a snapshot if one is due and none is under way."""
+    async def _snapshot_turn(self) -> None:
+        """The Ready loop's part, between Readys: the log compacted behind the snapshot
+        just taken, and the next one started if it is due."""
+        if self._taken is not None:
+            await self._compact_to_snapshot()
         core = self.core
         if core is None or self._stopped or self.fatal is not None or \
-                self._snapshotting is not None or self._taken is not None or \
-                core.applied - self._last_snapshot < self.settings.compaction_entries:
+                not self._snapshot_due(core):
             return
         self._snapshotting = asyncio.create_task(self._take_snapshot(),
                                                  name=f"snapshot-{self.shard_id}")
@@ -107,7 +109,6 @@ class Snapshotting:
         self._taken = None
 
     async def _compact_to_snapshot(self) -> None:
-        """The Ready loop's part: the log compacted behind the snapshot just taken."""
         meta, self._taken = self._taken, None
         if meta is None or self.core is None:
             return
