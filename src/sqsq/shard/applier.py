@@ -44,6 +44,10 @@ INLINE_APPLY_BYTES = 64 << 10
 class Applier:
     """Mixed into ``RaftReplica`` (through ``ReadyLoop``), whose state it works on."""
 
+    # A snapshot waits for the batch being applied, and no other starts meanwhile: a stream
+    # of commits must not keep the applier busy for ever (``sqsq.shard.snapshotting``).
+    _paused = False
+
     def _hand_over(self, committed: Sequence[Entry], at_once: bool = False) -> None:
         """Give ``committed`` to the applier. ``at_once``: a leader with no applier running
         applies a small batch here and now, a turn of the event loop sooner than a task
@@ -52,8 +56,9 @@ class Applier:
         if not committed or self.fatal is not None:
             return
         self._to_apply.extend(committed)
-        if self._apply_due or (self._applier is not None and not self._applier.done()):
-            return  # it takes these too, in order
+        if self._apply_due or self._paused or (
+                self._applier is not None and not self._applier.done()):
+            return  # it takes these too, in order (or a snapshot's checkpoint comes first)
         if at_once and not self._stopped:
             if not self.is_leader():
                 self._apply_due = True
@@ -70,7 +75,7 @@ class Applier:
         behind the transport's flush of this Ready's answers, which the leader's commit waits
         for. A batch that must wait for a write set or go to a worker thread takes the task."""
         self._apply_due = False
-        if not self._to_apply or self.fatal is not None or self._stopped or (
+        if not self._to_apply or self.fatal is not None or self._stopped or self._paused or (
                 self._applier is not None and not self._applier.done()):
             return
         share = self._share_with()
@@ -104,7 +109,7 @@ class Applier:
         the proposals as their entries are applied. A leader shares each entry's write set
         with its followers; a follower writes the leader's where it has it, waiting a little
         for those it expects (``sqsq.shard.writesets``)."""
-        while self._to_apply and self.fatal is None and not self._stopped:
+        while self._to_apply and self.fatal is None and not self._stopped and not self._paused:
             share = self._share_with()
             if not share:
                 await self._await_write_sets()

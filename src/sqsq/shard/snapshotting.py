@@ -53,25 +53,27 @@ class Snapshotting:
                                                  name=f"snapshot-{self.shard_id}")
 
     async def _take_snapshot(self) -> None:
+        staging: Path | None = None
         try:
-            await self._applied_all()  # the checkpoint must not race an apply
-            core = self.core
-            index = self.machine.applied_index
-            if core is None or self._stopped or \
-                    index - self._last_snapshot < self.settings.compaction_entries or \
-                    core.log.term(index) is None or index > core.log.stable or \
-                    index > core.applied:
-                return
-            meta = core.snapshot_meta(index)
-            staging = Path(tempfile.mkdtemp(dir=self.directory))
+            hold = await self._hold_applier()  # the checkpoint must not race an apply
             try:
-                pack = await self._checkpoint(str(staging / "state"))
-                if self._stopped:
+                core = self.core
+                index = self.machine.applied_index
+                if core is None or self._stopped or \
+                        index - self._last_snapshot < self.settings.compaction_entries or \
+                        core.log.term(index) is None or index > core.log.stable or \
+                        index > core.applied:
                     return
-                path = await asyncio.to_thread(self.storage.save_snapshot, meta,
-                                               functools.partial(_copy, pack, staging))
+                meta = core.snapshot_meta(index)
+                staging = Path(tempfile.mkdtemp(dir=self.directory))
+                pack = await asyncio.to_thread(self.machine.write_snapshot,
+                                               str(staging / "state"), b"")
             finally:
-                shutil.rmtree(staging, ignore_errors=True)
+                self._release_applier(hold)
+            if self._stopped:
+                return
+            path = await asyncio.to_thread(self.storage.save_snapshot, meta,
+                                           functools.partial(_copy, pack, staging))
             self._last_snapshot = meta.index
             self._taken = meta
             self.snapshots_written += 1
@@ -82,23 +84,40 @@ class Snapshotting:
         except Exception as exc:  # a replica that cannot snapshot stops
             self._die(exc)
         finally:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
             self._snapshotting = None
 
-    async def _checkpoint(self, packed: str) -> Callable[[], None]:
-        """The state machine's checkpoint (worker thread), with no apply running: the
-        applier's place is held, so committed entries handed over meanwhile wait for it."""
-        hold: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._applier = hold  # type: ignore[assignment]
+    async def _hold_applier(self) -> asyncio.Future[None]:
+        """The applier's place, taken once the batch it is applying (if any) is done: no
+        other batch starts meanwhile (``_paused``), so a stream of commits cannot keep it
+        busy. Committed entries handed over while it is held wait for
+        ``_release_applier``."""
+        self._paused = True
         try:
-            return await asyncio.to_thread(self.machine.write_snapshot, packed, b"")
+            while True:
+                applier = self._applier
+                if applier is not None and not applier.done():
+                    await asyncio.wait([applier])
+                elif self._apply_due:
+                    await asyncio.sleep(0)  # ``_apply_soon`` runs first, and applies nothing
+                else:
+                    break
+            hold: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._applier = hold  # type: ignore[assignment]
+            return hold
         finally:
-            if not hold.done():
-                hold.set_result(None)
-            if self._applier is hold:
-                self._applier = None
-                if self._to_apply and not self._stopped and self.fatal is None:
-                    self._applier = asyncio.create_task(self._apply_all(),
-                                                        name=f"apply-{self.shard_id}")
+            self._paused = False
+
+    def _release_applier(self, hold: asyncio.Future[None]) -> None:
+        """The applier free again: what was handed over meanwhile is applied."""
+        if not hold.done():
+            hold.set_result(None)
+        if self._applier is hold:
+            self._applier = None
+            if self._to_apply and not self._stopped and self.fatal is None:
+                self._applier = asyncio.create_task(self._apply_all(),
+                                                    name=f"apply-{self.shard_id}")
 
     async def _snapshot_done(self) -> None:
         """Wait for the snapshot under way, if any (a snapshot from the leader is about to
