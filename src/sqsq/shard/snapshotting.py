@@ -95,14 +95,7 @@ class Snapshotting:
         ``_release_applier``."""
         self._paused = True
         try:
-            while True:
-                applier = self._applier
-                if applier is not None and not applier.done():
-                    await asyncio.wait([applier])
-                elif self._apply_due:
-                    await asyncio.sleep(0)  # ``_apply_soon`` runs first, and applies nothing
-                else:
-                    break
+            await self._applied_all()  # while paused: only the batch under way
             hold: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._applier = hold  # type: ignore[assignment]
             return hold
