@@ -12,6 +12,7 @@ from sqsq.raft import (
     Message,
     MsgType,
     RaftConfig,
+    RaftNode,
     Role,
     Safeguards,
     SnapshotMeta,
@@ -429,6 +430,60 @@ def test_a_quiet_follower_woken_by_its_host_replaces_a_dead_leader() -> None:
         g.nodes[n].wake()
     g.tick(60, only=["b", "c"])
     assert g.nodes["b"].is_leader() or g.nodes["c"].is_leader()
+
+
+def _dead_leader_replaced(told: tuple[str, ...]) -> tuple[RaftNode | None, int]:
+    """Kill a's process (nothing reaches it any more), tell ``told`` that its node refused a
+    connection, and tick b and c for a fifth of an election timeout: the new leader, if any,
+    and a's term."""
+    g = Group(config=RaftConfig(election_ticks=20, heartbeat_ticks=1))
+    leader = g.elect("a")
+    g.tick(3)
+    term = leader.term
+    g.isolate("a")
+    for n in told:
+        g.nodes[n].forget_leader()
+    g.tick(4, only=["b", "c"])
+    new = g.leader()
+    return (new if new is not leader else None), term
+
+
+def test_followers_told_their_leaders_node_is_gone_elect_another_within_a_few_ticks() -> None:
+    new, term = _dead_leader_replaced(("b", "c"))
+    assert new is not None and new.id in ("b", "c") and new.term == term + 1
+
+
+def test_without_being_told_followers_wait_out_their_election_timeout() -> None:
+    """The test above without the host's word: four ticks are far from a timeout."""
+    new, _ = _dead_leader_replaced(())
+    assert new is None
+
+
+def test_a_follower_that_forgets_a_live_leader_cannot_depose_it() -> None:
+    """A refusal that was not a death (a restarting listener, a wrong address): the other
+    follower still heard the leader within its lease and refuses the pre-vote, so the
+    leader keeps its term."""
+    g = Group(config=RaftConfig(election_ticks=20, heartbeat_ticks=1))
+    leader = g.elect("a")
+    term = leader.term
+    g.nodes["b"].forget_leader()
+    g.tick(30)
+    assert g.leader() is leader and leader.term == term
+    assert g.nodes["b"].lead == "a"  # the next heartbeat named the leader again
+
+
+def test_only_a_follower_with_a_leader_forgets_it() -> None:
+    g = Group(config=RaftConfig(election_ticks=20, heartbeat_ticks=1))
+    leader = g.elect("a")
+    leader.forget_leader()
+    assert leader.is_leader() and leader.lead == "a"
+    g.isolate("b")
+    g.tick(45, only=["b"])  # past any timeout: b stands, and no one answers
+    candidate = g.nodes["b"]
+    role, elapsed = candidate.role, candidate.election_elapsed
+    assert role is Role.PRE_CANDIDATE
+    candidate.forget_leader()
+    assert (candidate.role, candidate.election_elapsed) == (role, elapsed)
 
 
 def test_a_wiped_replica_casts_no_vote_in_the_first_term_it_learns_of() -> None:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 _PRE_VOTE, _VOTE = MsgType.PRE_VOTE, MsgType.VOTE
 _PRE_VOTE_RESP, _VOTE_RESP = MsgType.PRE_VOTE_RESP, MsgType.VOTE_RESP
 _PRE_CANDIDATE, _CANDIDATE = Role.PRE_CANDIDATE, Role.CANDIDATE
+_FOLLOWER = Role.FOLLOWER
 FROM_LEADER = frozenset({MsgType.APPEND, MsgType.HEARTBEAT, MsgType.SNAPSHOT})
 
 
@@ -37,6 +38,7 @@ class Electing:
     votes: dict[str, bool]
     election_elapsed: int
     timeout: int
+    quiesced: bool
 
     if TYPE_CHECKING:  # declared only: the real ones are RaftNode's and Leading's
         def voters(self) -> frozenset[str]: ...
@@ -48,6 +50,23 @@ class Electing:
 
     def _reset_timeout(self) -> None:
         self.timeout = self.cfg.election_ticks + self.rng.randrange(self.cfg.election_ticks)
+
+    def forget_leader(self) -> None:
+        """The host learned that the leader's process is gone (its node refused a
+        connection): stop counting on its lease, and stand within a tick or two.
+
+        Without this a follower waits out its whole election timeout, and the lease
+        (check-quorum) makes the other follower refuse its pre-vote if that one heard the
+        leader a tick later: the candidate then waits a whole timeout again. Safety never
+        rests on it: a leader forgotten while alive only costs an election, which its
+        lease on the other followers may refuse. The tick is drawn at random so that two
+        followers that learn it together rarely stand together."""
+        if self.role is not _FOLLOWER or self.lead is None:
+            return
+        self.lead = None
+        self.quiesced = False
+        soon = 1 + self.rng.randrange(max(2, self.cfg.election_ticks // 4))
+        self.election_elapsed = max(self.election_elapsed, self.timeout - soon)
 
     def _promotable(self) -> bool:
         return self.id in self.voters()

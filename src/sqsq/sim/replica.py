@@ -139,6 +139,15 @@ class SimReplica:
         self.disk.crash(torn)
         self.core = None
         self.world.checker.on_down(self.id)
+        self.world.refusing(self.id)
+
+    def refused_by(self, node: str) -> None:
+        """``node`` refused a connection (its process is gone, or a listener restarts): a
+        node's host forgets the leader that lives there (``RaftNode.forget_leader``)."""
+        core = self.core
+        if core is not None and core.lead == node and not core.is_leader():
+            core.forget_leader()
+            self.process()
 
     def wall_ms(self) -> int:
         return int(self.world.now_ms * (1 + self.drift)) + self.clock_offset_ms
@@ -157,6 +166,8 @@ class SimReplica:
                 if peer != self.id:
                     self.world.send(self.id, peer, NodePing(self.id))
         core = self.core
+        if core.lead is not None and self.world.chance("false-refusal"):
+            self.refused_by(core.lead)  # a refusal from a live leader's node: must be harmless
         if core.quiesced and not core.is_leader() and (
                 core.lead is None or now - self.heard.get(core.lead, -LIVENESS_MS) > LIVENESS_MS):
             core.wake(leader_silent=True)  # the leader's node went silent: elect again

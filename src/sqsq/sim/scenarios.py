@@ -37,7 +37,7 @@ class Scenario:
     slow_ms: tuple[int, int] = (50, 1500)
     chances: dict[str, float] = field(default_factory=lambda: {
         "before-sync": 0.002, "mid-compaction": 0.02, "install-fails": 0.05,
-        "mid-install": 0.05})
+        "mid-install": 0.05, "false-refusal": 0.0005})
     torn: float = 0.5
     compact_every: int = 30
     compact_keep: int = 10  # entries kept behind a snapshot, for followers a little behind

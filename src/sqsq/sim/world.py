@@ -130,6 +130,13 @@ class World:
             return self.rng.randint(0, 5)
         return None
 
+    def refusing(self, node_id: str) -> None:
+        """A crashed node's connections close and its port refuses new ones: each node that
+        can still reach it learns so a moment later, when it dials again."""
+        for other in self.node_ids:
+            if other != node_id and (other, node_id) not in self.network.cut:
+                self.after(self.rng.randint(1, 10), self.replicas[other].refused_by, node_id)
+
     def _restart_later(self, replica: SimReplica) -> None:
         self.after(self.rng.randint(50, 1500), lambda _: self._restart(replica))
 
