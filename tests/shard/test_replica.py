@@ -40,7 +40,7 @@ class Node:
         self.transport = PeerTransport(
             f"127.0.0.1:{self.port}", "127.0.0.1", self.port, SECRET,
             self.replicas.on_messages, self.replicas.on_snapshot,
-            snapshot_dir=self.root / "incoming")
+            snapshot_dir=self.root / "incoming", on_refused=self.replicas.on_refused)
         await self.transport.start()
         self.machine = ShardMachine(self.root / "shard", CONFIG)
         self.replica = RaftReplica(SHARD, self.member, self.root / "shard", self.machine,
@@ -270,6 +270,36 @@ def test_an_idle_group_goes_quiet_and_still_replaces_a_dead_leader(tmp_path: Pat
             assert old is not None
             await old.stop()
             rest = [n for n in nodes if n is not old]
+            assert isinstance(await commit(rest, send(1)), c.BatchResult)
+        finally:
+            for n in nodes:
+                if not n.replica._stopped:
+                    await n.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_leader_whose_process_dies_is_replaced_without_waiting_out_a_timeout(
+        tmp_path: Path) -> None:
+    """Once the group has a leader, its followers' election timeouts are made longer than
+    the test: only the refusal of the dead leader's port (the process gone, its listener
+    with it) can start an election."""
+
+    async def scenario() -> None:
+        nodes = await group(tmp_path, HostSettings(tick_s=0.02))
+        try:
+            await commit(nodes, c.CreateQueue("q"))
+            old = leader(nodes)
+            assert old is not None
+            rest = [n for n in nodes if n is not old]
+            for n in rest:
+                n.replica.core.timeout = 1_000_000  # type: ignore[union-attr]
+            term = old.replica.raftCurrentTerm
+            await old.transport.stop()  # as a kill -9 leaves it: nothing listens, no hand-over
+            await old.replica.stop()
+            async with asyncio.timeout(5.0):
+                await until(lambda: leader(rest) is not None)
+            assert leader(rest).replica.raftCurrentTerm == term + 1  # type: ignore[union-attr]
             assert isinstance(await commit(rest, send(1)), c.BatchResult)
         finally:
             for n in nodes:

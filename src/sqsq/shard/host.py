@@ -101,7 +101,7 @@ class PeerNetwork:
             f"{me.host}:{me.raft_port}", bind_host, me.raft_port, key,
             self._on_messages, self.replicas.on_snapshot,
             snapshot_dir=directory / "incoming-snapshots",
-            on_write_sets=self.replicas.on_write_sets)
+            on_write_sets=self.replicas.on_write_sets, on_refused=self.replicas.on_refused)
         self.writes = Writes()  # every replica's Raft writes, batched per loop turn
         self._clock: asyncio.TimerHandle | None = None
         self.sweeps = SweepScheduler(TICK_S * SWEEP_EVERY_TICKS, own_timer=False)

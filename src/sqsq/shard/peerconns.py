@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,7 @@ class Connections:
     snapshot_dir: Path
     max_frame_bytes: int
     backoff_s: tuple[float, float]
+    on_refused: Callable[[str], None] | None
     incarnation: bytes
     _secret: bytes
     _peers: dict[str, PeerState]
@@ -152,6 +153,8 @@ class Connections:
                     if link is not None:
                         link.abort()
                     self.connect_failures += 1
+                    if isinstance(e, ConnectionRefusedError) and self.on_refused is not None:
+                        self.on_refused(peer.id)  # nothing listens there: the process is gone
                     if isinstance(e, AuthError):
                         self.auth_failures += 1
                     if peer.reachable:
@@ -254,5 +257,7 @@ class Connections:
             self._settle(done, False)
         link.outgoing.clear()
         self.snapshots_discarded += link.receiving.discard_all()
-        if peer.queue:
+        if peer.queue or not peer.links:
+            # Dialed at once even with nothing to send: a refusal is how a follower learns
+            # that its leader's process died (``on_refused``), long before a timeout would.
             self._dial_soon(peer)

@@ -181,6 +181,17 @@ class RaftReplica(ReadyLoop):
             if core.has_ready() and not self._ready_now(core):
                 self._kick.set()
 
+    def refused_by(self, node: str) -> None:
+        """``node``'s Raft port refused a connection. If this replica's leader lives there,
+        its process is gone (or restarting): stand within a tick or two rather than wait
+        out an election timeout (``RaftNode.forget_leader``)."""
+        core = self.core
+        if core is None or self.fatal is not None or self._stopped or core.lead is None \
+                or core.is_leader() or node_of(core.lead, self.shard_id)[0] != node:
+            return
+        core.forget_leader()
+        self._kick.set()
+
     def nodes(self) -> frozenset[tuple[str, tuple[str, int]]]:
         """The other members' nodes (id, address): whom the node's heartbeat goes to.
         Worked out once per membership (the node asks five times a second)."""
@@ -349,6 +360,10 @@ class Replicas:
             replica = self.by_shard.get(shard_id)
             if replica is not None:
                 replica.step(message)
+
+    def on_refused(self, node: str) -> None:
+        for replica in self.by_shard.values():
+            replica.refused_by(node)
 
     def on_write_sets(self, peer: str,
                       sets: list[tuple[int, int, int, int, bytes | None]]) -> None:
