@@ -277,14 +277,17 @@ class Worker:
         self.seqs, self.seq_lock = seqs, seq_lock
         self.held: list[Held] = []
         self.counter = 0
+        self.ops = 0
         self.run_tag = args.run_tag
 
     def done(self) -> bool:
-        return self.stop.is_set() or time.monotonic() >= self.deadline
+        return self.stop.is_set() or (time.monotonic() >= self.deadline
+                                      and self.ops >= self.args.min_ops)
 
     def run(self) -> None:
         kinds, weights = list(self.WEIGHTS), list(self.WEIGHTS.values())
         while not self.done():
+            self.ops += 1
             kind = self.rng.choices(kinds, weights)[0]
             if len(self.held) > 30:
                 kind = "delete_batch"  # keep the backlog small so the drain is short
@@ -471,6 +474,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=10.0,
                    help="load duration; with --drain, the drain's overall bound")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--min-ops", type=int, default=0,
+                   help="each client goes on past --seconds until it has made this many ops")
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--standard-queue", required=True)
     p.add_argument("--fifo-queue", required=True)
@@ -519,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         for t in threads:
             t.start()
         # join in short steps so SIGTERM is handled; an op takes at most ~7 s
-        hard_stop = deadline + 20
+        hard_stop = deadline + 20 + args.min_ops  # and time for the ops --min-ops still asks
         while any(t.is_alive() for t in threads) and time.monotonic() < hard_stop:
             for t in threads:
                 t.join(0.2)

@@ -334,8 +334,11 @@ def test_real_driver_against_a_single_node_server_is_clean(tmp_path: Path) -> No
     srv = ServerProcess(tmp_path / "data").start()
     try:
         history = tmp_path / "history.jsonl"
+        # A number of ops as well as a time: a slow machine makes fewer in 3 s, and the
+        # rarer kinds (a visibility change needs a message held) may not come up at all.
         load = run_driver(srv.http_url, history, "--seconds", "3", "--seed", "7",
-                          "--clients", "4", "--fifo-groups", "3", "--visibility-timeout-s", "2")
+                          "--clients", "4", "--fifo-groups", "3", "--visibility-timeout-s", "2",
+                          "--min-ops", "60")
         assert load.returncode == 0, load.stderr
         drain = run_driver(srv.http_url, history, "--drain", "--seconds", "60",
                            "--visibility-timeout-s", "2")
