@@ -299,7 +299,9 @@ def test_a_leader_whose_process_dies_is_replaced_without_waiting_out_a_timeout(
             await old.replica.stop()
             async with asyncio.timeout(5.0):
                 await until(lambda: leader(rest) is not None)
-            assert leader(rest).replica.raftCurrentTerm == term + 1  # type: ignore[union-attr]
+            # A later term (term + 1 unless both followers stood at once and split the vote,
+            # after which they stand again on ordinary timeouts)
+            assert leader(rest).replica.raftCurrentTerm > term  # type: ignore[union-attr]
             assert isinstance(await commit(rest, send(1)), c.BatchResult)
         finally:
             for n in nodes:
