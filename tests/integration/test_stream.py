@@ -314,6 +314,66 @@ def test_a_server_that_sends_no_headers_before_its_first_reply_still_gets_the_ca
         asyncio.run(main(endpoint))
 
 
+class _StreamEndedAtFirst:
+    """A Stream handler whose first stream ends CANCELLED: before its headers (as gRPC ends
+    a stream that reaches a server as it stops, before any handler ran: no call on it can
+    have run), or after it read a frame (``after_a_frame``: its calls may have run). Later
+    streams answer every ReceiveMessage with no messages."""
+
+    def __init__(self, after_a_frame: bool) -> None:
+        self.after_a_frame = after_a_frame
+        self.streams = 0
+        self.calls_read: list[str | None] = []
+
+    def __call__(self, frames: Iterator[pb.StreamRequestFrame],
+                 context: grpc.ServicerContext) -> Iterator[pb.StreamReplyFrame]:
+        self.streams += 1
+        if self.streams == 1 and not self.after_a_frame:
+            context.abort(grpc.StatusCode.CANCELLED, "CANCELLED")
+        context.send_initial_metadata(())
+        for frame in frames:
+            self.calls_read += [call.WhichOneof("call") for call in frame.calls]
+            if self.streams == 1:
+                context.abort(grpc.StatusCode.CANCELLED, "CANCELLED")
+            out = pb.StreamReplyFrame()
+            for call in frame.calls:
+                out.replies.add(id=call.id).receive_message.SetInParent()
+            yield out
+
+
+def _receive_once(handler: _StreamEndedAtFirst) -> list:
+    async def main(endpoint: str) -> list:
+        # (not direct: the receive is the only call made)
+        client = AsyncClient(endpoint, timeout=10, batching=False, direct=False)
+        try:
+            return await client.receive_message("q", wait_time_seconds=0)
+        finally:
+            await client.close()
+
+    with fake_server({"Stream": grpc.stream_stream_rpc_method_handler(
+            handler, request_deserializer=pb.StreamRequestFrame.FromString,
+            response_serializer=pb.StreamReplyFrame.SerializeToString)}) as endpoint:
+        return asyncio.run(main(endpoint))
+
+
+def test_a_call_on_a_stream_that_ended_before_it_was_sent_is_made_again(
+        streaming: None) -> None:
+    # A receive is not safe to repeat once sent; unsent (the stream ended before the server
+    # accepted it: what a node stopping in a rolling restart does to a gateway's new stream)
+    # it is made again, and the caller sees its answer, not the stream's end.
+    handler = _StreamEndedAtFirst(after_a_frame=False)
+    assert _receive_once(handler) == []
+    assert handler.streams == 2 and handler.calls_read == ["receive_message"]
+
+
+def test_a_call_on_a_stream_that_ended_after_it_was_sent_is_not_made_again(
+        streaming: None) -> None:
+    handler = _StreamEndedAtFirst(after_a_frame=True)
+    with pytest.raises(ServiceUnavailable, match="ended before the reply"):
+        _receive_once(handler)
+    assert handler.streams == 1 and handler.calls_read == ["receive_message"]
+
+
 # ---- authentication -----------------------------------------------------------------------
 
 

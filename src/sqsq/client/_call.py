@@ -176,8 +176,9 @@ def may_retry(call: Call, err: grpc.RpcError) -> bool:
 
 
 # What gRPC says of a call that found no connection (refused, or a name that does not
-# resolve): nothing was sent.
-_NOT_SENT = ("failed to connect", "errors resolving", "dns resolution failed")
+# resolve), and what a stream says of the calls it ended before writing: nothing was sent.
+NOTHING_SENT = "the stream ended before any call was sent"
+_NOT_SENT = ("failed to connect", "errors resolving", "dns resolution failed", NOTHING_SENT)
 
 
 def never_sent(err: grpc.RpcError) -> bool:

@@ -11,7 +11,9 @@ apply unchanged:
   trailer the unary call would have ended with;
 - a call in flight when the stream breaks fails UNAVAILABLE (never resent here: whether it
   may be repeated is the caller's rule), with the stream's own details when it never
-  connected ("failed to connect": nothing was sent); the next call opens a new stream;
+  connected ("failed to connect": nothing was sent), and said to be unsent when the stream
+  ended before it wrote anything (a server that stops as the stream opens ends it CANCELLED
+  before it ran a handler: any call may be made again); the next call opens a new stream;
 - a server that drains the stream (shutting down) says so in a frame: the stub opens another
   stream for new calls and half-closes this one; every call it had sent is still answered
   (run, or refused "not run", which ``_call.may_retry`` lets any call repeat);
@@ -43,7 +45,7 @@ import grpc.aio
 
 from sqsq.client import _auth
 from sqsq.client._abandon import ABANDONED
-from sqsq.client._call import ERROR_CODE_KEY
+from sqsq.client._call import ERROR_CODE_KEY, NOTHING_SENT
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import MAX_FRAME_BYTES, STREAM_METHOD, varint
 
@@ -114,8 +116,9 @@ def _sqs_code(err: grpc.RpcError | None) -> str:
     return ""
 
 
-def _ended(err: grpc.RpcError | None) -> CallError | _Unimplemented:
-    """What a call in flight gets when its stream ends (``err``: how; None: it closed)."""
+def _ended(err: grpc.RpcError | None, sent: bool = True) -> CallError | _Unimplemented:
+    """What a call in flight gets when its stream ends (``err``: how; None: it closed);
+    ``sent``: whether anything was written on the stream (else no call reached the server)."""
     code = err.code() if err is not None else grpc.StatusCode.OK
     details = (err.details() if err is not None else "") or ""
     if code == grpc.StatusCode.UNIMPLEMENTED and not _sqs_code(err):
@@ -123,6 +126,8 @@ def _ended(err: grpc.RpcError | None) -> CallError | _Unimplemented:
     sqs_code = _sqs_code(err)
     if sqs_code:  # refused when it opened (authentication): the call's own answer
         return CallError(code, details, sqs_code)
+    if not sent:  # (``_call.never_sent``: any call may be made again, anywhere)
+        return CallError(grpc.StatusCode.UNAVAILABLE, f"{NOTHING_SENT} ({code.name}: {details})")
     if code == grpc.StatusCode.UNAVAILABLE:
         return CallError(code, details)
     return CallError(grpc.StatusCode.UNAVAILABLE,
@@ -285,6 +290,7 @@ class _AioStream(_AioCalls):
         self._outbox: asyncio.Queue[Outgoing | None] = asyncio.Queue()  # None: half-close
         self._on_headers = on_headers
         self._accepted: asyncio.Future | None = None  # the server's headers
+        self._sent = False  # a frame was written: its calls may have reached the server
         self._writer = asyncio.create_task(self._write())
         self._reader = asyncio.create_task(self._read())
 
@@ -322,6 +328,7 @@ class _AioStream(_AioCalls):
                     await self._call.done_writing()
                     return
                 frame, held = _frame(first, self._outbox.get_nowait)
+                self._sent = True
                 await self._call.write(frame)
         except (grpc.RpcError, asyncio.InvalidStateError):
             pass  # the stream ended: the reader says how
@@ -343,7 +350,7 @@ class _AioStream(_AioCalls):
         finally:
             self._writer.cancel()
             self._call.cancel()
-            self._end(lambda: _ended(err))
+            self._end(lambda: _ended(err, self._sent))
 
 
 def _expire(fut: asyncio.Future) -> None:
@@ -476,6 +483,7 @@ class _SyncStream(_SyncCalls):
         super().__init__()
         self._outbox: queue.SimpleQueue[Outgoing | None] = queue.SimpleQueue()
         self._on_headers = on_headers
+        self._sent = False  # a frame went to gRPC: its calls may have reached the server
         self._replies = channel.stream_stream(STREAM_METHOD, **_serializers())(
             self._requests(), metadata=metadata)
         self._start_reader(self._read, "sqsq-stream", self._replies)
@@ -488,6 +496,7 @@ class _SyncStream(_SyncCalls):
             if first is None:
                 return
             frame, held = _frame(first, self._outbox.get_nowait)
+            self._sent = True
             yield frame
 
     def _put(self, outgoing: Outgoing) -> None:
@@ -521,6 +530,6 @@ class _SyncStream(_SyncCalls):
             # only the collector ends, maybe at the interpreter's exit (see ``close``).
             e.__traceback__ = None
         finally:
-            self._end(lambda: _ended(err))
+            self._end(lambda: _ended(err, self._sent))
             self._outbox.put(None)  # ends gRPC's request thread
             replies.cancel()
