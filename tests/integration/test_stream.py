@@ -341,7 +341,7 @@ class _StreamEndedAtFirst:
             yield out
 
 
-def _receive_once(handler: _StreamEndedAtFirst) -> list:
+def _receive_once(handler: _StreamEndedAtFirst, blocking: bool) -> list:
     async def main(endpoint: str) -> list:
         # (not direct: the receive is the only call made)
         client = AsyncClient(endpoint, timeout=10, batching=False, direct=False)
@@ -353,24 +353,29 @@ def _receive_once(handler: _StreamEndedAtFirst) -> list:
     with fake_server({"Stream": grpc.stream_stream_rpc_method_handler(
             handler, request_deserializer=pb.StreamRequestFrame.FromString,
             response_serializer=pb.StreamReplyFrame.SerializeToString)}) as endpoint:
-        return asyncio.run(main(endpoint))
+        if not blocking:
+            return asyncio.run(main(endpoint))
+        with Client(endpoint, timeout=10, batching=False, direct=False) as client:
+            return client.receive_message("q", wait_time_seconds=0)
 
 
+@pytest.mark.parametrize("blocking", [False, True], ids=["asyncio", "blocking"])
 def test_a_call_on_a_stream_that_ended_before_it_was_sent_is_made_again(
-        streaming: None) -> None:
+        streaming: None, blocking: bool) -> None:
     # A receive is not safe to repeat once sent; unsent (the stream ended before the server
     # accepted it: what a node stopping in a rolling restart does to a gateway's new stream)
     # it is made again, and the caller sees its answer, not the stream's end.
     handler = _StreamEndedAtFirst(after_a_frame=False)
-    assert _receive_once(handler) == []
+    assert _receive_once(handler, blocking) == []
     assert handler.streams == 2 and handler.calls_read == ["receive_message"]
 
 
+@pytest.mark.parametrize("blocking", [False, True], ids=["asyncio", "blocking"])
 def test_a_call_on_a_stream_that_ended_after_it_was_sent_is_not_made_again(
-        streaming: None) -> None:
+        streaming: None, blocking: bool) -> None:
     handler = _StreamEndedAtFirst(after_a_frame=True)
     with pytest.raises(ServiceUnavailable, match="ended before the reply"):
-        _receive_once(handler)
+        _receive_once(handler, blocking)
     assert handler.streams == 1 and handler.calls_read == ["receive_message"]
 
 

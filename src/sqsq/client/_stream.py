@@ -484,16 +484,22 @@ class _SyncStream(_SyncCalls):
         self._outbox: queue.SimpleQueue[Outgoing | None] = queue.SimpleQueue()
         self._on_headers = on_headers
         self._sent = False  # a frame went to gRPC: its calls may have reached the server
+        self._accepted = threading.Event()  # the server's headers came, or the stream ended
         self._replies = channel.stream_stream(STREAM_METHOD, **_serializers())(
             self._requests(), metadata=metadata)
         self._start_reader(self._read, "sqsq-stream", self._replies)
 
     def _requests(self) -> Iterator[bytes]:
-        """Frames for gRPC's request thread, until None (the stream ended)."""
+        """Frames for gRPC's request thread, until None (the stream ended). None before the
+        server accepted the stream (its headers; after ``ACCEPT_WAIT_S`` for a server that
+        sends them only with its first reply), as ``_AioStream`` writes: a stream that ends
+        as it opens (a server stopping) then took none of the calls, and they may be made
+        again."""
+        self._accepted.wait(ACCEPT_WAIT_S)
         held: Any = _NOTHING
         while True:
             first = self._outbox.get() if held is _NOTHING else held
-            if first is None:
+            if first is None or self.done:
                 return
             frame, held = _frame(first, self._outbox.get_nowait)
             self._sent = True
@@ -517,8 +523,10 @@ class _SyncStream(_SyncCalls):
     def _read(self, replies: Any) -> None:
         err: grpc.RpcError | None = None
         try:
+            headers = replies.initial_metadata() or ()
+            if not replies.done():  # (one that ended as it opened has only its trailers)
+                self._accepted.set()
             if self._on_headers is not None:
-                headers = replies.initial_metadata() or ()
                 self._on_headers(self, {k: str(v) for k, v in headers})
             for frame in replies:
                 self._deliver(frame.replies)
@@ -531,5 +539,6 @@ class _SyncStream(_SyncCalls):
             e.__traceback__ = None
         finally:
             self._end(lambda: _ended(err, self._sent))
+            self._accepted.set()  # (done: the request thread sends nothing more)
             self._outbox.put(None)  # ends gRPC's request thread
             replies.cancel()
