@@ -111,7 +111,12 @@ def test_a_failing_run_prints_the_command_that_replays_it() -> None:
         capture_output=True, text=True, timeout=120)
     assert out.returncode == 1
     assert "replica-unrecoverable" in out.stdout
-    line = next(ln for ln in out.stdout.splitlines() if "replay:" in ln)
+    lines = out.stdout.splitlines()
+    # A long run says where it is: a line once a scenario's seeds are done, after its failures.
+    done = next(i for i, ln in enumerate(lines) if ln.startswith("install-crash: 10 seeds done"))
+    assert "(10 of 10 runs" in lines[done]
+    assert next(i for i, ln in enumerate(lines) if ln.startswith("FAIL ")) < done
+    line = next(ln for ln in lines if "replay:" in ln)
     replay = line.split("replay: ", 1)[1].split()
     again = subprocess.run([sys.executable, *replay[1:]], capture_output=True, text=True,
                            timeout=120)

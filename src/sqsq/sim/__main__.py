@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     spawn = multiprocessing.get_context("spawn")  # a fork can inherit another thread's lock
     with ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=spawn) as pool:
         futures = [pool.submit(run_one, s, seed, args.steps, args.mutant) for s, seed in jobs]
-        for f in futures:
+        for n, f in enumerate(futures, 1):
             r = f.result()
             steps += r.steps
             if not r.ok:
@@ -45,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
             elif args.seed is not None:
                 print(f"ok {r.scenario} seed {r.seed}: {r.steps} steps, {r.sim_ms} ms "
                       f"simulated, {r.stats}")
+            if args.seed is None and (n == len(jobs) or jobs[n][0] != r.scenario):
+                # (a long run says where it is: the last of a scenario's seeds is done)
+                print(f"{r.scenario}: {len(seeds)} seeds done ({n} of {len(jobs)} runs, "
+                      f"{time.monotonic() - started:.0f} s, {failed} failed so far)")
+            sys.stdout.flush()  # (a run piped to a file shows its failures as they come)
     took = time.monotonic() - started
     print(f"{len(jobs)} runs, {steps} steps in {took:.1f} s: {failed} failed")
     return 1 if failed else 0
