@@ -63,7 +63,9 @@ class Node:
         self.transport = PeerTransport(f"127.0.0.1:{self.port}", "127.0.0.1", self.port, SECRET,
                                        replicas.on_messages, replicas.on_snapshot,
                                        snapshot_dir=self.root / "incoming",
-                                       on_write_sets=replicas.on_write_sets)
+                                       on_write_sets=replicas.on_write_sets,
+                                       on_read_end=lambda: replicas.act()
+                                       and self.transport.flush_now())
         await self.transport.start()
         writes = Writes()
         for shard in range(SHARD, SHARD + self.shards):
