@@ -131,3 +131,36 @@ async def follower(tmp_path: Path) -> None:
     finally:
         await replica.stop()
         machine.close()
+
+
+def test_a_follower_whose_disk_fails_as_it_acts_on_a_read_stops_and_answers_nothing(
+        tmp_path: Path) -> None:
+    """What the write raises stops the replica there (as the Ready loop's would), and goes
+    no further: the transport's read is not failed, the leader gets no answer."""
+    asyncio.run(follower_disk_fails(tmp_path))
+
+
+async def follower_disk_fails(tmp_path: Path) -> None:
+    machine = ShardMachine(tmp_path / "shard", CONFIG)
+    stopped: list[BaseException] = []
+    replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None,
+                          voters=[ME, LEADER], bootstrap=True, on_fatal=stopped.append)
+    transport = replica.transport = Queued()  # type: ignore[assignment]
+    replicas = Replicas()
+    replicas.by_shard[SHARD] = replica
+    await replica.start()
+    try:
+        await until(lambda: replica._parked)
+
+        def broken(entries: object, hard_state: object) -> None:
+            raise OSError("the disk went away")
+        replica.storage.persist = broken  # type: ignore[method-assign]
+        a = RaftEntry(index=2, term=2, data=create_queue("a"))
+        replicas.on_messages(LEADER, [(SHARD, Message(
+            MsgType.APPEND, ME, LEADER, 2, log_term=1, index=1, entries=(a,), commit=1))])
+        assert replicas.act()  # raises nothing
+        assert isinstance(replica.fatal, OSError) and stopped == [replica.fatal]
+        assert not [m for m in transport.sent if m.type is MsgType.APPEND_RESP]
+    finally:
+        await replica.stop()
+        machine.close()

@@ -162,7 +162,12 @@ class ReadyLoop(Applier, Snapshotting):
         core = self.core
         if core is None or self.fatal is not None or self._stopped or not core.has_ready():
             return
-        if self._acting or not self._act_here(core):
+        try:
+            acted = not self._acting and self._act_here(core)
+        except Exception as exc:  # a Ready half acted on: stop, as the Ready loop would
+            self._die(exc)
+            return
+        if not acted:
             self._kick.set()
 
     def _act_here(self, core: RaftNode) -> bool:
@@ -184,11 +189,7 @@ class ReadyLoop(Applier, Snapshotting):
             self._taken_early = rd
             return False
         self.readies += 1
-        try:
-            self._handle_here(rd)
-        except Exception as exc:  # a replica that cannot persist stops
-            self._die(exc)
-            return True
+        self._handle_here(rd)  # (what it raises stops the replica: ``act_now``)
         core.advance(rd)
         self._hand_over(rd.committed, at_once=True)
         if self.fatal is not None:
