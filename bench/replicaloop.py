@@ -95,9 +95,18 @@ def _entry(n: int, messages: int) -> bytes:
     return encode_entry(Entry(1_000 + n, (cmd,)))
 
 
+_acting: set[RaftReplica] = set()  # replicas proposed to this turn, acted on at its end
+
+
 async def _propose(replica: RaftReplica, data: bytes) -> Proposal:
-    fut: asyncio.Future[Proposal] = asyncio.get_running_loop().create_future()
-    replica.propose(data, lambda status, _: fut.done() or fut.set_result(status))
+    """A proposal, acted on at the end of the loop's turn with the others made in it, as
+    the shard's proposer does."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Proposal] = loop.create_future()
+    replica.propose(data, lambda status, _: fut.done() or fut.set_result(status), act=False)
+    if replica not in _acting:
+        _acting.add(replica)
+        loop.call_soon(lambda: (_acting.discard(replica), replica.act_now()))
     return await fut
 
 
