@@ -6,7 +6,8 @@ are stepped in. One that needs the disk for long still goes to the Ready loop.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -93,16 +94,27 @@ def test_a_follower_writes_and_answers_the_appends_of_one_read_once_and_at_once(
     asyncio.run(follower(tmp_path))
 
 
-async def follower(tmp_path: Path) -> None:
+@asynccontextmanager
+async def a_follower(tmp_path: Path, on_fatal: Callable[[BaseException], None] | None = None
+                     ) -> AsyncIterator[tuple[RaftReplica, Replicas, Queued]]:
+    """A follower of ``LEADER`` behind its node's ``Replicas``, its Ready loop parked."""
     machine = ShardMachine(tmp_path / "shard", CONFIG)
     replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None,
-                          voters=[ME, LEADER], bootstrap=True)
+                          voters=[ME, LEADER], bootstrap=True, on_fatal=on_fatal)
     transport = replica.transport = Queued()  # type: ignore[assignment]
     replicas = Replicas()
     replicas.by_shard[SHARD] = replica
     await replica.start()
     try:
         await until(lambda: replica._parked)
+        yield replica, replicas, transport
+    finally:
+        await replica.stop()
+        machine.close()
+
+
+async def follower(tmp_path: Path) -> None:
+    async with a_follower(tmp_path) as (replica, replicas, transport):
         a = RaftEntry(index=2, term=2, data=create_queue("a"))
         b = RaftEntry(index=3, term=2, data=create_queue("b"))
         persists = replica.persists
@@ -128,9 +140,6 @@ async def follower(tmp_path: Path) -> None:
         await until(lambda: any(m.type is MsgType.APPEND_RESP and m.index == 4
                                 for m in transport.sent))
         assert replica.storage.log.last_index() == 4
-    finally:
-        await replica.stop()
-        machine.close()
 
 
 def test_a_follower_whose_disk_fails_as_it_acts_on_a_read_stops_and_answers_nothing(
@@ -141,17 +150,8 @@ def test_a_follower_whose_disk_fails_as_it_acts_on_a_read_stops_and_answers_noth
 
 
 async def follower_disk_fails(tmp_path: Path) -> None:
-    machine = ShardMachine(tmp_path / "shard", CONFIG)
     stopped: list[BaseException] = []
-    replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None,
-                          voters=[ME, LEADER], bootstrap=True, on_fatal=stopped.append)
-    transport = replica.transport = Queued()  # type: ignore[assignment]
-    replicas = Replicas()
-    replicas.by_shard[SHARD] = replica
-    await replica.start()
-    try:
-        await until(lambda: replica._parked)
-
+    async with a_follower(tmp_path, stopped.append) as (replica, replicas, transport):
         def broken(entries: object, hard_state: object) -> None:
             raise OSError("the disk went away")
         replica.storage.persist = broken  # type: ignore[method-assign]
@@ -161,6 +161,3 @@ async def follower_disk_fails(tmp_path: Path) -> None:
         assert replicas.act()  # raises nothing
         assert isinstance(replica.fatal, OSError) and stopped == [replica.fatal]
         assert not [m for m in transport.sent if m.type is MsgType.APPEND_RESP]
-    finally:
-        await replica.stop()
-        machine.close()
