@@ -82,13 +82,13 @@ def _serve(argv: list[str], out: Path) -> None:
 
     propose = replica.RaftReplica.propose
 
-    def timed_propose(self: Any, data: bytes, done: Any, **options: Any) -> None:
+    def timed_propose(self: Any, data: bytes, done: Any) -> None:
         started = pc()
 
         def stamped(*a: Any) -> None:
             note(("answered", pc()))
             done(*a)
-        propose(self, data, stamped, **options)
+        propose(self, data, stamped)
         note(("propose", started, self.core.log.last_index()))  # the entry's index
     replica.RaftReplica.propose = timed_propose  # type: ignore[method-assign]
 

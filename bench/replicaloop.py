@@ -63,9 +63,7 @@ class Node:
         self.transport = PeerTransport(f"127.0.0.1:{self.port}", "127.0.0.1", self.port, SECRET,
                                        replicas.on_messages, replicas.on_snapshot,
                                        snapshot_dir=self.root / "incoming",
-                                       on_write_sets=replicas.on_write_sets,
-                                       on_read_end=lambda: replicas.act()
-                                       and self.transport.flush_now())
+                                       on_write_sets=replicas.on_write_sets)
         await self.transport.start()
         writes = Writes()
         for shard in range(SHARD, SHARD + self.shards):
@@ -95,18 +93,9 @@ def _entry(n: int, messages: int) -> bytes:
     return encode_entry(Entry(1_000 + n, (cmd,)))
 
 
-_acting: set[RaftReplica] = set()  # replicas proposed to this turn, acted on at its end
-
-
 async def _propose(replica: RaftReplica, data: bytes) -> Proposal:
-    """A proposal, acted on at the end of the loop's turn with the others made in it, as
-    the shard's proposer does."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[Proposal] = loop.create_future()
-    replica.propose(data, lambda status, _: fut.done() or fut.set_result(status), act=False)
-    if replica not in _acting:
-        _acting.add(replica)
-        loop.call_soon(lambda: (_acting.discard(replica), replica.act_now()))
+    fut: asyncio.Future[Proposal] = asyncio.get_running_loop().create_future()
+    replica.propose(data, lambda status, _: fut.done() or fut.set_result(status))
     return await fut
 
 

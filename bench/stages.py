@@ -93,13 +93,13 @@ def _serve(argv: list[str], out: Path) -> None:
 
     propose = replica.RaftReplica.propose
 
-    def timed_propose(self: Any, data: bytes, done: Any, **options: Any) -> None:
+    def timed_propose(self: Any, data: bytes, done: Any) -> None:
         cur["prop"] = pc()
 
         def stamped(*a: Any) -> None:
             cur["done"] = pc()
             done(*a)
-        propose(self, data, stamped, **options)
+        propose(self, data, stamped)
     replica.RaftReplica.propose = timed_propose  # type: ignore[method-assign]
 
     take_frame = streaming.StreamSession.take_frame

@@ -29,10 +29,6 @@ class Inbox:
         self.events.append(("batch", peer, batch))
         self._changed.set()
 
-    def on_read_end(self) -> None:
-        self.events.append(("read end",))
-        self._changed.set()
-
     def on_snapshot(self, peer: str, shard: int, message: Message, path: Path) -> None:
         if self.refuse_snapshots:
             raise OSError("no room to install it")

@@ -46,11 +46,11 @@ class Group:
 
     def _cuttable(self, engine: ShardEngine) -> None:
         replica = engine.replica
-        step_only, heard = replica.step_only, replica.heard
+        step, heard = replica.step, replica.heard
 
-        def filtered(m: Message) -> bool:
-            # (``step`` steps through this too)
-            return m.frm not in self.cut and m.to not in self.cut and step_only(m)
+        def filtered(m: Message) -> None:
+            if m.frm not in self.cut and m.to not in self.cut:
+                step(m)
 
         def heard_unless_cut(node: str) -> float | None:
             # the node's own heartbeat does not cross the cut either
@@ -58,7 +58,7 @@ class Group:
                 return None
             return heard(node) if heard is not None else None
 
-        replica.step_only = filtered  # type: ignore[method-assign]
+        replica.step = filtered  # type: ignore[method-assign]
         replica.heard = heard_unless_cut
 
     async def stop(self) -> None:

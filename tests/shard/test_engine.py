@@ -88,12 +88,12 @@ def test_commands_arriving_while_an_entry_is_in_flight_share_the_next_entry(
         replica, proposed, held = engine.replica, [], []
         propose = replica.propose
 
-        def gated(data: bytes, on_done: object, act: bool = True) -> None:
+        def gated(data: bytes, on_done: object) -> None:
             proposed.append(data)
             if len(proposed) == 1:
                 held.append((data, on_done))  # the first entry stays in flight
             else:
-                propose(data, on_done, act=act)
+                propose(data, on_done)
 
         replica.propose = gated  # type: ignore[method-assign]
         send = [asyncio.create_task(engine.execute(c.SendMessages(

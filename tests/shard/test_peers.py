@@ -458,28 +458,3 @@ def test_frames_sent_right_behind_the_handshake_are_delivered(tmp_path: Path) ->
             writer.close()
 
     run(scenario)
-
-
-def test_the_host_hears_the_end_of_each_read_after_its_frames(tmp_path: Path) -> None:
-    """What the frames of one read leave to do is done once they are all handed on (a
-    follower writes the appends of one read with one write): ``on_read_end`` follows each
-    read's batches."""
-    async def scenario() -> None:
-        a = Node("a", tmp_path)
-        a.t.on_read_end = a.inbox.on_read_end
-        async with running(a):
-            reader, writer = await authenticated_socket(a)
-            beats = [Message(MsgType.HEARTBEAT, "a", "z", 1, commit=i) for i in range(3)]
-            writer.write(b"".join(_batch_frame(m) for m in beats))  # one write, one read
-            await a.inbox.wait(lambda: a.inbox.events[-1:] == [("read end",)])
-            for m in beats:
-                writer.write(_batch_frame(m))
-                await writer.drain()
-            await a.inbox.wait(lambda: len(a.inbox.batches()) == 6
-                               and a.inbox.events[-1] == ("read end",))
-            kinds = [e[0] for e in a.inbox.events]
-            assert kinds[:4] == ["batch", "batch", "batch", "read end"]
-            assert 2 <= kinds.count("read end") <= 4  # once per read, not once per frame
-            writer.close()
-
-    run(scenario)

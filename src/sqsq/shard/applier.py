@@ -47,9 +47,6 @@ class Applier:
     # A snapshot waits for the batch being applied, and no other starts meanwhile: a stream
     # of commits must not keep the applier busy for ever (``sqsq.shard.snapshotting``).
     _paused = False
-    # The applier is answering proposals: what an answer proposes is acted on once it is
-    # done (by the Ready loop), not in the middle of the answers (``ReadyLoop.act_now``).
-    _acting = False
 
     def _hand_over(self, committed: Sequence[Entry], at_once: bool = False) -> None:
         """Give ``committed`` to the applier. ``at_once``: a leader with no applier running
@@ -141,20 +138,16 @@ class Applier:
                 self.transport.send_write_sets(node, address, self.shard_id, sets)
         if self._reads.waiting:
             self._serve_reads()  # reads that waited for this apply
-        acting, self._acting = self._acting, True
-        try:
-            for e in batch:
-                pending = self._proposals.pop(e.index, None)
-                if pending is not None:
-                    term, done = pending
-                    ok = term == e.term and self.core is not None and \
-                        self.core.is_leader() and self.core.term == term
-                    done(Proposal.COMMITTED if ok else Proposal.UNKNOWN, results.get(e.index))
-                waiter = self._conf_waiters.pop(e.index, None)
-                if waiter is not None:
-                    waiter[1](waiter[0] == e.term)
-        finally:
-            self._acting = acting
+        for e in batch:
+            pending = self._proposals.pop(e.index, None)
+            if pending is not None:
+                term, done = pending
+                ok = term == e.term and self.core is not None and \
+                    self.core.is_leader() and self.core.term == term
+                done(Proposal.COMMITTED if ok else Proposal.UNKNOWN, results.get(e.index))
+            waiter = self._conf_waiters.pop(e.index, None)
+            if waiter is not None:
+                waiter[1](waiter[0] == e.term)
         if self._catching_up and self.core is not None:
             self._note_catch_up(self.core)
 

@@ -101,8 +101,7 @@ class PeerNetwork:
             f"{me.host}:{me.raft_port}", bind_host, me.raft_port, key,
             self._on_messages, self.replicas.on_snapshot,
             snapshot_dir=directory / "incoming-snapshots",
-            on_write_sets=self.replicas.on_write_sets, on_refused=self.replicas.on_refused,
-            on_read_end=self._read_done)
+            on_write_sets=self.replicas.on_write_sets, on_refused=self.replicas.on_refused)
         self.writes = Writes()  # every replica's Raft writes, batched per loop turn
         self._clock: asyncio.TimerHandle | None = None
         self.sweeps = SweepScheduler(TICK_S * SWEEP_EVERY_TICKS, own_timer=False)
@@ -133,12 +132,6 @@ class PeerNetwork:
         if batch:  # an empty one is a node's ping
             self._traffic = True
         self.replicas.on_messages(peer, batch)
-
-    def _read_done(self) -> None:
-        """A read's messages stepped in: each replica acts on them, and what that sends
-        (a follower's answers) leaves now rather than at the end of the loop's turn."""
-        if self.replicas.act():
-            self.transport.flush_now()
 
     def _tick(self) -> None:
         """One timer for the process (a callback, not a task: no future and no task step

@@ -49,7 +49,6 @@ class Connections:
     max_frame_bytes: int
     backoff_s: tuple[float, float]
     on_refused: Callable[[str], None] | None
-    on_read_end: Callable[[], None] | None
     incarnation: bytes
     _secret: bytes
     _peers: dict[str, PeerState]
@@ -220,7 +219,7 @@ class Connections:
         link.start(hello.peer_id, hello.incarnation,
                    functools.partial(self._frame_arrived, peer, link),
                    functools.partial(self._link_failed, peer, link),
-                   functools.partial(self._drop, peer, link), self.on_read_end)
+                   functools.partial(self._drop, peer, link))
         if link.gone:
             return  # lost between its handshake and now (start dropped it)
         # A different incarnation: the peer restarted, the old connection is dead whatever

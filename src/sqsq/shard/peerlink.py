@@ -90,7 +90,6 @@ class Link(asyncio.BufferedProtocol):
         self._on_frame: FrameHandler | None = None
         self._on_error: Callable[[Exception], None] | None = None
         self._on_lost: Callable[[], None] | None = None
-        self._on_read_end: Callable[[], None] | None = None
         self._paused = False  # the socket's write buffer is over its high-water mark
         self._drained: asyncio.Future[None] | None = None
 
@@ -127,8 +126,6 @@ class Link(asyncio.BufferedProtocol):
         self._end += nbytes
         if self._on_frame is not None:
             self._cut()
-            if self._on_read_end is not None:
-                self._on_read_end()
             return
         if self._handshake_left and self._error is None:
             self._cut_handshake()
@@ -200,15 +197,13 @@ class Link(asyncio.BufferedProtocol):
     # ---- frames --------------------------------------------------------------------------
 
     def start(self, peer_id: str, incarnation: bytes, on_frame: FrameHandler,
-              on_error: Callable[[Exception], None], on_lost: Callable[[], None],
-              on_read_end: Callable[[], None] | None = None) -> None:
+              on_error: Callable[[Exception], None], on_lost: Callable[[], None]) -> None:
         """The peer is proven: from now on every whole frame goes to ``on_frame(kind,
         payload)`` as it arrives, a malformed header to ``on_error`` (the frame is not read),
-        the connection's loss (once) to ``on_lost``; ``on_read_end()`` follows each read's
-        frames. Frames that arrived during the handshake are handed on now."""
+        the connection's loss (once) to ``on_lost``. Frames that arrived during the
+        handshake are handed on now."""
         self.peer_id, self.incarnation = peer_id, incarnation
         self._on_frame, self._on_error, self._on_lost = on_frame, on_error, on_lost
-        self._on_read_end = on_read_end
         if self.gone:
             on_lost()
             return

@@ -88,17 +88,14 @@ class PeerTransport(Connections, SnapshotTransfers):
                  max_write_buffer_bytes: int = MAX_WRITE_BUFFER_BYTES,
                  backoff_s: tuple[float, float] = BACKOFF_S,
                  on_write_sets: OnWriteSets | None = None,
-                 on_refused: Callable[[str], None] | None = None,
-                 on_read_end: Callable[[], None] | None = None) -> None:
+                 on_refused: Callable[[str], None] | None = None) -> None:
         """``node_id``: this node's name among its peers (each proves it with ``secret``).
         ``on_messages(peer, [(shard, message), ...])`` gets each batch as it arrives;
         ``on_snapshot(peer, shard, message, path)`` each snapshot file once whole and
         durable in ``snapshot_dir`` (the transport's own directory: unfinished transfers
         found there at start are removed; finished ones are the host's to move or delete);
         ``on_write_sets(peer, [(shard, index, term, check, packed), ...])`` a leader's write
-        sets; ``on_refused(peer)`` each refused dial (nothing listens at its address);
-        ``on_read_end()`` after the frames of each read from a peer were handed on (what
-        they left to do can be done once for all of them)."""
+        sets; ``on_refused(peer)`` each refused dial (nothing listens at its address)."""
         if not host:
             # An empty host would listen on every interface; say so explicitly if meant.
             raise ValueError("the Raft transport needs the address to listen on")
@@ -110,7 +107,6 @@ class PeerTransport(Connections, SnapshotTransfers):
         self._secret = secret
         self.on_messages, self.on_snapshot = on_messages, on_snapshot
         self.on_write_sets, self.on_refused = on_write_sets, on_refused
-        self.on_read_end = on_read_end
         self.snapshot_dir = snapshot_dir
         self.max_queue_messages, self.max_queue_bytes = max_queue_messages, max_queue_bytes
         self.max_frame_bytes, self.chunk_bytes = max_frame_bytes, chunk_bytes

@@ -81,12 +81,8 @@ class Proposer:
         while self._closing and pending:  # stopping: answered here, never proposed
             settle(pending.popleft()[1],
                    Rejection(ErrorCode.SERVICE_UNAVAILABLE, "The shard is stopping."))
-        proposed = False
         while pending and self._may_propose():
             self._propose([pending.popleft() for _ in range(min(len(pending), MAX_GROUP))])
-            proposed = True
-        if proposed:
-            self.replica.act_now()  # in this turn if it can (``ReadyLoop.act_now``)
 
     def _propose(self, batch: list) -> None:
         loop = asyncio.get_running_loop()
@@ -108,7 +104,7 @@ class Proposer:
             else:
                 loop.call_soon(self._answer, proposal, status, result)
 
-        self.replica.propose(data, on_done, act=False)
+        self.replica.propose(data, on_done)
 
     def _answer(self, proposal: _InFlight, status: Proposal, outcomes: Any) -> None:
         """An entry's fate (or its timeout, whichever comes first): answer its commands."""

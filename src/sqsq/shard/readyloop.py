@@ -55,9 +55,6 @@ def node_of(member: str, shard_id: int) -> tuple[str, tuple[str, int]]:
 class ReadyLoop(Applier, Snapshotting):
     """Mixed into ``RaftReplica``, whose state it works on."""
 
-    _parked = False  # the Ready loop waits for a kick, between Readys
-    _taken_early: Ready | None = None  # taken by ``_act_here`` for the Ready loop to do
-
     # ---- the Ready loop ------------------------------------------------------------------
 
     async def _ticker(self) -> None:
@@ -81,10 +78,7 @@ class ReadyLoop(Applier, Snapshotting):
             # leader's node did, its lease counts as run out
             core.wake(leader_silent=not leading)
         core.tick()
-        if core.has_ready():
-            self.act_now()
-        else:
-            self._note_role(core)  # a leader that stood down on the tick answers its callers
+        self._kick.set()
 
     def _watched_silent(self, core: RaftNode, leading: bool) -> bool:
         """Whether a node this quiet replica watches fell silent: its followers' nodes when
@@ -121,13 +115,11 @@ class ReadyLoop(Applier, Snapshotting):
         core = self.core
         assert core is not None
         while not self._stopped:
-            self._parked = True
             await self._kick.wait()
-            self._parked = False
             self._kick.clear()
             self._note_role(core)
-            while (self._taken_early is not None or core.has_ready()) and self.fatal is None:
-                rd, self._taken_early = self._taken_early or core.ready(), None
+            while core.has_ready() and self.fatal is None:
+                rd = core.ready()
                 self.readies += 1
                 later = rd.committed
                 inline = self._write_inline(rd)
@@ -155,55 +147,6 @@ class ReadyLoop(Applier, Snapshotting):
                 await self._snapshot_turn()
             if self.fatal is None:
                 await self._snapshot_turn()  # due after a Ready taken by ``_ready_now``
-
-    def act_now(self) -> None:
-        """Act on what the core has ready: here and now when that needs no wait
-        (``_act_here``), else in the Ready loop's task."""
-        core = self.core
-        if core is None or self.fatal is not None or self._stopped or not core.has_ready():
-            return
-        try:
-            acted = not self._acting and self._act_here(core)
-        except Exception as exc:  # a Ready half acted on: stop, as the Ready loop would
-            self._die(exc)
-            return
-        if not acted:
-            self._kick.set()
-
-    def _act_here(self, core: RaftNode) -> bool:
-        """Act on the next Ready in the turn of what made it (a proposal, the frames of one
-        read from a peer, a tick) rather than in the Ready loop's task a turn later, when it
-        needs no wait: nothing to install, and nothing to write or a write small enough for
-        the event loop (``_write_inline``). On a lone send that is a turn less at the leader
-        (its proposal) and one at each follower (the append). Only while the Ready loop is
-        parked between Readys: a Ready it holds, or a compaction it waits for, must not have
-        another beside it. False if the Ready loop must take it (a Ready that needs a wait
-        is taken here and handed to it as ``_taken_early``)."""
-        if core.commit_only():
-            return self._ready_now(core)
-        if not self._parked or self._taken_early is not None or \
-                len(self._to_apply) > MAX_APPLY_BACKLOG:
-            return False
-        rd = core.ready()
-        if rd.snapshot is not None or (self._writes(rd) and not self._write_inline(rd)):
-            self._taken_early = rd
-            return False
-        self.readies += 1
-        self._handle_here(rd)  # (what it raises stops the replica: ``act_now``)
-        core.advance(rd)
-        self._hand_over(rd.committed, at_once=True)
-        if self.fatal is not None:
-            return True  # the apply failed (``_die``)
-        if rd.read_states or self._reads.out or self._reads.waiting:
-            self._serve_reads(rd.read_states)
-        self._note_role(core)
-        if self._catching_up:
-            self._note_catch_up(core)
-        if core.has_ready() and core.commit_only():
-            self._ready_now(core)  # a group of one: its own write committed the entry
-        if core.has_ready() or self._snapshot_due(core):
-            self._kick.set()  # the Ready loop takes the rest, and the snapshot
-        return True
 
     def _ready_now(self, core: RaftNode) -> bool:
         """Act on a Ready that only commits here and now, in the turn of the message that
@@ -253,38 +196,22 @@ class ReadyLoop(Applier, Snapshotting):
             await self._applied_all()  # the state machine is swapped: nothing may apply to it
             await asyncio.to_thread(self._install, rd.snapshot)
             self._applied = max(self._applied, rd.snapshot.index)
-        # A Ready that only moves the commit index writes nothing (the storage keeps the
-        # commit only along with a new term or vote): no worker thread, no sync.
-        if inline or not self._writes(rd):
-            self._handle_here(rd)
-            return
-        hs = rd.hard_state
-        rest = self._send_early(rd, hs is not None and (hs.term, hs.vote) != self._term_vote)
-        self.persists += 1
-        self._synced(await self.writes.run(functools.partial(self._persist, rd.entries, hs)))
-        self._sent_rest(rd, rest)
-
-    def _handle_here(self, rd: Ready) -> None:
-        """Persist (on the event loop) and send: ``_handle`` for a Ready with no snapshot
-        whose write, if any, is small (``_write_inline``)."""
         hs = rd.hard_state
         changes_vote = hs is not None and (hs.term, hs.vote) != self._term_vote
         rest = self._send_early(rd, changes_vote)
+        # A Ready that only moves the commit index writes nothing (the storage keeps the
+        # commit only along with a new term or vote): no worker thread, no sync.
         if rd.entries or changes_vote:
             self.persists += 1
-            if rest is not rd.messages and self.transport is not None:
-                self.transport.flush_now()  # the appends leave before the loop blocks
-            self._synced(self._persist(rd.entries, hs))
-        self._sent_rest(rd, rest)
-
-    def _synced(self, took: float) -> None:
-        self._write_s += (took - self._write_s) / 8
-        if self.on_sync is not None:
-            self.on_sync(took)
-
-    def _sent_rest(self, rd: Ready, rest: Sequence[Message]) -> None:
-        """The term and vote as now durable, and what waited for the disk sent."""
-        hs = rd.hard_state
+            if inline:
+                if rest is not rd.messages and self.transport is not None:
+                    self.transport.flush_now()  # the appends leave before the loop blocks
+                took = self._persist(rd.entries, hs)
+            else:
+                took = await self.writes.run(functools.partial(self._persist, rd.entries, hs))
+            self._write_s += (took - self._write_s) / 8
+            if self.on_sync is not None:
+                self.on_sync(took)
         if hs is not None:
             self._term_vote = (hs.term, hs.vote)
         for m in rest:

@@ -170,22 +170,16 @@ class RaftReplica(ReadyLoop):
     # ---- inputs --------------------------------------------------------------------------
 
     def step(self, message: Message) -> None:
-        """Step ``message`` in, and act on what it leaves to do (``act_now``)."""
-        if self.step_only(message):
-            self.act_now()
-
-    def step_only(self, message: Message) -> bool:
-        """Step ``message`` in; whether it left something to do, for the caller to
-        ``act_now`` on once it has stepped in the rest of what came with it (one Ready for
-        a frame's messages, not one each). A message that leaves nothing to do (an answer
-        to an entry already committed, which on a lone send arrives while the leader
-        applies and replies) costs nothing more. A change of role always comes with a Ready
-        (a new term, a commit, or messages to send)."""
         core = self.core
-        if core is None or self.fatal is not None:
-            return False
-        core.step(message)
-        return core.has_ready()
+        if core is not None and self.fatal is None:
+            core.step(message)
+            # A message that leaves nothing to do (an answer to an entry already committed,
+            # which on a lone send arrives while the leader applies and replies) costs no
+            # turn of the Ready loop, and one that only commits is acted on here
+            # (``_ready_now``). A change of role always comes with a Ready (a new term, a
+            # commit, or messages to send).
+            if core.has_ready() and not self._ready_now(core):
+                self._kick.set()
 
     def refused_by(self, node: str) -> None:
         """``node``'s Raft port refused a connection. If this replica's leader lives there,
@@ -221,10 +215,8 @@ class RaftReplica(ReadyLoop):
         if self.fatal is None and not self._stopped:
             self.write_sets.add(index, term, entry_check, blob, self._applied)
 
-    def propose(self, data: bytes, done: Done, *, act: bool = True) -> None:
-        """Append ``data`` as one entry; ``done(status, outcomes)`` on the event loop.
-        ``act=False``: the caller calls ``act_now`` once it has proposed the others it has
-        (they go in one Ready)."""
+    def propose(self, data: bytes, done: Done) -> None:
+        """Append ``data`` as one entry; ``done(status, outcomes)`` on the event loop."""
         core = self.core
         placed = None if core is None or self.fatal is not None else core.propose(data)
         if placed is None:
@@ -232,8 +224,7 @@ class RaftReplica(ReadyLoop):
             return
         term, index = placed
         self._proposals[index] = (term, done)
-        if act:
-            self.act_now()
+        self._kick.set()
 
     def change_member(self, add: str | None, remove: str | None,
                       done: Callable[[bool], None]) -> None:
@@ -363,27 +354,12 @@ class Replicas:
 
     def __init__(self) -> None:
         self.by_shard: dict[int, RaftReplica] = {}
-        self._stepped: list[RaftReplica] = []  # with something to do, not yet acted on
 
     def on_messages(self, peer: str, batch: list[tuple[int, Message]]) -> None:
-        """Step a frame's messages in. Each replica they leave work to acts on it once, at
-        the end of the read that brought them (``act``, which the host calls), or at the
-        latest at the end of the loop's turn."""
-        stepped = self._stepped
         for shard_id, message in batch:
             replica = self.by_shard.get(shard_id)
-            if replica is not None and replica.step_only(message) and replica not in stepped:
-                if not stepped:
-                    asyncio.get_running_loop().call_soon(self.act)
-                stepped.append(replica)
-
-    def act(self) -> bool:
-        """Act on what the messages stepped in since the last call left to do; whether
-        there was any."""
-        stepped, self._stepped = self._stepped, []
-        for replica in stepped:
-            replica.act_now()
-        return bool(stepped)
+            if replica is not None:
+                replica.step(message)
 
     def on_refused(self, node: str) -> None:
         for replica in self.by_shard.values():
