@@ -79,6 +79,8 @@ def _serve(argv: list[str], out: Path) -> None:
     around(statemachine.ShardMachine, "apply_entry_writes", "apply", "apply.end")
     around(statemachine.ShardMachine, "apply_entry", "apply", "apply.end")
     around(statemachine.ShardMachine, "apply_writes", "apply", "apply.end")
+    around(statemachine.ShardMachine, "apply_prepared", "apply", "apply.end")
+    around(statemachine.ShardMachine, "prepare", "prepare", "prepare.end")
 
     propose = replica.RaftReplica.propose
 

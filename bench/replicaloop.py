@@ -161,6 +161,7 @@ def _counts(nodes: list[Node]) -> dict[str, float]:
         "worker_calls": sum(w.batches for w in {id(r.writes): r.writes for r in replicas}
                             .values()),
 
+        "prepared": sum(r.prepared_used for r in replicas),
         "messages": sum(n.transport.messages_sent for n in nodes),
         "frames": sum(n.transport.frames_sent for n in nodes),
     }
@@ -190,7 +191,7 @@ def main() -> None:
           f"loop), {r['cpu_us_per_msg']:,.1f} us/msg")
     print(f"per entry, all replicas: {r['readies']:.2f} Readys, {r['persists']:.2f} disk "
           f"writes in {r['worker_calls']:.2f} worker calls, {r['messages']:.2f} Raft messages in "
-          f"{r['frames']:.2f} frames")
+          f"{r['frames']:.2f} frames; {r['prepared']:.2f} applied as prepared ahead")
     if profile is not None:
         pstats.Stats(profile).sort_stats(args.sort).print_stats(args.top)
 

@@ -137,6 +137,8 @@ class ReadyLoop(Applier, Snapshotting):
                 self._hand_over(later, at_once=True)
                 if self.fatal is not None:
                     return  # the apply failed (``_die``)
+                if rd.entries and self._proposals and core.is_leader():
+                    self._prepare_ahead(rd.entries)
                 if len(self._to_apply) > MAX_APPLY_BACKLOG:
                     await self._applied_all()  # the disk outruns the state machine
                 if rd.read_states or self._reads.out or self._reads.waiting:

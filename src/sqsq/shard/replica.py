@@ -36,7 +36,7 @@ from sqsq.shard.peers import PeerTransport
 from sqsq.shard.raftstorage import RaftStorage, Writes
 from sqsq.shard.reads import Confirmed, ReadIndexReads
 from sqsq.shard.readyloop import ReadyLoop, node_of
-from sqsq.shard.statemachine import ShardMachine
+from sqsq.shard.statemachine import Prepared, ShardMachine
 
 log = logging.getLogger("sqsq.raft")
 
@@ -100,6 +100,7 @@ class RaftReplica(ReadyLoop):
         self._catching_up = False
         self._to_apply: list[Entry] = []  # committed, handed to the applier, not yet applied
         self._applier: asyncio.Task | None = None
+        self._prepared: dict[int, Prepared] = {}  # a leader's entries applied ahead, by index
         self._apply_due = False  # a follower's ``_apply_soon`` is scheduled
         self._node_of: dict[str, tuple[str, tuple[str, int]]] = {}  # member -> node_of()
         self._applied = 0  # what the state machine applied (the core's ``applied`` is ahead)

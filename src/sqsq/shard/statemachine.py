@@ -33,6 +33,7 @@ import tarfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -245,18 +246,43 @@ class ShardMachine:
             self._fatal_unless_deterministic(index, entry.commands, exc)
             txn = Txn(self.store)
             outcomes = self._apply_each(txn, index, entry.commands, entry.now_ms)
-        raw = txn.get(records.META_KEY)
-        held = txn.memo.get(records.META_KEY)  # the meta the last command wrote, if any
-        meta = held[1] if held is not None and held[0] is raw else records.Meta.decode(raw)
-        meta.applied_index = index
-        meta.last_now_ms = max(meta.last_now_ms, entry.now_ms)
-        txn.put(records.META_KEY, meta.encode())
-        writes = txn.writes()
+        writes, last_now_ms = _sealed(txn, index, entry.now_ms)
         self.store.write(writes, sync=False)
-        self.applied_index, self.last_now_ms = index, meta.last_now_ms
+        self.applied_index, self.last_now_ms = index, last_now_ms
         if any(isinstance(command, c.Configure) for command in entry.commands):
             self.check_configuration()  # a mismatch stops this replica, never diverges it
         return outcomes, writes
+
+    def prepare(self, index: int, data: bytes) -> Prepared | None:
+        """Entry ``index`` applied to a transaction over the store, nothing written: what
+        ``apply_entry_writes`` will give once it is committed, worked out while a leader
+        waits for its followers (``apply_prepared``). Only for the entry right after the
+        applied one, since the store is then the committed state it applies to. None where
+        it cannot be worked out ahead: the entry applies as usual when committed."""
+        if index != self.applied_index + 1:
+            return None
+        entry = decode_entry(data)
+        if any(isinstance(command, c.Configure) for command in entry.commands):
+            return None
+        txn = Txn(self.store)
+        try:
+            outcomes = apply_commands(txn, self.config, entry.commands, entry.now_ms)
+        except Exception:  # noqa: BLE001 - the apply at commit sorts it out
+            return None
+        writes, last_now_ms = _sealed(txn, index, entry.now_ms)
+        return Prepared(index, data, outcomes, writes, last_now_ms)
+
+    def apply_prepared(self, prepared: Prepared
+                       ) -> tuple[list[c.Outcome], Mapping[bytes, bytes | None]]:
+        """A prepared entry applied by writing what preparing it wrote (as
+        ``apply_entry_writes``). The caller has checked that the committed entry is the one
+        prepared; the store must still be where it was when it was prepared."""
+        if prepared.index != self.applied_index + 1:
+            raise ValueError(f"entry {prepared.index} was prepared over applied index "
+                             f"{prepared.index - 1}, and the store is at {self.applied_index}")
+        self.store.write(prepared.writes, sync=False)
+        self.applied_index, self.last_now_ms = prepared.index, prepared.last_now_ms
+        return prepared.outcomes, prepared.writes
 
     def apply_writes(self, index: int, writes: Mapping[bytes, bytes | None]) -> None:
         """Entry ``index`` applied by writing what applying it wrote on another replica (a
@@ -363,6 +389,28 @@ class ShardMachine:
 
     def close(self) -> None:
         self.store.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """An entry's apply worked out before its commit (``ShardMachine.prepare``)."""
+
+    index: int
+    data: bytes  # the entry prepared: only the very same entry may use it
+    outcomes: list[c.Outcome]
+    writes: Mapping[bytes, bytes | None]
+    last_now_ms: int
+
+
+def _sealed(txn: Txn, index: int, now_ms: int) -> tuple[dict[bytes, bytes | None], int]:
+    """An entry's writes with the store's meta (applied index, last time) moved to it."""
+    raw = txn.get(records.META_KEY)
+    held = txn.memo.get(records.META_KEY)  # the meta the last command wrote, if any
+    meta = held[1] if held is not None and held[0] is raw else records.Meta.decode(raw)
+    meta.applied_index = index
+    meta.last_now_ms = max(meta.last_now_ms, now_ms)
+    txn.put(records.META_KEY, meta.encode())
+    return txn.writes(), meta.last_now_ms
 
 
 def _remove(path: Path) -> None:
