@@ -78,14 +78,20 @@ def test_only_the_entry_after_the_applied_one_is_prepared(tmp_path: Path) -> Non
     assert m.prepare(2, entry(2_000, c.Configure(CONFIG.fingerprint()))) is None
 
 
+def with_a_queue(tmp_path: Path) -> tuple[ShardMachine, RaftReplica]:
+    """A machine that applied entry 1 (a queue created), and a replica (never started) whose
+    applier applies to it."""
+    m = machine(tmp_path)
+    m.apply_entry(1, entry(1_000, c.CreateQueue("jobs")))
+    return m, RaftReplica(5, "127.0.0.1:1", tmp_path / "r", m, None, voters=["127.0.0.1:1"],
+                          bootstrap=True)
+
+
 def test_what_was_prepared_never_stands_in_for_another_entry(tmp_path: Path) -> None:
     """The entry committed at an index is Raft's to say: one prepared there by a leader that
     lost its lead is not the committed one. The applier writes what it prepared only for the
     very entry; otherwise it applies the committed entry."""
-    m = machine(tmp_path)
-    m.apply_entry(1, entry(1_000, c.CreateQueue("jobs")))
-    replica = RaftReplica(5, "127.0.0.1:1", tmp_path / "r", m, None,
-                          voters=["127.0.0.1:1"], bootstrap=True)
+    m, replica = with_a_queue(tmp_path)
     ours, committed = entry(2_000, send("jobs", 1)), entry(2_000, send("jobs", 2))
     prepared = m.prepare(2, ours)
     assert prepared is not None
@@ -104,10 +110,7 @@ def test_what_was_prepared_never_stands_in_for_another_entry(tmp_path: Path) -> 
 def test_a_prepared_entry_is_not_written_over_a_store_that_moved(tmp_path: Path) -> None:
     """Prepared over the store at index 1; the store then moved past it (as a snapshot
     installed would move it): what was prepared is stale and is not written."""
-    m = machine(tmp_path)
-    m.apply_entry(1, entry(1_000, c.CreateQueue("jobs")))
-    replica = RaftReplica(5, "127.0.0.1:1", tmp_path / "r", m, None,
-                          voters=["127.0.0.1:1"], bootstrap=True)
+    m, replica = with_a_queue(tmp_path)
     data = entry(2_000, send("jobs", 1))
     prepared = m.prepare(2, data)
     assert prepared is not None
