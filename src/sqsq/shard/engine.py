@@ -37,11 +37,12 @@ from sqsq.core.state import ShardConfig, ShardState
 from sqsq.core.txn import KVReader, Txn
 from sqsq.errors import QueueError, from_rejection, not_leader_message
 from sqsq.shard.clock import LeaderClock, Ms, monotonic_ms, wall_clock_ms
+from sqsq.shard.currentstore import Installing
 from sqsq.shard.longpoll import Waiters
 from sqsq.shard.proposer import Proposer, settle
 from sqsq.shard.replica import RaftReplica
 from sqsq.shard.stamp import stamp
-from sqsq.shard.statemachine import Installing, ShardMachine
+from sqsq.shard.statemachine import ShardMachine
 from sqsq.shard.sweeps import SweepScheduler
 
 log = logging.getLogger("sqsq.shard")
