@@ -67,6 +67,17 @@ class Applied:
     writes: dict[bytes, bytes | None] | None = None  # what it wrote (a command entry's)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """An entry's apply worked out before its commit (as ``ShardMachine.prepare``)."""
+
+    index: int
+    data: bytes
+    outcomes: tuple[c.Outcome, ...]
+    commands: tuple
+    writes: dict[bytes, bytes | None]
+
+
 class SimMachine:
     def __init__(self, snapshot: MachineSnapshot | None = None) -> None:
         if snapshot is None:
@@ -76,9 +87,21 @@ class SimMachine:
         self.chain = snapshot.chain
         self.writes_chain = snapshot.writes_chain
 
-    def apply(self, entry: Entry, shared: dict[bytes, bytes | None] | None = None) -> Applied:
+    def prepare(self, entry: Entry) -> Prepared | None:
+        """``entry``'s commands run over the store as it stands, nothing written: for the
+        entry right after the applied one (``apply`` takes it once committed)."""
+        if entry.index != self.applied + 1 or entry.kind is not EntryKind.NORMAL \
+                or not entry.data:
+            return None
+        decoded = decode_entry(entry.data)
+        txn = Txn(self.store)
+        outcomes = tuple(apply_commands(txn, CONFIG, decoded.commands, decoded.now_ms))
+        return Prepared(entry.index, entry.data, outcomes, decoded.commands, txn.writes())
+
+    def apply(self, entry: Entry, shared: dict[bytes, bytes | None] | None = None,
+              prepared: Prepared | None = None) -> Applied:
         """Apply ``entry``: run its commands, or write ``shared`` (the leader's write set of
-        this very entry) instead."""
+        this very entry) or what preparing it gave instead."""
         if entry.index != self.applied + 1:
             raise AssertionError(f"applying {entry.index} after {self.applied}")
         self.chain = hashlib.blake2b(
@@ -87,7 +110,10 @@ class SimMachine:
         self.applied = entry.index
         outcomes, commands, writes = None, (), None
         if entry.kind is EntryKind.NORMAL and entry.data:
-            if shared is not None:
+            if prepared is not None:
+                outcomes, commands, writes = \
+                    prepared.outcomes, prepared.commands, prepared.writes
+            elif shared is not None:
                 writes = shared
             else:
                 decoded = decode_entry(entry.data)

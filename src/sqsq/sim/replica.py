@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,10 +22,11 @@ from sqsq.core.entry import Entry as LogEntry
 from sqsq.core.entry import encode_entry
 from sqsq.core.machine import effective_now, sweep_needed
 from sqsq.core.state import ShardState
+from sqsq.raft import Entry as RaftEntry
 from sqsq.raft import Message, MsgType, RaftConfig, RaftNode, Ready, Role, Safeguards
 from sqsq.shard.writesets import check as entry_check
 from sqsq.sim.disk import ReplicaUnrecoverable, SimDisk
-from sqsq.sim.machine import CONFIG, MachineSnapshot, SimMachine
+from sqsq.sim.machine import CONFIG, MachineSnapshot, Prepared, SimMachine
 
 if TYPE_CHECKING:
     from sqsq.sim.world import World
@@ -96,6 +98,7 @@ class SimReplica:
         self.drift = 0.0  # how much faster than real time this node's clock runs
         self.incarnation = 0
         self.unrecoverable = False
+        self.prepared_used = 0  # entries applied from what this replica prepared as leader
         self.retired = False
         self.read_seq = 0
 
@@ -127,6 +130,7 @@ class SimReplica:
         self.ready_reads: list[tuple[int, Request]] = []
         self.chunks: dict[tuple[str, int, int], dict[int, SnapshotChunk]] = {}
         self.staged: dict[tuple[int, int], MachineSnapshot] = {}  # whole, not yet installed
+        self.prepared: dict[int, Prepared] = {}  # the leader's entries applied ahead
         self.write_sets: dict[int, WriteSet] = {}  # the leader's, by index, not applied yet
         self.last_sweep_ms = self.wall_ms()
         self.heard: dict[str, int] = {}  # node -> when anything last came from it (ms)
@@ -286,8 +290,23 @@ class SimReplica:
         if not self._handle(rd, early):
             return
         self.core.advance(rd)
+        if rd.entries and self.proposals and self.core.is_leader():
+            self._prepare_ahead(rd.entries)
         self._after(rd)
         self.process()
+
+    def _prepare_ahead(self, entries: Sequence[RaftEntry]) -> None:
+        """As the node's host does (``Applier._prepare_ahead``): a leader's own entry right
+        after the applied one, its apply worked out while the followers write theirs."""
+        for e in entries:
+            if e.index == self.machine.applied + 1 and e.index in self.proposals:
+                try:
+                    prepared = self.machine.prepare(e)
+                except Exception:  # noqa: BLE001 - the apply at commit meets it again
+                    return
+                if prepared is not None:
+                    self.prepared[e.index] = prepared
+                return
 
     def _handle(self, rd: Ready, early: frozenset[int] = frozenset()) -> bool:
         world, disk = self.world, self.disk
@@ -350,8 +369,14 @@ class SimReplica:
         assert self.core is not None
         leads = self.core.is_leader()
         shared = None if leads else self._write_set_of(e)
+        prepared = self.prepared.pop(e.index, None) if leads else None  # type: ignore
+        if prepared is not None and (prepared.data != e.data  # type: ignore[attr-defined]
+                                     or self.machine.applied != prepared.index - 1):
+            prepared = None  # not the entry committed there, or the store moved
+        elif prepared is not None:
+            self.prepared_used += 1
         try:
-            applied = self.machine.apply(e, shared)  # type: ignore[arg-type]
+            applied = self.machine.apply(e, shared, prepared)  # type: ignore[arg-type]
         except Exception as exc:  # a replica that cannot apply stops; the checker counts it
             self.world.checker.violation("replica-stopped", f"{self.id}: {exc!r:.200}")
             self.crash()
@@ -360,6 +385,8 @@ class SimReplica:
         self.world.checker.on_apply(self.id, applied)
         for index in [i for i in self.write_sets if i <= applied.index]:
             del self.write_sets[index]
+        for index in [i for i in self.prepared if i <= applied.index]:
+            del self.prepared[index]
         if leads and applied.writes is not None:
             ws = WriteSet(self.id, applied.index, applied.term,
                           entry_check(e.data), applied.writes)  # type: ignore[attr-defined]

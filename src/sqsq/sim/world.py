@@ -213,7 +213,8 @@ class World:
                 "packets": self.network.sent, "dropped": self.network.dropped,
                 "replicas": len(self.replicas),
                 "retired": sum(r.retired for r in self.replicas.values()),
-                "written": self.checker.written}
+                "written": self.checker.written,
+                "prepared": sum(r.prepared_used for r in self.replicas.values())}
 
 
 def ticks_ms(ticks: int) -> int:
