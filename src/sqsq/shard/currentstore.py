@@ -20,7 +20,6 @@ def open_store(path: Path, memory: bool = False) -> Store:
     return RocksStore(str(path))
 
 
-
 class Installing(RuntimeError):
     """The store is being replaced by a snapshot's: read again in a moment."""
 

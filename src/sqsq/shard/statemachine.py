@@ -54,6 +54,7 @@ log = logging.getLogger("sqsq.shard")
 SNAPSHOT_MAGIC = b"SQSQSNP1"
 _HEADER_LEN = struct.Struct(">I")
 
+
 class ConfigurationMismatch(RuntimeError):
     pass
 
