@@ -93,10 +93,15 @@ class SimMachine:
         if entry.index != self.applied + 1 or entry.kind is not EntryKind.NORMAL \
                 or not entry.data:
             return None
+        return Prepared(entry.index, entry.data, *self._run(entry))
+
+    def _run(self, entry: Entry) -> tuple[tuple[c.Outcome, ...], tuple, dict[bytes, bytes | None]]:
+        """``entry``'s commands run over the store, as a replica applies an entry (a run of
+        message commands shares a state): the outcomes, the commands and what they wrote."""
         decoded = decode_entry(entry.data)
         txn = Txn(self.store)
         outcomes = tuple(apply_commands(txn, CONFIG, decoded.commands, decoded.now_ms))
-        return Prepared(entry.index, entry.data, outcomes, decoded.commands, txn.writes())
+        return outcomes, decoded.commands, txn.writes()
 
     def apply(self, entry: Entry, shared: dict[bytes, bytes | None] | None = None,
               prepared: Prepared | None = None) -> Applied:
@@ -116,12 +121,7 @@ class SimMachine:
             elif shared is not None:
                 writes = shared
             else:
-                decoded = decode_entry(entry.data)
-                commands = decoded.commands
-                txn = Txn(self.store)
-                # as a replica applies an entry (a run of message commands shares a state)
-                outcomes = tuple(apply_commands(txn, CONFIG, commands, decoded.now_ms))
-                writes = txn.writes()
+                outcomes, commands, writes = self._run(entry)
             for k, v in writes.items():
                 if v is None:
                     self.store.d.pop(k, None)
