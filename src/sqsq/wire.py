@@ -8,6 +8,7 @@ calls spread over its partitions). The SDK
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -15,8 +16,8 @@ import hmac
 import random
 import struct
 import time
-from collections.abc import Callable, Hashable
-from typing import Any
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, TypeVar
 
 from sqsq.v1 import queues_pb2 as pb
 
@@ -252,6 +253,39 @@ class ReceiveSpread:
         burst = self._first.get(queue)
         if burst is not None and burst.turn != turn:
             burst.restart(turn, self._clock())
+
+
+T = TypeVar("T")
+
+
+async def first_found(polls: list[Awaitable[T]], found: Callable[[T], bool],
+                      release: Callable[[int, T], object]) -> tuple[int, T | None]:
+    """A receive's long polls at a queue's partitions, all at once: the first answer with
+    messages and its place in ``polls``, or (-1, None) when every one ends empty. The others
+    are cancelled (a shard makes visible again what a cancelled receive had already taken);
+    any other that had answered with messages by then goes to ``release``, as its messages
+    were taken for this caller, who gets the winner's. Dropped, they stayed in flight for
+    nobody until their visibility timeout ended, and the same cohort could lose that race
+    every time it came back. (A reply that arrives while its poll is being cancelled is still
+    lost that way: a window of a loop turn or two.)"""
+    place = {asyncio.ensure_future(p): k for k, p in enumerate(polls)}
+    pending = set(place)
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            ended = sorted(done, key=place.__getitem__)
+            winners = [t for t in ended if not t.cancelled() and t.exception() is None
+                       and found(t.result())]
+            if winners:
+                for task in winners[1:]:
+                    release(place[task], task.result())
+                return place[winners[0]], winners[0].result()
+            for task in ended:
+                task.result()  # a poll that failed: its error is the caller's
+        return -1, None
+    finally:
+        for task in pending:
+            task.cancel()
 
 
 # A receipt handle (``sqsq.core.receipts``) is URL-safe base64 of a body whose first byte is

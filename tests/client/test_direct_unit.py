@@ -263,3 +263,38 @@ def test_a_client_keeps_a_bounded_number_of_routes() -> None:
         table.unroutable(f"gone{i}", None)
     assert len(table.routes) <= _direct.MAX_ROUTES
     assert table.route(f"q{_direct.MAX_ROUTES + 9}", None)  # the newest are kept
+
+
+def test_messages_a_losing_long_poll_took_are_released_at_once() -> None:
+    """Two partitions' long polls answer with messages together: the caller gets one
+    partition's, and the other's are made visible again at once (visibility timeout 0),
+    not left in flight for nobody until their visibility timeout ends."""
+    table = _direct.Table(lambda: 0.0, receives=ReceiveSpread(lambda: 0.0, start=0))
+    router = _routed.AsyncRouter(table, None, None, None)  # type: ignore[arg-type]
+    released: list[tuple[int, list[tuple[str, int]]]] = []
+
+    async def at(route, part, call, queue, region, timeout):  # noqa: ANN001, ANN202
+        shard, request = part
+        if call.method == "ChangeMessageVisibilityBatch":
+            released.append((shard, [(e.receipt_handle, e.visibility_timeout)
+                                     for e in request.entries]))
+            return pb.BatchResponse()
+        if not request.wait_time_seconds:
+            return pb.ReceiveMessageResponse()
+        if shard not in (1, 2):
+            await asyncio.Event().wait()  # an empty long poll: cancelled by the winner
+        await asyncio.sleep(0)
+        return pb.ReceiveMessageResponse(messages=[pb.Message(
+            message_id=f"m{shard}", receipt_handle=f"handle-{shard}")])
+
+    router._at = at  # type: ignore[method-assign]
+
+    async def receive() -> list[str]:
+        reply = await router._fan_out(_route((0, 1, 2, 3)), _ops.receive_message(
+            "q", wait_time_seconds=5), "q", None, None)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        return [m.message_id for m in reply.messages]
+
+    assert asyncio.run(receive()) == ["m1"]
+    assert released == [(2, [("handle-2", 0)])]

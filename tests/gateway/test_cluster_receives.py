@@ -62,3 +62,45 @@ def test_a_long_poll_that_finds_messages_makes_its_partition_the_next_first() ->
         assert shards.looked[0] == (12, 0)  # where the long poll found messages
 
     asyncio.run(go())
+
+
+@dataclass
+class Taken:
+    body: str
+    receipt_handle: str
+
+
+@dataclass
+class TwoAtOnce:
+    """Partitions 11 and 12 answer a long poll with a message in the same turn; 10 has none."""
+
+    receives: ReceiveSpread = field(default_factory=lambda: ReceiveSpread(start=0))
+    released: list[tuple[int, list[tuple[str, int]]]] = field(default_factory=list)
+
+    async def call(self, shard: int, call: _call.Call) -> list[Taken]:
+        if call.method == "ChangeMessageVisibilityBatch":
+            self.released.append((shard, [(e.receipt_handle, e.visibility_timeout)
+                                          for e in call.request.entries]))
+            return []
+        if call.request.wait_time_seconds == 0 or shard == 10:
+            if call.request.wait_time_seconds:
+                await asyncio.Event().wait()  # an empty long poll: cancelled by the winner
+            return []
+        await asyncio.sleep(0)
+        return [Taken(f"message from {shard}", f"handle-{shard}")]
+
+
+def test_messages_a_losing_long_poll_took_are_released_at_once() -> None:
+    """Two partitions' long polls answer with messages together: the caller gets one
+    partition's, and the other's are made visible again at once (visibility timeout 0),
+    not left in flight for nobody until their visibility timeout ends."""
+    async def go() -> None:
+        shards = TwoAtOnce()
+        api = _api(shards)  # type: ignore[arg-type]
+        got = await api.receive_message("q", wait_time_seconds=5)
+        assert [m.body for m in got] == ["message from 11"]
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert shards.released == [(12, [("handle-12", 0)])]
+
+    asyncio.run(asyncio.wait_for(go(), 10))

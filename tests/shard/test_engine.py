@@ -174,3 +174,42 @@ def test_a_receive_at_a_leader_that_has_not_applied_the_queue_yet_finds_it(
         await engine.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_receive_whose_caller_left_after_it_went_out_releases_its_messages(
+        tmp_path: Path) -> None:
+    """A long poll that another partition's answered first is cancelled by the gateway; if
+    its receive was already in the log, the messages it took are visible again at once,
+    not in flight for nobody until their visibility timeout (30 s here) ends."""
+    async def scenario() -> None:
+        engine = await _engine(tmp_path)
+        await engine.execute(c.CreateQueue("q"))
+        await engine.execute(c.SendMessages("q", (c.SendEntry("0", "taken"),)))
+        poll = engine.submit(c.ReceiveMessages("q", 10))
+        await asyncio.sleep(0)  # the proposer's flush: the receive's entry goes out
+        assert engine.proposer.busy and not poll.done(), "the entry is out, not yet applied"
+        poll.cancel()
+        while engine.proposer.busy:  # the receive applied, and whatever followed it
+            await asyncio.sleep(0.01)
+        again = await engine.execute(c.ReceiveMessages("q", 10))
+        assert isinstance(again, c.Received)
+        assert [m.body for m in again.messages] == ["taken"]
+        await engine.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_command_whose_caller_left_before_it_went_out_is_not_proposed(
+        tmp_path: Path) -> None:
+    async def scenario() -> None:
+        engine = await _engine(tmp_path)
+        await engine.execute(c.CreateQueue("q"))
+        send = engine.submit(c.SendMessages("q", (c.SendEntry("0", "never"),)))
+        send.cancel()  # before the proposer's flush (at the end of this turn)
+        await _turns()
+        assert not engine.proposer.busy
+        got = await engine.execute(c.ReceiveMessages("q", 10))
+        assert isinstance(got, c.Received) and got.messages == ()  # the send never applied
+        await engine.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -26,12 +26,12 @@ from typing import Any
 
 import grpc
 
-from sqsq.client import _call, _stubs
+from sqsq.client import _call, _ops, _stubs
 from sqsq.client._abandon import STALL_AFTER_S, STALL_POLL_S, Abandon, Waiting
 from sqsq.client._direct import Fallback, Part, QueueRoute, Table, merged, parts, quick_receive
 from sqsq.errors import NotLeader
 from sqsq.v1 import queues_pb2 as pb
-from sqsq.wire import AUTH_REFUSALS, NOT_RUN, REGION_METADATA_KEY
+from sqsq.wire import AUTH_REFUSALS, NOT_RUN, REGION_METADATA_KEY, first_found
 
 
 def _details(err: grpc.RpcError) -> str:
@@ -190,6 +190,7 @@ class AsyncRouter(_Router):
         self._gateway, self._gateway_stub, self._open = gateway, gateway_stub, open_stub
         self._fetching: dict[tuple[str, str | None], asyncio.Future] = {}
         self._watcher: asyncio.Task | None = None
+        self._releases: set[asyncio.Future] = set()  # (held: the loop keeps only weak refs)
 
     async def close(self) -> None:
         if self._watcher is not None:
@@ -289,8 +290,7 @@ class AsyncRouter(_Router):
                        region: str | None, timeout: float | None) -> Any:
         """A receive from several partitions, as the gateway does it: each one looked at
         now, in turn; then, if all were empty, a long poll at each, the first to answer with
-        messages winning (the others are cancelled: a message one of them had just received
-        comes back when its visibility timeout ends)."""
+        messages winning (``sqsq.wire.first_found``: what the others took is released)."""
         request, spread, key = call.request, self.table.receives, (queue, region)
         first = spread.first(key)
         order = self.receive_parts(route, request, first)
@@ -304,21 +304,31 @@ class AsyncRouter(_Router):
                 return reply
         if request.HasField("wait_time_seconds") and request.wait_time_seconds == 0:
             return reply
-        polls = {asyncio.ensure_future(self._at(route, p, call, queue, region, timeout)): k
-                 for k, p in enumerate(order)}
-        waiting = set(polls)
-        try:
-            while waiting:
-                done, waiting = await asyncio.wait(waiting,
-                                                   return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    if task.result().messages:
-                        spread.found(key, first + polls[task])
-                        return task.result()
+        k, found = await first_found(
+            [self._at(route, p, call, queue, region, timeout) for p in order],
+            lambda r: bool(r.messages),
+            lambda k, taken: self._release(route, order[k][0], call, queue, region, taken))
+        if found is None:
             return reply
-        finally:
-            for task in waiting:
-                task.cancel()
+        spread.found(key, first + k)
+        return found
+
+    def _release(self, route: QueueRoute, shard: int, call: _call.Call, queue: str,
+                 region: str | None, taken: Any) -> None:
+        """Messages a long poll took that its caller will not get: visible again now."""
+        release = _ops.change_message_visibility_batch(call.request.queue_url, [
+            {"Id": str(i), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": 0}
+            for i, m in enumerate(taken.messages)])
+        release = dataclasses.replace(release, region=call.region)
+        task = asyncio.ensure_future(self._part(route, (shard, release.request), release,
+                                                queue, region, None))
+        self._releases.add(task)
+        task.add_done_callback(self._released)
+
+    def _released(self, task: asyncio.Future) -> None:
+        self._releases.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: the messages come back at their timeout instead
 
 
 class SyncRouter(_Router):

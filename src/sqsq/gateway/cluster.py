@@ -33,8 +33,8 @@ import asyncio
 import json
 import secrets
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from sqsq.api import Endpoint
 from sqsq.client import _call, _ops
@@ -53,9 +53,7 @@ from sqsq.errors import QueueError, ServiceUnavailable, from_rejection
 from sqsq.gateway import forwarding as fw
 from sqsq.gateway.routing import ShardCaller, pass_through
 from sqsq.v1 import queues_pb2 as pb
-from sqsq.wire import group_partition, shard_of_receipt_handle
-
-T = TypeVar("T")
+from sqsq.wire import first_found, group_partition, shard_of_receipt_handle
 
 # Computed per partition: the queue's figure is their sum.
 SUMMED_ATTRIBUTES = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
@@ -76,6 +74,7 @@ class ClusterApi:
         self.endpoint = endpoint
         self.partitions = partitions
         self.caller = ShardCaller(partition_map, credentials=credentials)
+        self._releases: set[asyncio.Task] = set()  # (held: the loop keeps only weak refs)
 
     async def close(self) -> None:
         await self.caller.close()
@@ -439,11 +438,22 @@ class ClusterApi:
                 return messages
         if wait_time_seconds == 0:
             return []
-        k, messages = await _first_nonempty([self.caller.call(s, receive(wait_time_seconds))
-                                             for s in order])
-        if messages:
-            spread.found(queue, first + k)  # the next receives look there first
+        k, messages = await first_found([self.caller.call(s, receive(wait_time_seconds))
+                                         for s in order], bool,
+                                        lambda k, taken: self._release(queue, order[k], taken))
+        if not messages:
+            return []
+        spread.found(queue, first + k)  # the next receives look there first
         return messages
+
+    def _release(self, queue: str, shard: int, messages: list[c.ReceivedMessage]) -> None:
+        """Messages a long poll took that its caller will not get: visible again now."""
+        entries = [{"Id": str(i), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": 0}
+                   for i, m in enumerate(messages)]
+        task = asyncio.ensure_future(self.caller.call(shard, fw.batch_call(self._about(
+            queue, _ops.change_message_visibility_batch, entries))))
+        self._releases.add(task)
+        task.add_done_callback(_released(self._releases))
 
     async def delete_message_batch(self, queue: str,
                                    entries: list[tuple[str, str]]) -> c.BatchResult:
@@ -484,19 +494,9 @@ def _merged(results: Iterable[c.BatchResult]) -> c.BatchResult:
     return c.BatchResult(tuple(ok), tuple(failed))
 
 
-async def _first_nonempty(polls: list[Awaitable[list[T]]]) -> tuple[int, list[T]]:
-    """The first long poll to return messages and its place in ``polls`` (the rest are
-    cancelled), or (-1, []) when every one ends empty."""
-    place = {asyncio.ensure_future(p): k for k, p in enumerate(polls)}
-    pending = set(place)
-    try:
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                result = task.result()
-                if result:
-                    return place[task], result
-        return -1, []
-    finally:
-        for task in pending:
-            task.cancel()
+def _released(held: set[asyncio.Task]) -> Callable[[asyncio.Task], None]:
+    def done(task: asyncio.Task) -> None:
+        held.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: the messages come back at their timeout instead
+    return done

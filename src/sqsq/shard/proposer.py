@@ -13,6 +13,12 @@ and the log, nor between the commit and its answer. An entry's commands are answ
 is committed and applied here while this replica still leads in the term it proposed in;
 otherwise NotLeader (not appended: retry at the leader) or ServiceUnavailable (outcome
 unknown: retry with the same request id).
+
+A command whose caller stopped waiting (its future cancelled: a deadline, a cancel, a
+connection gone) before its entry went out is not proposed: the caller learns nothing either
+way. One that was already out is applied all the same, and its result is handed to
+``unclaimed``: a receive's messages are in flight for nobody, and only its caller could
+release them early (the engine does it for it).
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ class Proposer:
         self.stamp_now = stamp_now
         self.not_leader = not_leader
         self.wake = wake
+        # (command, result) of a command applied after its caller stopped waiting
+        self.unclaimed: Callable[[Any, Any], None] | None = None
         self.on_group_commit: Callable[[int], None] | None = None  # commands per entry
         self._pending: deque[tuple[Any, asyncio.Future]] = deque()  # not yet proposed
         self._flush_due = False  # a flush runs at the end of the loop's turn
@@ -82,7 +90,10 @@ class Proposer:
             settle(pending.popleft()[1],
                    Rejection(ErrorCode.SERVICE_UNAVAILABLE, "The shard is stopping."))
         while pending and self._may_propose():
-            self._propose([pending.popleft() for _ in range(min(len(pending), MAX_GROUP))])
+            batch = [pending.popleft() for _ in range(min(len(pending), MAX_GROUP))]
+            batch = [item for item in batch if not item[1].cancelled()]
+            if batch:
+                self._propose(batch)
 
     def _propose(self, batch: list) -> None:
         loop = asyncio.get_running_loop()
@@ -118,9 +129,12 @@ class Proposer:
             self._none_in_flight.set()
         if status is Proposal.COMMITTED and outcomes is not None:
             results = iter(outcomes)
-            for _, fut in batch:
+            for command, fut in batch:
                 outcome = next(results)
-                settle(fut, outcome.result)
+                if fut.cancelled() and self.unclaimed is not None:
+                    self.unclaimed(command, outcome.result)
+                else:
+                    settle(fut, outcome.result)
                 for effect in outcome.effects:
                     self.wake(effect.queue)
         else:
