@@ -266,8 +266,8 @@ async def first_found(polls: list[Awaitable[T]], found: Callable[[T], bool],
     any other that had answered with messages by then goes to ``release``, as its messages
     were taken for this caller, who gets the winner's. Dropped, they stayed in flight for
     nobody until their visibility timeout ended, and the same cohort could lose that race
-    every time it came back. (A reply that arrives while its poll is being cancelled is still
-    lost that way: a window of a loop turn or two.)"""
+    every time it came back. (An answer that comes in while its poll is being cancelled is
+    released by the SDK's connection: ``sqsq.client._unclaimed``.)"""
     place = {asyncio.ensure_future(p): k for k, p in enumerate(polls)}
     pending = set(place)
     try:

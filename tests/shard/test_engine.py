@@ -213,3 +213,33 @@ def test_a_command_whose_caller_left_before_it_went_out_is_not_proposed(
         await engine.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_receive_answered_as_its_caller_left_releases_its_messages(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The receive's entry applied and its future answered, and the cancel arriving before
+    the call resumed with the answer: the messages are released, not left in flight."""
+    async def scenario() -> None:
+        engine = await _engine(tmp_path)
+        await engine.execute(c.CreateQueue("q"))
+        await engine.execute(c.SendMessages("q", (c.SendEntry("0", "taken"),)))
+        answer = asyncio.get_running_loop().create_future()
+        took = await engine.execute(c.ReceiveMessages("q", 10))  # what the entry gave
+        monkeypatch.setattr(engine, "submit", lambda command: answer)
+        monkeypatch.setattr(engine, "_counted_visible", lambda queue: True)
+        poll = asyncio.ensure_future(engine.receive(c.ReceiveMessages("q", 10)))
+        await asyncio.sleep(0)  # the poll waits for its answer
+        answer.set_result(took)
+        poll.cancel()  # before the poll resumed with it
+        with pytest.raises(asyncio.CancelledError):
+            await poll
+        monkeypatch.undo()
+        await _turns()
+        while engine.proposer.busy:
+            await asyncio.sleep(0.01)
+        again = await engine.execute(c.ReceiveMessages("q", 10))
+        assert isinstance(again, c.Received)
+        assert [m.body for m in again.messages] == ["taken"]
+        await engine.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -46,6 +46,7 @@ import grpc.aio
 from sqsq.client import _auth
 from sqsq.client._abandon import ABANDONED
 from sqsq.client._call import ERROR_CODE_KEY, NOTHING_SENT
+from sqsq.client._unclaimed import Unclaimed
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import MAX_FRAME_BYTES, STREAM_METHOD, varint
 
@@ -229,6 +230,7 @@ class _AioCalls:
         self._ids = itertools.count(1)
         self.done = False
         self.draining = False  # the server asked for no more calls here
+        self.unclaimed = Unclaimed(self.call)  # receives given up on: answers released
 
     def _send(self, outgoing: Outgoing) -> None:
         raise NotImplementedError
@@ -253,8 +255,12 @@ class _AioCalls:
         except (asyncio.CancelledError, CallError):
             # Given up on (cancelled, or its deadline passed; not a broken stream, which
             # leaves nothing pending): the server stops working on it too.
-            if self.pending.pop(call_id, None) is not None and not self.done:
-                self._send(_cancel(call_id))
+            if self.pending.pop(call_id, None) is not None:
+                if not self.done:
+                    self._send(_cancel(call_id))
+                    self.unclaimed.given_up(call_id, field, body, metadata)
+            elif fut.done() and not fut.cancelled() and fut.exception() is None:
+                self.unclaimed.arrived(field, body, metadata, fut.result())  # in, not taken
             raise
         finally:
             if timer is not None:
@@ -267,6 +273,8 @@ class _AioCalls:
             fut = pending.pop(reply.id, None)
             if fut is not None and not fut.done():
                 fut.set_result(reply)
+            elif fut is None:
+                self.unclaimed.late(reply)
 
     def _end(self, error: Callable[[], BaseException]) -> None:
         """The stream is over: each call still waiting gets an ``error()`` of its own."""

@@ -318,7 +318,14 @@ class ShardEngine:
             answer = self._look(dataclasses.replace(command, max_number_of_messages=1))
             if answer is not None:
                 return answer
-        return await self.submit(command)
+        taken = self.submit(command)
+        try:
+            return await taken
+        except asyncio.CancelledError:
+            # answered, and its caller gone before it resumed: the proposer saw a caller
+            if isinstance(taken, asyncio.Future) and taken.done() and not taken.cancelled():
+                self._release_unclaimed(command, taken.result())
+            raise
 
     def _counted_visible(self, queue: str) -> bool:
         """Whether a standard queue counts visible messages here: then a receive very
