@@ -288,6 +288,20 @@ async def first_found(polls: list[Awaitable[T]], found: Callable[[T], bool],
             task.cancel()
 
 
+def in_background(held: set[asyncio.Future], work: Awaitable[Any]) -> None:
+    """Run ``work`` on its own, kept in ``held`` until it ends (the loop holds its tasks only
+    weakly). A best effort, such as a release whose messages otherwise come back at their
+    visibility timeout: its failure is dropped."""
+    def ended(task: asyncio.Future) -> None:
+        held.discard(task)
+        if not task.cancelled():
+            task.exception()  # (retrieved, so asyncio does not log it as never retrieved)
+
+    task = asyncio.ensure_future(work)
+    held.add(task)
+    task.add_done_callback(ended)
+
+
 # A receipt handle (``sqsq.core.receipts``) is URL-safe base64 of a body whose first byte is
 # its version and whose next two (big-endian) are its shard, then a MAC. Only a routing hint,
 # read without the secret: the shard authenticates the handle.

@@ -31,7 +31,7 @@ from sqsq.client._abandon import STALL_AFTER_S, STALL_POLL_S, Abandon, Waiting
 from sqsq.client._direct import Fallback, Part, QueueRoute, Table, merged, parts, quick_receive
 from sqsq.errors import NotLeader
 from sqsq.v1 import queues_pb2 as pb
-from sqsq.wire import AUTH_REFUSALS, NOT_RUN, REGION_METADATA_KEY, first_found
+from sqsq.wire import AUTH_REFUSALS, NOT_RUN, REGION_METADATA_KEY, first_found, in_background
 
 
 def _details(err: grpc.RpcError) -> str:
@@ -190,7 +190,7 @@ class AsyncRouter(_Router):
         self._gateway, self._gateway_stub, self._open = gateway, gateway_stub, open_stub
         self._fetching: dict[tuple[str, str | None], asyncio.Future] = {}
         self._watcher: asyncio.Task | None = None
-        self._releases: set[asyncio.Future] = set()  # (held: the loop keeps only weak refs)
+        self._releases: set[asyncio.Future] = set()  # ``in_background``
 
     async def close(self) -> None:
         if self._watcher is not None:
@@ -320,15 +320,8 @@ class AsyncRouter(_Router):
             {"Id": str(i), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": 0}
             for i, m in enumerate(taken.messages)])
         release = dataclasses.replace(release, region=call.region)
-        task = asyncio.ensure_future(self._part(route, (shard, release.request), release,
-                                                queue, region, None))
-        self._releases.add(task)
-        task.add_done_callback(self._released)
-
-    def _released(self, task: asyncio.Future) -> None:
-        self._releases.discard(task)
-        if not task.cancelled():
-            task.exception()  # retrieved: the messages come back at their timeout instead
+        in_background(self._releases, self._part(route, (shard, release.request), release,
+                                                 queue, region, None))
 
 
 class SyncRouter(_Router):

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqsq.v1 import queues_pb2 as pb
+from sqsq.wire import in_background
 
 RECEIVE = "receive_message"
 RELEASE = "change_message_visibility_batch"
@@ -36,7 +37,7 @@ class Unclaimed:
     def __init__(self, call: Call) -> None:
         self._call = call
         self._given_up: dict[int, tuple[bytes, Metadata]] = {}
-        self._releases: set[asyncio.Future] = set()  # (held: the loop keeps only weak refs)
+        self._releases: set[asyncio.Future] = set()  # ``in_background``
         self.released = 0  # messages released, for tests and curiosity
 
     def given_up(self, call_id: int, field: str, body: bytes, metadata: Metadata) -> None:
@@ -67,13 +68,6 @@ class Unclaimed:
         for i, m in enumerate(messages):
             request.entries.add(id=str(i), receipt_handle=m.receipt_handle,
                                 visibility_timeout=0)
-        task = asyncio.ensure_future(self._call(RELEASE, request.SerializeToString(),
-                                                RELEASE_TIMEOUT_S, metadata))
-        self._releases.add(task)
-        task.add_done_callback(self._done)
+        in_background(self._releases, self._call(RELEASE, request.SerializeToString(),
+                                                 RELEASE_TIMEOUT_S, metadata))
         self.released += len(messages)
-
-    def _done(self, task: asyncio.Future) -> None:
-        self._releases.discard(task)
-        if not task.cancelled():
-            task.exception()  # retrieved: the messages come back at their timeout instead

@@ -53,7 +53,7 @@ from sqsq.errors import QueueError, ServiceUnavailable, from_rejection
 from sqsq.gateway import forwarding as fw
 from sqsq.gateway.routing import ShardCaller, pass_through
 from sqsq.v1 import queues_pb2 as pb
-from sqsq.wire import first_found, group_partition, shard_of_receipt_handle
+from sqsq.wire import first_found, group_partition, in_background, shard_of_receipt_handle
 
 # Computed per partition: the queue's figure is their sum.
 SUMMED_ATTRIBUTES = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
@@ -74,7 +74,7 @@ class ClusterApi:
         self.endpoint = endpoint
         self.partitions = partitions
         self.caller = ShardCaller(partition_map, credentials=credentials)
-        self._releases: set[asyncio.Task] = set()  # (held: the loop keeps only weak refs)
+        self._releases: set[asyncio.Future] = set()  # ``in_background``
 
     async def close(self) -> None:
         await self.caller.close()
@@ -450,10 +450,8 @@ class ClusterApi:
         """Messages a long poll took that its caller will not get: visible again now."""
         entries = [{"Id": str(i), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": 0}
                    for i, m in enumerate(messages)]
-        task = asyncio.ensure_future(self.caller.call(shard, fw.batch_call(self._about(
+        in_background(self._releases, self.caller.call(shard, fw.batch_call(self._about(
             queue, _ops.change_message_visibility_batch, entries))))
-        self._releases.add(task)
-        task.add_done_callback(_released(self._releases))
 
     async def delete_message_batch(self, queue: str,
                                    entries: list[tuple[str, str]]) -> c.BatchResult:
@@ -493,10 +491,3 @@ def _merged(results: Iterable[c.BatchResult]) -> c.BatchResult:
         failed.extend(result.failed)
     return c.BatchResult(tuple(ok), tuple(failed))
 
-
-def _released(held: set[asyncio.Task]) -> Callable[[asyncio.Task], None]:
-    def done(task: asyncio.Task) -> None:
-        held.discard(task)
-        if not task.cancelled():
-            task.exception()  # retrieved: the messages come back at their timeout instead
-    return done
