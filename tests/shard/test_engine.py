@@ -33,6 +33,16 @@ async def _turns(n: int = 20) -> None:
         await asyncio.sleep(0)
 
 
+async def _received_now(engine: ShardEngine) -> list[str]:
+    """What a receive from "q" gets once the entries out (a release among them) are applied:
+    a message still in flight is not among them (its visibility timeout is 30 s)."""
+    while engine.proposer.busy:
+        await asyncio.sleep(0.01)
+    got = await engine.execute(c.ReceiveMessages("q", 10))
+    assert isinstance(got, c.Received)
+    return [m.body for m in got.messages]
+
+
 def test_a_long_poll_on_a_missing_queue_leaves_nothing_parked(tmp_path: Path) -> None:
     async def scenario() -> None:
         engine = await _engine(tmp_path)
@@ -189,11 +199,7 @@ def test_a_receive_whose_caller_left_after_it_went_out_releases_its_messages(
         await asyncio.sleep(0)  # the proposer's flush: the receive's entry goes out
         assert engine.proposer.busy and not poll.done(), "the entry is out, not yet applied"
         poll.cancel()
-        while engine.proposer.busy:  # the receive applied, and whatever followed it
-            await asyncio.sleep(0.01)
-        again = await engine.execute(c.ReceiveMessages("q", 10))
-        assert isinstance(again, c.Received)
-        assert [m.body for m in again.messages] == ["taken"]
+        assert await _received_now(engine) == ["taken"]
         await engine.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
@@ -207,9 +213,7 @@ def test_a_command_whose_caller_left_before_it_went_out_is_not_proposed(
         send = engine.submit(c.SendMessages("q", (c.SendEntry("0", "never"),)))
         send.cancel()  # before the proposer's flush (at the end of this turn)
         await _turns()
-        assert not engine.proposer.busy
-        got = await engine.execute(c.ReceiveMessages("q", 10))
-        assert isinstance(got, c.Received) and got.messages == ()  # the send never applied
+        assert await _received_now(engine) == []  # the send never applied
         await engine.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
@@ -235,11 +239,7 @@ def test_a_receive_answered_as_its_caller_left_releases_its_messages(
             await poll
         monkeypatch.undo()
         await _turns()
-        while engine.proposer.busy:
-            await asyncio.sleep(0.01)
-        again = await engine.execute(c.ReceiveMessages("q", 10))
-        assert isinstance(again, c.Received)
-        assert [m.body for m in again.messages] == ["taken"]
+        assert await _received_now(engine) == ["taken"]
         await engine.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
