@@ -322,7 +322,7 @@ class ShardEngine:
         try:
             return await taken
         except asyncio.CancelledError:
-            # answered, and its caller gone before it resumed: the proposer saw a caller
+            # answered just as its caller left (the proposer still saw it waiting)
             if isinstance(taken, asyncio.Future) and taken.done() and not taken.cancelled():
                 self._release_unclaimed(command, taken.result())
             raise
