@@ -316,10 +316,8 @@ class AsyncRouter(_Router):
     def _release(self, route: QueueRoute, shard: int, call: _call.Call, queue: str,
                  region: str | None, taken: Any) -> None:
         """Messages a long poll took that its caller will not get: visible again now."""
-        release = _ops.change_message_visibility_batch(call.request.queue_url, [
-            {"Id": str(i), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": 0}
-            for i, m in enumerate(taken.messages)])
-        release = dataclasses.replace(release, region=call.region)
+        release = dataclasses.replace(
+            _ops.release_messages(call.request.queue_url, taken.messages), region=call.region)
         in_background(self._releases, self._part(route, (shard, release.request), release,
                                                  queue, region, None))
 

@@ -17,6 +17,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from sqsq.client._ops import release_messages
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import in_background
 
@@ -38,7 +39,6 @@ class Unclaimed:
         self._call = call
         self._given_up: dict[int, tuple[bytes, Metadata]] = {}
         self._releases: set[asyncio.Future] = set()  # ``in_background``
-        self.released = 0  # messages released, for tests and curiosity
 
     def given_up(self, call_id: int, field: str, body: bytes, metadata: Metadata) -> None:
         """A receive cancelled before its answer came: if one still comes, release it."""
@@ -63,11 +63,7 @@ class Unclaimed:
         messages = reply.receive_message.messages
         if not messages:
             return
-        request = pb.ChangeMessageVisibilityBatchRequest(
-            queue_url=pb.ReceiveMessageRequest.FromString(body).queue_url)
-        for i, m in enumerate(messages):
-            request.entries.add(id=str(i), receipt_handle=m.receipt_handle,
-                                visibility_timeout=0)
+        queue = pb.ReceiveMessageRequest.FromString(body).queue_url
+        request = release_messages(queue, messages).request
         in_background(self._releases, self._call(RELEASE, request.SerializeToString(),
                                                  RELEASE_TIMEOUT_S, metadata))
-        self.released += len(messages)

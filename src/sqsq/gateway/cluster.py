@@ -448,10 +448,8 @@ class ClusterApi:
 
     def _release(self, queue: str, shard: int, messages: list[c.ReceivedMessage]) -> None:
         """Messages a long poll took that its caller will not get: visible again now."""
-        entries = [{"Id": str(i), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": 0}
-                   for i, m in enumerate(messages)]
         in_background(self._releases, self.caller.call(shard, fw.batch_call(self._about(
-            queue, _ops.change_message_visibility_batch, entries))))
+            queue, _ops.release_messages, messages))))
 
     async def delete_message_batch(self, queue: str,
                                    entries: list[tuple[str, str]]) -> c.BatchResult:
