@@ -165,6 +165,26 @@ def _serve(argv: list[str], out: Path) -> None:
         on_messages(self, peer, batch)
     replica.Replicas.on_messages = timed_on_messages  # type: ignore[method-assign]
 
+    # Pauses: the cyclic garbage collector's runs and the node's tick (every replica's Raft
+    # tick, heartbeats, the sweep check), each as (name, start, seconds): the tail's suspects.
+    import gc
+    gc_started = [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_started[0] = pc()
+        else:
+            note((f"pause gc{info['generation']}", gc_started[0], pc() - gc_started[0]))
+    gc.callbacks.append(on_gc)
+    from sqsq.shard import host
+    tick = host.PeerNetwork._tick_all
+
+    def timed_tick(self: Any) -> None:
+        started = pc()
+        tick(self)
+        note(("pause tick", started, pc() - started))
+    host.PeerNetwork._tick_all = timed_tick  # type: ignore[method-assign]
+
     run_recording(argv, out, events)
 
 
@@ -196,10 +216,12 @@ def report(rows: list[dict[str, float]], nodes: list[list[tuple[str, float]]]) -
     """Each event's p50 time since the call began, by role, in the order they happen, and
     the p50 over the calls of the time from the row above to it (calls that had both)."""
     calls: list[dict[str, float]] = []
+    call_pauses: list[list[tuple[str, float]]] = []
     cursors = [0] * len(nodes)
     for row in rows:
         t0, end = row["t0"], row["end"]
         seen: list[dict[str, float]] = []
+        pauses: list[tuple[str, float]] = []
         for i, events in enumerate(nodes):
             j = cursors[i]
             while j < len(events) and events[j][1] < t0:
@@ -209,6 +231,9 @@ def report(rows: list[dict[str, float]], nodes: list[list[tuple[str, float]]]) -
             while j < len(events) and events[j][1] <= end:
                 name, t, *more = events[j]
                 j += 1
+                if name.startswith("pause "):
+                    pauses.append((f"node{i} {name[6:]}", more[0]))
+                    continue
                 if name == "propose":
                     index = more[0]
                 elif name == "got ack" and more[0] < index:
@@ -234,6 +259,7 @@ def report(rows: list[dict[str, float]], nodes: list[list[tuple[str, float]]]) -
             for name, t in stamps.items():
                 call[f"{role} {name}"] = t - t0
         calls.append(call)
+        call_pauses.append(pauses)
 
     def p50(values: list[float]) -> float:
         values.sort()
@@ -252,6 +278,62 @@ def report(rows: list[dict[str, float]], nodes: list[list[tuple[str, float]]]) -
         last[role] = name
         n = sum(1 for c in calls if name in c)
         print(f"  {at:7.3f}  (+{step:6.3f})  {name:<28} {n}")
+    tail(calls, call_pauses, [name for _, name in order], last_of=last)
+
+
+def tail(calls: list[dict[str, float]], pauses: list[list[tuple[str, float]]],
+         order: list[str], last_of: dict[str, str], share: float = 0.02) -> None:
+    """The slowest ``share`` of the calls: for each, the step (one role's time from its
+    event above to the next) furthest over its p50, and the pauses (garbage collections,
+    ticks) on any node during the call; then how often each step was the culprit."""
+    steps: dict[str, list[float]] = {}
+    per_call: list[dict[str, float]] = []
+    for call in calls:
+        prev: dict[str, str] = {}
+        mine: dict[str, float] = {}
+        for name in order:
+            role = name.split(" ", 1)[0]
+            if name in call:
+                if role in prev and role != "client:":  # (the client's step spans the call)
+                    mine[f"{prev[role]} -> {name}"] = call[name] - call[prev[role]]
+                prev[role] = name
+        # The hops in and out: the client's frame to the leader's read, its reply to the
+        # client's read.
+        for a, b in (("client: frame built", "L read"), ("L reply.written", "client: reply read")):
+            if a in call and b in call:
+                mine[f"{a} -> {b}"] = call[b] - call[a]
+        per_call.append(mine)
+        for step, d in mine.items():
+            steps.setdefault(step, []).append(d)
+    med = {s: sorted(v)[len(v) // 2] for s, v in steps.items()}
+    ranked = sorted(range(len(calls)), key=lambda k: calls[k]["client: end"], reverse=True)
+    slow = ranked[:max(1, int(len(calls) * share))]
+    culprits: dict[str, list[float]] = {}
+    with_gc = with_tick = 0
+    print(f"\nthe slowest {len(slow)} calls (p50 of all: "
+          f"{sorted(c['client: end'] for c in calls)[len(calls) // 2] * 1e3:.3f} ms):")
+    for k in slow:
+        over = {s: d - med[s] for s, d in per_call[k].items()}
+        worst = max(over, key=over.get) if over else "?"
+        culprits.setdefault(worst, []).append(over.get(worst, 0.0))
+        ps = pauses[k]
+        with_gc += any(" gc" in p for p, _ in ps)
+        with_tick += any(p.endswith("tick") and d > 0.001 for p, d in ps)
+        long = ", ".join(f"{p} {d * 1e3:.2f}" for p, d in ps if d > 0.0003)
+        print(f"  {calls[k]['client: end'] * 1e3:7.2f} ms  {worst} +{over.get(worst, 0) * 1e3:.2f}"
+              f"{'  pauses: ' + long if long else ''}")
+    for k in slow[:3]:
+        took = calls[k]["client: end"] * 1e3
+        print(f"\nevery stamp of a {took:.2f} ms call (ms since it began):")
+        for name, t in sorted(calls[k].items(), key=lambda kv: kv[1]):
+            print(f"  {t * 1e3:8.3f}  {name}")
+        for p, d in pauses[k]:
+            print(f"  pause: {p} {d * 1e3:.3f} ms")
+    print("\nthe step furthest over its p50, in the slowest calls:")
+    for step, extra in sorted(culprits.items(), key=lambda kv: -len(kv[1])):
+        print(f"  {len(extra):4}  +{sum(extra) / len(extra) * 1e3:6.2f} ms  {step}")
+    print(f"  with a garbage collection on some node: {with_gc}; with a tick over 1 ms: "
+          f"{with_tick}")
 
 
 def main() -> None:
