@@ -105,6 +105,9 @@ class Sent:
     def send(self, node: str, address: object, shard: int, m: Message) -> None:
         self.messages.append(m)
 
+    def flush_now(self) -> None:
+        pass  # (``send`` wrote it already)
+
 
 def message(kind: MsgType, to: str) -> Message:
     return Message(type=kind, to=to, frm=ME, term=2)
@@ -221,6 +224,42 @@ async def answers_first(tmp_path: Path) -> None:
                              entries=(b,), commit=2))
         await until(lambda: ("apply", 2) in events and ("answer", 3) in events)
         assert events.index(("answer", 3)) < events.index(("apply", 2))
+    finally:
+        await replica.stop()
+        machine.close()
+
+
+def test_a_follower_answer_leaves_as_soon_as_its_write_is_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not at the end of the loop's turn: the leader's commit waits for it, and what the
+    Ready loop does next (the core's advance, the applies handed over, other shards' Readys
+    with their fsyncs) need not go first."""
+    monkeypatch.setattr(readyloop, "INLINE_WRITE_S", 3600.0)  # (the write on the loop)
+    asyncio.run(answer_at_once(tmp_path))
+
+
+async def answer_at_once(tmp_path: Path) -> None:
+    machine = ShardMachine(tmp_path / "shard", CONFIG)
+    leader = "127.0.0.1:7101"
+    replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None, voters=[ME, leader],
+                          bootstrap=True)
+    events: list[tuple[str, int]] = []
+    replica.transport = Wire(events)  # type: ignore[assignment]
+    await replica.start()
+    core = replica.core
+    assert core is not None
+    advance = core.advance
+
+    def advancing(rd: Ready) -> None:
+        events.extend(("advance", e.index) for e in rd.entries)
+        advance(rd)
+    core.advance = advancing  # type: ignore[method-assign]
+    try:
+        a = RaftEntry(index=2, term=2, data=create_queue("a"))
+        replica.step(Message(MsgType.APPEND, ME, leader, 2, log_term=1, index=1,
+                             entries=(a,), commit=1))
+        await until(lambda: ("answer", 2) in events and ("advance", 2) in events)
+        assert events.index(("answer", 2)) < events.index(("advance", 2))
     finally:
         await replica.stop()
         machine.close()

@@ -218,6 +218,13 @@ class ReadyLoop(Applier, Snapshotting):
             self._term_vote = (hs.term, hs.vote)
         for m in rest:
             self._send(m)
+        if rest and rd.role is not Role.LEADER and (rd.entries or changes_vote) and \
+                self.transport is not None:
+            # A follower's answers that waited for its disk leave now, not at the end of the
+            # loop's turn: the leader's commit waits for them, and what this turn still does
+            # (the advance, the applies handed over, other shards' Readys and their fsyncs)
+            # does not need to go first.
+            self.transport.flush_now()
 
     def _writes(self, rd: Ready) -> bool:
         """Whether this Ready writes the disk (its entries, or a new term or vote)."""
