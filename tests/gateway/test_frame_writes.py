@@ -129,6 +129,28 @@ def test_replies_ready_together_leave_in_one_write_each_with_its_own_answer() ->
     asyncio.run(run())
 
 
+def test_a_lone_calls_reply_is_written_as_it_is_answered_not_a_loop_turn_later() -> None:
+    async def run() -> None:
+        engine, connection, transport = await _open()
+        session = connection._session
+        assert session is not None
+        put = session._put
+        written_when_put: list[int] = []
+
+        def putting(item: Any) -> None:
+            put(item)
+            written_when_put.append(len(transport.writes))
+        session._put = putting  # type: ignore[method-assign]
+        connection.data_received(_sends(range(1, 2)))
+        await _settle()
+        engine.release.set()
+        await _settle()
+        assert written_when_put == [1]
+        assert [r.id for f in transport.frames() for r in f.replies] == [1]
+
+    asyncio.run(run())
+
+
 def test_a_half_closed_connection_stays_open_until_its_last_reply() -> None:
     async def run() -> None:
         engine, connection, transport = await _open()

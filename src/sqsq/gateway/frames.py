@@ -200,6 +200,13 @@ class _Connection(asyncio.BufferedProtocol):
         self._transport.write(framed(pb.StreamReplyFrame()))  # type: ignore[union-attr]  # accepted
 
     def _reply_ready(self) -> None:
+        session = self._session
+        if session is not None and session.in_flight == 1 and self._can_write:
+            # The only call on the connection (its task ends once this returns): no other
+            # reply could share its write, so it leaves now rather than a loop turn later,
+            # as a lone caller's call did (that turn is one the caller waits through).
+            self._flush()
+            return
         if not self._flush_due:
             self._flush_due = True
             self._loop.call_soon(self._flush)
