@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import grpc
 
-from sqsq.client import _call, _ops
+from sqsq.client import _call, _ops, batching
 
 
 class FakeError(grpc.RpcError):
@@ -34,3 +36,22 @@ def test_safe_calls_are_retried_on_any_unavailable_and_nothing_else_is() -> None
     read = _ops.get_queue_url("q")
     assert _call.may_retry(read, DROPPED) and _call.may_retry(read, NO_CONNECTION)
     assert not _call.may_retry(read, FakeError(grpc.StatusCode.NOT_FOUND, "no such queue"))
+
+
+OUTCOME_UNKNOWN = FakeError(
+    grpc.StatusCode.UNAVAILABLE,
+    "The outcome is unknown: the shard's leader changed. Retry the request.")
+
+
+def test_deletes_are_made_again_when_their_outcome_is_unknown_and_visibility_changes_are_not(
+        ) -> None:
+    # Deleting again changes nothing whatever the first attempt did: a message already gone
+    # deletes again successfully, a superseded handle is refused either way. A visibility
+    # change made again would hide the message from a later moment, or, were the message
+    # received again meanwhile, answer "expired" for a change that was made.
+    deletes = (_ops.delete_message("q", "h"),
+               _ops.delete_message_batch("q", [{"Id": "0", "ReceiptHandle": "h"}]),
+               batching._delete_batch("q", [SimpleNamespace(receipt_handle="h")]))
+    for call in deletes:
+        assert _call.may_retry(call, OUTCOME_UNKNOWN), call.method
+    assert not _call.may_retry(_ops.change_message_visibility("q", "h", 5), OUTCOME_UNKNOWN)

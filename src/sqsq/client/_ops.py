@@ -332,9 +332,15 @@ def receive_message(
     )
 
 
+# A delete is safe to make again whatever became of the first attempt: a message already
+# gone deletes again successfully, and a superseded handle is refused either way. So a delete
+# whose outcome is unknown (the shard's leader changed under it) is retried, as an AWS SDK
+# retries one, rather than handed to the caller as ServiceUnavailable.
+
+
 def delete_message(queue: str, receipt_handle: str) -> Call:
     req = pb.DeleteMessageRequest(queue_url=queue, receipt_handle=receipt_handle)
-    return Call("DeleteMessage", req, _none)
+    return Call("DeleteMessage", req, _none, retry=True)
 
 
 def delete_message_batch(queue: str, entries: Iterable[Mapping[str, Any]]) -> Call:
@@ -342,7 +348,7 @@ def delete_message_batch(queue: str, entries: Iterable[Mapping[str, Any]]) -> Ca
     add = req.entries.add  # (each entry built in its place, not built apart and copied in)
     for e in entries:
         add(id=str(e.get("Id", "")), receipt_handle=str(e.get("ReceiptHandle", "")))
-    return Call("DeleteMessageBatch", req, _parse_batch)
+    return Call("DeleteMessageBatch", req, _parse_batch, retry=True)
 
 
 def change_message_visibility(queue: str, receipt_handle: str, visibility_timeout: int) -> Call:

@@ -122,7 +122,7 @@ def _delete_batch(queue_url: str, reqs: list[Any]) -> Call:
     add = req.entries.add  # (in place, as the sends' entries)
     for i, r in enumerate(reqs):
         add(id=_IDS[i] if i < SQS_MAX_ENTRIES else str(i), receipt_handle=r.receipt_handle)
-    return Call("DeleteMessageBatch", req, _ops._parse_batch)
+    return Call("DeleteMessageBatch", req, _ops._parse_batch, retry=True)  # (as _ops says)
 
 
 def _change_batch(queue_url: str, reqs: list[Any]) -> Call:
