@@ -4,6 +4,8 @@ switched off."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from raftgroup import Group
 from sqsq.raft import (
     ConfChange,
@@ -197,8 +199,41 @@ def test_a_leader_cut_off_from_the_majority_stands_down() -> None:
     g = Group()
     leader = g.elect("a")
     g.isolate("a")
-    g.tick(25, only=["a"])
+    g.tick(30, only=["a"])  # two check-quorum rounds in a row without a word from b or c
     assert leader.role is Role.FOLLOWER
+
+
+def _followers_stalled(rounds: int | None = None) -> tuple[Group, RaftNode, int]:
+    """a leads; b and c fall silent for 19 ticks, neither answering nor ticking (what
+    followers whose loops are blocked in a slow fsync look like: on one machine, one disk
+    stall holds them all), then come back."""
+    config = RaftConfig(election_ticks=10, heartbeat_ticks=1)  # (the default rounds)
+    if rounds is not None:
+        config = dataclasses.replace(config, check_quorum_rounds=rounds)
+    g = Group(config=config)
+    leader = g.elect("a")
+    term = leader.term
+    g.isolate("a")
+    g.tick(19, only=["a"])  # (19 ticks take in one whole round of 10, never two)
+    g.heal()
+    g.tick(5)
+    return g, leader, term
+
+
+def test_a_leader_leads_on_through_its_followers_stall_shorter_than_two_rounds() -> None:
+    g, leader, term = _followers_stalled()
+    assert g.leader() is leader and leader.term == term
+    assert leader.propose(b"after") is not None
+    g.flush()
+    g.tick()  # (the followers learn the commit on the next tick)
+    assert g.payloads("b")[-1:] == [b"after"]
+
+
+def test_with_one_check_quorum_round_its_followers_stall_deposes_the_leader() -> None:
+    """The mutant of the test above: the leader stood down, and the group has none until
+    an election (calls in flight fail, new ones wait)."""
+    _, leader, term = _followers_stalled(rounds=1)
+    assert not leader.is_leader()
 
 
 def _stale_success(g: Group, leader_id: str, frm: str, index: int, term: int) -> None:

@@ -119,12 +119,17 @@ class Leading:
         return self.idle_ticks >= self.cfg.quiesce_after_ticks
 
     def _quorum_active(self) -> bool:
-        voters = self.voters()
-        active = sum(1 for p in voters
-                     if p == self.id or (p in self.progress and self.progress[p].recent_active))
+        """A check-quorum round: whether a majority was heard from within the last
+        ``check_quorum_rounds`` rounds (this one included)."""
         for p, pr in self.progress.items():
             if p != self.id:
+                pr.silent_rounds = 0 if pr.recent_active else pr.silent_rounds + 1
                 pr.recent_active = False
+        rounds = self.cfg.check_quorum_rounds
+        voters = self.voters()
+        active = sum(1 for p in voters
+                     if p == self.id or (p in self.progress and
+                                         self.progress[p].silent_rounds < rounds))
         return active >= len(voters) // 2 + 1
 
     def _append_own(self, data: bytes, kind: EntryKind) -> tuple[int, int]:

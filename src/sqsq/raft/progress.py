@@ -22,7 +22,8 @@ _PROBE, _REPLICATE = ProgressState.PROBE, ProgressState.REPLICATE  # (cheaper th
 
 class Progress:
     __slots__ = ("match", "next", "state", "paused", "pending_snapshot", "recent_active",
-                 "inflight", "max_inflight", "snapshot_ticks", "commit_sent", "appended")
+                 "silent_rounds", "inflight", "max_inflight", "snapshot_ticks", "commit_sent",
+                 "appended")
 
     def __init__(self, next_index: int, max_inflight: int) -> None:
         self.match = 0
@@ -31,6 +32,7 @@ class Progress:
         self.paused = False
         self.pending_snapshot = 0
         self.recent_active = False  # heard from since the last check-quorum round
+        self.silent_rounds = 0  # check-quorum rounds in a row it was not heard from
         self.inflight: deque[int] = deque()  # last index of each unanswered append
         self.max_inflight = max_inflight
         self.snapshot_ticks = 0
