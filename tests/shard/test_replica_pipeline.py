@@ -199,13 +199,22 @@ def test_a_follower_answers_an_append_before_it_applies(tmp_path: Path,
     asyncio.run(answers_first(tmp_path))
 
 
-async def answers_first(tmp_path: Path) -> None:
+LEADER = "127.0.0.1:7101"
+
+
+def _follower(tmp_path: Path) -> tuple[ShardMachine, RaftReplica, list[tuple[str, int]]]:
+    """A follower of ``LEADER`` (not started yet) whose answers are noted in the events it
+    returns as they leave (``Wire``)."""
     machine = ShardMachine(tmp_path / "shard", CONFIG)
-    leader = "127.0.0.1:7101"
-    replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None, voters=[ME, leader],
+    replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None, voters=[ME, LEADER],
                           bootstrap=True)
     events: list[tuple[str, int]] = []
     replica.transport = Wire(events)  # type: ignore[assignment]
+    return machine, replica, events
+
+
+async def answers_first(tmp_path: Path) -> None:
+    machine, replica, events = _follower(tmp_path)
     apply_entry = machine.apply_entry
 
     def applying(index: int, data: bytes) -> object:
@@ -216,11 +225,11 @@ async def answers_first(tmp_path: Path) -> None:
     try:
         a = RaftEntry(index=2, term=2, data=create_queue("a"))
         b = RaftEntry(index=3, term=2, data=create_queue("b"))
-        replica.step(Message(MsgType.APPEND, ME, leader, 2, log_term=1, index=1,
+        replica.step(Message(MsgType.APPEND, ME, LEADER, 2, log_term=1, index=1,
                              entries=(a,), commit=1))
         await until(lambda: ("answer", 2) in events)
         # b, and the commit of a (durable here already)
-        replica.step(Message(MsgType.APPEND, ME, leader, 2, log_term=2, index=2,
+        replica.step(Message(MsgType.APPEND, ME, LEADER, 2, log_term=2, index=2,
                              entries=(b,), commit=2))
         await until(lambda: ("apply", 2) in events and ("answer", 3) in events)
         assert events.index(("answer", 3)) < events.index(("apply", 2))
@@ -239,12 +248,7 @@ def test_a_follower_answer_leaves_as_soon_as_its_write_is_durable(
 
 
 async def answer_at_once(tmp_path: Path) -> None:
-    machine = ShardMachine(tmp_path / "shard", CONFIG)
-    leader = "127.0.0.1:7101"
-    replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None, voters=[ME, leader],
-                          bootstrap=True)
-    events: list[tuple[str, int]] = []
-    replica.transport = Wire(events)  # type: ignore[assignment]
+    machine, replica, events = _follower(tmp_path)
     await replica.start()
     core = replica.core
     assert core is not None
@@ -256,7 +260,7 @@ async def answer_at_once(tmp_path: Path) -> None:
     core.advance = advancing  # type: ignore[method-assign]
     try:
         a = RaftEntry(index=2, term=2, data=create_queue("a"))
-        replica.step(Message(MsgType.APPEND, ME, leader, 2, log_term=1, index=1,
+        replica.step(Message(MsgType.APPEND, ME, LEADER, 2, log_term=1, index=1,
                              entries=(a,), commit=1))
         await until(lambda: ("answer", 2) in events and ("advance", 2) in events)
         assert events.index(("answer", 2)) < events.index(("advance", 2))
