@@ -172,8 +172,8 @@ class RaftConfig:
     # A leader stands down once a majority has gone unheard for this many check-quorum rounds
     # (election timeouts) in a row. One round of silence is also what followers look like
     # whose loops are blocked in a slow fsync (on one machine, one disk stall holds them all);
-    # a cut lasts. Two rounds: silent for 0.5-1.0 s, a leader leads on; for 1.0-1.5 s, it
-    # stands down.
+    # a cut lasts. Two rounds of 0.5 s: silent for under 1.0 s, a leader leads on; for 1.5 s
+    # or more, it stands down (in between, as the silence falls across the rounds).
     check_quorum_rounds: int = 2
     # An idle group goes quiet after this many ticks (0: never): every replica caught up,
     # nothing to commit, nothing read; no heartbeats until something happens. Followers stop
