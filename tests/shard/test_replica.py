@@ -354,9 +354,10 @@ def test_a_learner_whose_promotion_gave_up_gets_its_vote_when_added_again(
 
 def test_a_leader_cut_off_from_its_group_answers_its_proposals_when_it_stands_down(
         tmp_path: Path) -> None:
-    # Check-quorum makes a leader that hears from no follower stand down within three election
-    # timeouts (two whole rounds of silence). That step changes no hard state and sends nothing, so no Ready marked it, and
-    # proposals made meanwhile were never answered here (the engine gave up after 10 s).
+    # Check-quorum makes a leader that hears from no follower stand down within three
+    # election timeouts (two whole rounds of silence). That step changes no hard state and
+    # sends nothing, so no Ready marked it, and proposals made meanwhile were never answered
+    # here (the engine gave up after 10 s).
     settings = HostSettings(tick_s=0.02)
 
     async def scenario() -> None:
