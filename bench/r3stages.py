@@ -10,8 +10,11 @@ Every node records what it did with a timestamp (``time.perf_counter``: CLOCK_MO
 one clock for every process on the machine); with one call at a time, what a node did
 between a call's start and its end belongs to that call. For each event the p50 of its time
 since the call began is printed, in the order they happen, per role: L the leader, F1 the
-follower whose answer came first, F2 the other. The stamps wrap private functions: this is a
-measuring tool, not an API.
+follower whose answer came first, F2 the other. Then the slowest 2% of the calls: for each,
+the step (one role's time between two of its events, or a hop between the client and the
+leader) furthest over its p50, and the garbage collections and node ticks during it; every
+stamp of the three slowest. The stamps wrap private functions: this is a measuring tool, not
+an API.
 """
 
 from __future__ import annotations
