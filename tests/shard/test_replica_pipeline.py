@@ -6,8 +6,9 @@ only moves the commit index writes nothing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -202,27 +203,32 @@ def test_a_follower_answers_an_append_before_it_applies(tmp_path: Path,
 LEADER = "127.0.0.1:7101"
 
 
-def _follower(tmp_path: Path) -> tuple[ShardMachine, RaftReplica, list[tuple[str, int]]]:
-    """A follower of ``LEADER`` (not started yet) whose answers are noted in the events it
-    returns as they leave (``Wire``)."""
+@contextlib.asynccontextmanager
+async def _follower(tmp_path: Path) -> AsyncIterator[
+        tuple[ShardMachine, RaftReplica, list[tuple[str, int]]]]:
+    """A follower of ``LEADER``, started, whose answers are noted in the events it gives as
+    they leave (``Wire``); stopped on the way out."""
     machine = ShardMachine(tmp_path / "shard", CONFIG)
     replica = RaftReplica(SHARD, ME, tmp_path / "shard", machine, None, voters=[ME, LEADER],
                           bootstrap=True)
     events: list[tuple[str, int]] = []
     replica.transport = Wire(events)  # type: ignore[assignment]
-    return machine, replica, events
+    await replica.start()
+    try:
+        yield machine, replica, events
+    finally:
+        await replica.stop()
+        machine.close()
 
 
 async def answers_first(tmp_path: Path) -> None:
-    machine, replica, events = _follower(tmp_path)
-    apply_entry = machine.apply_entry
+    async with _follower(tmp_path) as (machine, replica, events):
+        apply_entry = machine.apply_entry
 
-    def applying(index: int, data: bytes) -> object:
-        events.append(("apply", index))
-        return apply_entry(index, data)
-    machine.apply_entry = applying  # type: ignore[method-assign]
-    await replica.start()
-    try:
+        def applying(index: int, data: bytes) -> object:
+            events.append(("apply", index))
+            return apply_entry(index, data)
+        machine.apply_entry = applying  # type: ignore[method-assign]
         a = RaftEntry(index=2, term=2, data=create_queue("a"))
         b = RaftEntry(index=3, term=2, data=create_queue("b"))
         replica.step(Message(MsgType.APPEND, ME, LEADER, 2, log_term=1, index=1,
@@ -233,9 +239,6 @@ async def answers_first(tmp_path: Path) -> None:
                              entries=(b,), commit=2))
         await until(lambda: ("apply", 2) in events and ("answer", 3) in events)
         assert events.index(("answer", 3)) < events.index(("apply", 2))
-    finally:
-        await replica.stop()
-        machine.close()
 
 
 def test_a_follower_answer_leaves_as_soon_as_its_write_is_durable(
@@ -248,25 +251,20 @@ def test_a_follower_answer_leaves_as_soon_as_its_write_is_durable(
 
 
 async def answer_at_once(tmp_path: Path) -> None:
-    machine, replica, events = _follower(tmp_path)
-    await replica.start()
-    core = replica.core
-    assert core is not None
-    advance = core.advance
+    async with _follower(tmp_path) as (_, replica, events):
+        core = replica.core
+        assert core is not None
+        advance = core.advance
 
-    def advancing(rd: Ready) -> None:
-        events.extend(("advance", e.index) for e in rd.entries)
-        advance(rd)
-    core.advance = advancing  # type: ignore[method-assign]
-    try:
+        def advancing(rd: Ready) -> None:
+            events.extend(("advance", e.index) for e in rd.entries)
+            advance(rd)
+        core.advance = advancing  # type: ignore[method-assign]
         a = RaftEntry(index=2, term=2, data=create_queue("a"))
         replica.step(Message(MsgType.APPEND, ME, LEADER, 2, log_term=1, index=1,
                              entries=(a,), commit=1))
         await until(lambda: ("answer", 2) in events and ("advance", 2) in events)
         assert events.index(("answer", 2)) < events.index(("advance", 2))
-    finally:
-        await replica.stop()
-        machine.close()
 
 
 def test_a_leader_whose_store_fails_to_apply_stops(tmp_path: Path) -> None:
