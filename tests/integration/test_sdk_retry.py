@@ -43,15 +43,17 @@ OUTCOME_UNKNOWN = FakeError(
     "The outcome is unknown: the shard's leader changed. Retry the request.")
 
 
-def test_deletes_are_made_again_when_their_outcome_is_unknown_and_visibility_changes_are_not(
+def test_deletes_and_receives_are_made_again_on_an_unknown_outcome_visibility_changes_not(
         ) -> None:
     # Deleting again changes nothing whatever the first attempt did: a message already gone
-    # deletes again successfully, a superseded handle is refused either way. A visibility
-    # change made again would hide the message from a later moment, or, were the message
-    # received again meanwhile, answer "expired" for a change that was made.
-    deletes = (_ops.delete_message("q", "h"),
-               _ops.delete_message_batch("q", [{"Id": "0", "ReceiptHandle": "h"}]),
-               batching._delete_batch("q", [SimpleNamespace(receipt_handle="h")]))
-    for call in deletes:
+    # deletes again successfully, a superseded handle is refused either way. Receiving again
+    # leaves what a lost receive took hidden for its visibility timeout, as an error would. A
+    # visibility change made again would hide the message from a later moment, or, were the
+    # message received again meanwhile, answer "expired" for a change that was made.
+    again = (_ops.delete_message("q", "h"),
+             _ops.delete_message_batch("q", [{"Id": "0", "ReceiptHandle": "h"}]),
+             batching._delete_batch("q", [SimpleNamespace(receipt_handle="h")]),
+             _ops.receive_message("q", 10, wait_time_seconds=20))
+    for call in again:
         assert _call.may_retry(call, OUTCOME_UNKNOWN), call.method
     assert not _call.may_retry(_ops.change_message_visibility("q", "h", 5), OUTCOME_UNKNOWN)

@@ -324,10 +324,15 @@ def receive_message(
     if wait_time_seconds is not None:
         req.wait_time_seconds = int(wait_time_seconds)
     wait = MAX_WAIT_SECONDS if wait_time_seconds is None else max(0, int(wait_time_seconds))
+    # Made again when its outcome is unknown (the shard's leader changed under it), as an AWS
+    # SDK makes a receive again: whatever a lost attempt took stays hidden for its visibility
+    # timeout either way, and the caller gets an answer instead of ServiceUnavailable. A FIFO
+    # receive with a ReceiveRequestAttemptId is answered the first attempt's messages.
     return Call(
         "ReceiveMessage",
         req,
         lambda r: [_parse_message(m) for m in r.messages],
+        retry=True,
         min_timeout=wait + RECEIVE_DEADLINE_MARGIN,
     )
 
