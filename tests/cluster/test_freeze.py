@@ -70,10 +70,20 @@ class Drivers:
         self._threads.append(thread)
         thread.start()
 
-    def join(self) -> None:
+    def join(self, wake: Callable[[str], None]) -> None:
+        """Stop every driver. A long poll on the queue emptied by then would go on for its
+        whole 20 s: ``wake(body)`` sends a message (counted as sent) every 0.2 s until every
+        driver is done, so each one waiting gets one and ends."""
         self.stop.set()
-        for t in self._threads:
-            t.join(timeout=60)
+        deadline = time.monotonic() + 60
+        woken = 0
+        while any(t.is_alive() for t in self._threads) and time.monotonic() < deadline:
+            body = f"wake-{woken}"
+            wake(body)
+            self.sent.add(body)
+            woken += 1
+            for t in self._threads:
+                t.join(timeout=0.2 / len(self._threads))
 
     def longest_gaps(self) -> dict[str, float]:
         return {kind: max((b - a for a, b in zip(ts, ts[1:], strict=False)),
@@ -205,7 +215,7 @@ def test_a_frozen_leader_stalls_a_direct_sdk_for_the_election_only(
         async_long_poller(drivers, cluster.gateway.endpoint, queue)
         freeze_the_leader(cluster)
     finally:
-        drivers.join()
+        drivers.join(lambda body: clients[0].send_message(queue, body))
     try:
         assert all(c.routing_stats["direct"] > 0 for c in clients)
         check(drivers)
@@ -226,7 +236,7 @@ def test_a_frozen_leader_stalls_gateway_users_for_the_election_only(
         boto3_drivers(drivers, cluster.gateway.http_url, url)
         freeze_the_leader(cluster)
     finally:
-        drivers.join()
+        drivers.join(lambda body: clients[0].send_message(queue, body))
     try:
         assert all(c.routing_stats["direct"] == 0 for c in clients)
         check(drivers)
