@@ -55,7 +55,8 @@ class FakeShard:
             self.learners_ -= {add}  # caught up at once
         return True
 
-    async def hand_over(self, pick: int = 0, timeout_s: float = 2.0) -> str | None:
+    async def hand_over(self, pick: int = 0, timeout_s: float = 2.0,
+                        to: str | None = None) -> str | None:
         return None
 
 

@@ -52,9 +52,10 @@ class HostedShard(Protocol):
     async def change_member(self, add: str | None = None,
                             remove: str | None = None) -> bool: ...
 
-    # leadership to a caught-up follower (the ``pick``-th in address order); the new
-    # leader's Raft address, or None if this replica still leads
-    async def hand_over(self, pick: int = 0, timeout_s: float = ...) -> str | None: ...
+    # leadership to the caught-up follower ``to`` (a Raft address); the new leader's Raft
+    # address, or None if this replica still leads
+    async def hand_over(self, pick: int = 0, timeout_s: float = ...,
+                        to: str | None = None) -> str | None: ...
 
 
 OpenShard = Callable[[int, list[NodeRecord], bool], Awaitable[HostedShard]]
@@ -276,11 +277,10 @@ class NodeAgent:
             if move is None or hosted is None or target is None or \
                     hosted.leading_term() is None:
                 continue
-            followers = sorted(hosted.members() - {self.me.raft_for(move.shard_id)})
             wanted = target.raft_for(move.shard_id)
-            if wanted not in followers:
+            if wanted not in hosted.members():
                 continue  # its membership change is still under way
-            new = await hosted.hand_over(pick=followers.index(wanted), timeout_s=HAND_OVER_S)
+            new = await hosted.hand_over(timeout_s=HAND_OVER_S, to=wanted)
             log.info("shard %d: leadership handed to %s to spread the leaders (asked for %s)",
                      move.shard_id, new, move.to_node)
             await asyncio.sleep(BALANCE_SETTLE_S)

@@ -55,6 +55,7 @@ LEADER_WAIT_S = 3.0  # a request that finds no leader waits this long for an ele
 GROUP_LEADER_WAIT_S = 0.5
 HAND_OVER_TIMEOUT_S = 2.0  # a graceful stop waits this long at most for a follower to lead
 HAND_OVER_POLL_S = 0.02
+HAND_OVER_RETARGET_S = 0.3  # a follower asked to take over that has not by then is passed over
 # A read whose leadership is not confirmed by then is answered "retry" (a leader cut off
 # from its quorum stands down within an election timeout and answers NotLeader sooner).
 READ_TIMEOUT_S = 5.0
@@ -153,8 +154,8 @@ class ShardEngine:
         self.long_polls_allowed = False
         self.waiters.wake_all()
 
-    async def hand_over(self, pick: int = 0, timeout_s: float = HAND_OVER_TIMEOUT_S
-                        ) -> str | None:
+    async def hand_over(self, pick: int = 0, timeout_s: float = HAND_OVER_TIMEOUT_S,
+                        to: str | None = None) -> str | None:
         """Before a graceful stop, if this replica leads a group of several: admit nothing
         new, let what is in flight commit, and hand leadership to a caught-up follower, so
         the shard has a leader again within a round trip instead of an election timeout
@@ -162,7 +163,8 @@ class ShardEngine:
         NotLeader naming the new leader. Returns the new leader's Raft address; None if this
         replica did not lead, or still leads after ``timeout_s`` (its stop then costs an
         election, as a crash does). ``pick`` chooses among the caught-up followers
-        (``RaftReplica.transfer_leadership``)."""
+        (``RaftReplica.transfer_leadership``); ``to`` names the one (a Raft address), and
+        no other is asked."""
         if self._closing or self._loop is None or not self.replica.is_leader() or \
                 len(self.replica.members()) <= 1:
             return None
@@ -174,11 +176,15 @@ class ShardEngine:
             # cost its caller a retry).
             while self.proposer.busy and time.monotonic() < deadline:
                 await asyncio.sleep(HAND_OVER_POLL_S)
-            # Nothing happens while no follower holds the whole log: ask until one does.
+            # Nothing happens while no follower holds the whole log: ask until one does. A
+            # follower that has not taken over by then is passed over for the next (it may
+            # have stopped, its silence not noticed yet).
+            asked = time.monotonic()
             while time.monotonic() < deadline and (
                     self.replica.is_leader() or self.replica.leader_address() is None):
                 if self.replica.is_leader():
-                    self.replica.transfer_leadership(pick)
+                    tries = int((time.monotonic() - asked) / HAND_OVER_RETARGET_S)
+                    self.replica.transfer_leadership(pick + tries, to)
                 await asyncio.sleep(HAND_OVER_POLL_S)
         finally:
             self._handing_over = None

@@ -264,15 +264,22 @@ class RaftReplica(ReadyLoop):
         self._conf_waiters[placed[1]] = (placed[0], done)
         self._kick.set()
 
-    def transfer_leadership(self, pick: int = 0) -> None:
-        """Hand leadership to a caught-up voter (the ``pick``-th of them, in address order,
-        so a node handing several shards over spreads them)."""
+    def transfer_leadership(self, pick: int = 0, to: str | None = None) -> None:
+        """Hand leadership to the caught-up voter ``to``, or else to the ``pick``-th of them
+        in address order (a node handing several shards over spreads them). Those heard from
+        in the last check-quorum round come first: a follower that stopped (its node stopped
+        just before this one) still holds the whole log, and would be asked in vain."""
         core = self.core
         if core is None or not core.is_leader():
             return
         last = core.log.last_index()
         ready = sorted(p for p, pr in core.progress.items()
                        if p != self.id and p in core.voters() and pr.match == last)
+        heard = [p for p in ready
+                 if core.progress[p].recent_active or not core.progress[p].silent_rounds]
+        ready = heard or ready
+        if to is not None:
+            ready = [to] if to in ready else []
         if ready:
             core.transfer_leadership(ready[pick % len(ready)])
             self._kick.set()

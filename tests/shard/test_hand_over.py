@@ -1,0 +1,35 @@
+"""Leadership handed over before a graceful stop and to spread the leaders, over a
+three-replica group in one event loop (``shardgroup``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shardgroup import Group, run
+from sqsq.api import Endpoint
+from sqsq.shard.service import ShardService
+
+
+def test_a_hand_over_passes_over_a_follower_that_stopped_answering(tmp_path: Path) -> None:
+    """A follower whose node stopped just before this one still holds the whole log; asked to
+    take over it never does. The leader moves on to the other, rather than stop without a
+    successor (an election timeout without a leader for the shard)."""
+
+    async def scenario(group: Group) -> None:
+        lead = await group.settled_leader()
+        await ShardService(lead, Endpoint()).create_queue("orders")
+        lead = await group.settled_leader()
+        gone, live = sorted(e.replica.id for e in group.engines if e is not lead)
+        group.cut.add(gone)  # the first in address order: the one ``pick=0`` names
+        assert await lead.hand_over(pick=0, timeout_s=2.0) == live
+
+    run(scenario, tmp_path)
+
+
+def test_a_hand_over_to_a_named_follower_goes_to_it(tmp_path: Path) -> None:
+    async def scenario(group: Group) -> None:
+        lead = await group.settled_leader()
+        _, second = sorted(e.replica.id for e in group.engines if e is not lead)
+        assert await lead.hand_over(pick=0, to=second) == second
+
+    run(scenario, tmp_path)
