@@ -71,9 +71,10 @@ def drain(client: Client, queue: str, *, idle_receives: int = 3) -> list[str]:
             empty += 1
             continue
         empty = 0
-        for m in got:
-            bodies.append(m.body)
-            client.delete_message(queue, m.receipt_handle)
+        bodies += [m.body for m in got]
+        deleted = client.delete_message_batch(queue, [
+            {"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(got)])
+        assert not deleted.failed, deleted.failed
     return bodies
 
 

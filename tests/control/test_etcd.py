@@ -8,7 +8,14 @@ import time
 import pytest
 
 from etcdproc import EtcdProcess
-from sqsq.control.etcd import CasConflict, Etcd, mod_revision_is, put_op
+from sqsq.control.etcd import (
+    DOWN_WAIT_S,
+    CasConflict,
+    Etcd,
+    EtcdUnavailable,
+    mod_revision_is,
+    put_op,
+)
 from sqsq.control.lease import Election, Lease, LeaseLost
 from sqsq.control.watch import WatchBatch, watch_prefix
 
@@ -180,6 +187,29 @@ def test_a_watch_resumes_after_etcd_restarts_and_misses_nothing(
             await watch.close()
 
     run(scenario(), timeout_s=120)
+
+
+def test_once_etcd_is_found_unreachable_the_next_calls_give_up_sooner(
+        etcd_proc: EtcdProcess) -> None:
+    """The first call during an outage waits its whole budget for etcd; the next ones wait
+    ``DOWN_WAIT_S`` only (a CreateQueue is refused in seconds, not after two whole budgets),
+    until one gets through again."""
+    async def scenario() -> None:
+        async with Etcd(etcd_proc.endpoint, retry_for_s=4.0) as etcd:
+            await etcd.put("/t/k", b"v")
+            await asyncio.to_thread(etcd_proc.stop)
+            took = []
+            for _ in range(2):
+                t0 = time.monotonic()
+                with pytest.raises(EtcdUnavailable):
+                    await etcd.get("/t/k")
+                took.append(time.monotonic() - t0)
+            assert took[0] >= 4.0 and took[1] < DOWN_WAIT_S + 1.0, took
+            await asyncio.to_thread(etcd_proc.start)
+            assert (await etcd.get("/t/k")).value == b"v"  # type: ignore[union-attr]
+            assert not etcd.unreachable  # the whole budget again
+
+    run(scenario())
 
 
 def test_a_watch_from_compacted_history_hands_over_the_whole_range(

@@ -42,6 +42,12 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
 )
 
 TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+# Once a call has found etcd unreachable, the next ones (those on the default budget) wait
+# for it this long only, until one gets through: a CreateQueue during an outage is refused
+# in seconds, not after two whole budgets each (and a client that retries a 503, boto3 five
+# times, is not held for minutes). The channel redials every second at most, so a call made
+# once etcd is back still finds it.
+DOWN_WAIT_S = 2.0
 
 
 class EtcdError(Exception):
@@ -171,6 +177,7 @@ class Etcd:
         self.endpoint = endpoint
         self.rpc_timeout_s = rpc_timeout_s
         self.retry_for_s = retry_for_s
+        self.unreachable = False  # the last call gave up on reaching etcd (``DOWN_WAIT_S``)
         target, options = channel_target(endpoint)
         self.channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS + options)
         self.kv = rpc.KVStub(self.channel)
@@ -205,7 +212,20 @@ class Etcd:
     async def call(self, method: Callable[..., Awaitable[Any]], request: Any, *,
                    retry_after_send: bool, retry_for_s: float | None = None) -> Any:
         """One unary RPC with the connection wait and bounded retries described above."""
-        deadline = time.monotonic() + (self.retry_for_s if retry_for_s is None else retry_for_s)
+        if retry_for_s is None:
+            retry_for_s = min(self.retry_for_s, DOWN_WAIT_S) if self.unreachable \
+                else self.retry_for_s
+        try:
+            reply = await self._call(method, request, retry_after_send,
+                                     time.monotonic() + retry_for_s)
+        except EtcdUnavailable:
+            self.unreachable = True
+            raise
+        self.unreachable = False
+        return reply
+
+    async def _call(self, method: Callable[..., Awaitable[Any]], request: Any,
+                    retry_after_send: bool, deadline: float) -> Any:
         delay_s = 0.05
         while True:
             await self.wait_connected(deadline)
