@@ -272,7 +272,8 @@ class LocalCluster:
         finally:
             log.close()
 
-    def start_node(self, node: NodeProcess) -> None:
+    def start_node(self, node: NodeProcess, *, wait: bool = True) -> None:
+        """Start ``node``; ``wait``: until its gRPC port listens (else ``wait_listening``)."""
         node.proc = self._spawn(node.node_id, [
             "node", "--etcd", self.etcd_endpoint, "--node-id", node.node_id,
             "--data-dir", str(node.root), "--host", node.host,
@@ -280,15 +281,35 @@ class LocalCluster:
             "--shards", str(self.shards), "--initial-nodes", str(len(self.nodes)),
             "--secret-file", str(self.secret), "--metrics-port", str(node.metrics_port),
             "--host-label", node.host_label, *self.node_args])
-        wait_for_port(node.grpc_port, node.proc, host=node.host, wrap=self._wrap(node.node_id))
+        if wait:
+            self.wait_listening(node)
 
-    def start_gateway(self) -> None:
+    def start_gateway(self, *, wait: bool = True) -> None:
         g = self.gateway
         g.proc = self._spawn("gateway", [
             "gateway", "--etcd", self.etcd_endpoint, "--host", g.host,
             "--grpc-port", str(g.grpc_port), "--http-port", str(g.http_port),
             "--partitions", str(self.partitions), "--metrics-port", str(g.metrics_port)])
-        wait_for_port(g.grpc_port, g.proc, host=g.host, wrap=self._wrap("gateway"))
+        if wait:
+            self.wait_listening(g)
+
+    def wait_gateway_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Until the gateway's ``/readyz`` answers 200: its map has every shard, and each
+        shard's leader answers it (started before the shards were, it learns them from its
+        watch of the map)."""
+        deadline = time.monotonic() + timeout_s
+        while not rolling.process_ready(self, self.gateway):
+            if self.gateway.proc is None or self.gateway.proc.poll() is not None:
+                raise OSError("the gateway exited while the cluster started")
+            if time.monotonic() > deadline:
+                raise OSError(f"the gateway was not ready within {timeout_s}s")
+            time.sleep(0.05)
+
+    def wait_listening(self, proc: NodeProcess | GatewayProcess) -> None:
+        """Until the node's or the gateway's gRPC port listens (an error if it exits)."""
+        assert proc.proc is not None
+        name = proc.node_id if isinstance(proc, NodeProcess) else "gateway"
+        wait_for_port(proc.grpc_port, proc.proc, host=proc.host, wrap=self._wrap(name))
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> LocalCluster:
         """Everything, then wait until every shard has a leader. ``cluster.json`` is written
@@ -301,10 +322,15 @@ class LocalCluster:
             for member in self.etcds:
                 member.wait_serving()
             self.load_seed()
+            # Started together: each takes a second or more to come up (Python, gRPC), and
+            # the gateway needs only etcd (it follows the map as the shards appear).
             for node in self.nodes:
-                self.start_node(node)
+                self.start_node(node, wait=False)
+            self.start_gateway(wait=False)
+            for proc in (*self.nodes, self.gateway):
+                self.wait_listening(proc)
             self.wait_ready(timeout_s)
-            self.start_gateway()
+            self.wait_gateway_ready(timeout_s)
         except BaseException:
             self.stop()
             raise

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sqsq.cli.cluster import LocalCluster, NodeProcess
+    from sqsq.cli.cluster import GatewayProcess, LocalCluster, NodeProcess
 
 READY_TIMEOUT_S = 90.0
 
@@ -67,7 +67,7 @@ def wait_caught_up(cluster: LocalCluster, node: NodeProcess, timeout_s: float = 
         if status is not None:
             targets = catch_up_targets(status, node.node_id, targets)
             if targets is not None and caught_up(status, node.node_id, targets) \
-                    and _ready(cluster, node):
+                    and process_ready(cluster, node):
                 return status
         if time.monotonic() > deadline:
             raise OSError(f"node {node.node_id} was not ready within {timeout_s}s after "
@@ -103,8 +103,9 @@ def caught_up(status: dict[str, Any], node_id: str, targets: dict[int, int]) -> 
         and all(s in mine and mine[s]["applied"] >= target for s, target in targets.items())
 
 
-def _ready(cluster: LocalCluster, node: NodeProcess) -> bool:
-    """``node_ready``, asked from where the placement (if any) puts "client", as
+def process_ready(cluster: LocalCluster, node: NodeProcess | GatewayProcess) -> bool:
+    """``node_ready`` (a node's or the gateway's), asked from where the placement (if any)
+    puts "client", as
     ``LocalCluster.status`` does: a node in a network namespace of its own has an address
     this process has no route to, and a packet sent there would leave the machine."""
     if cluster.placement is None:
