@@ -3,10 +3,12 @@ three-replica group in one event loop (``shardgroup``)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
-from shardgroup import Group, run
+from shardgroup import Group, run, until
 from sqsq.api import Endpoint
+from sqsq.shard.readyloop import node_of
 from sqsq.shard.service import ShardService
 
 
@@ -31,5 +33,29 @@ def test_a_hand_over_to_a_named_follower_goes_to_it(tmp_path: Path) -> None:
         lead = await group.settled_leader()
         _, second = sorted(e.replica.id for e in group.engines if e is not lead)
         assert await lead.hand_over(pick=0, to=second) == second
+
+    run(scenario, tmp_path)
+
+
+def test_with_every_other_node_gone_a_hand_over_gives_up_at_once(tmp_path: Path) -> None:
+    """The last node of a cluster stopping: its followers' nodes are gone (their connections
+    closed), nobody can take over, and its stop does not wait out the hand-over timeout."""
+
+    async def scenario(group: Group) -> None:
+        lead = await group.settled_leader()
+        transport = lead.replica.transport
+        assert transport is not None
+        gone = [(e, n) for e, n in zip(group.engines, group.networks, strict=True)
+                if e is not lead]
+        for engine, network in gone:
+            await engine.stop()
+            await network.stop()
+            group.engines.remove(engine)
+            group.networks.remove(network)
+        nodes = [node_of(e.replica.id, 0)[0] for e, _ in gone]
+        await until(lambda: not any(transport.linked(n) for n in nodes))
+        asked = time.monotonic()
+        assert await lead.hand_over(timeout_s=20.0) is None
+        assert time.monotonic() - asked < 10.0  # not the 20 s timeout
 
     run(scenario, tmp_path)

@@ -178,13 +178,15 @@ class ShardEngine:
                 await asyncio.sleep(HAND_OVER_POLL_S)
             # Nothing happens while no follower holds the whole log: ask until one does. A
             # follower that has not taken over by then is passed over for the next (it may
-            # have stopped, its silence not noticed yet).
+            # have stopped, its silence not noticed yet). With every other node gone (the
+            # last of a cluster stopping) there is nobody to wait for.
             asked = time.monotonic()
             while time.monotonic() < deadline and (
                     self.replica.is_leader() or self.replica.leader_address() is None):
                 if self.replica.is_leader():
                     tries = int((time.monotonic() - asked) / HAND_OVER_RETARGET_S)
-                    self.replica.transfer_leadership(pick + tries, to)
+                    if not self.replica.transfer_leadership(pick + tries, to):
+                        break
                 await asyncio.sleep(HAND_OVER_POLL_S)
         finally:
             self._handing_over = None

@@ -262,6 +262,12 @@ class PeerTransport(Connections, SnapshotTransfers):
         peer.clear_queue()
         self._write(link, KIND_MESSAGES, payload, ahead)
 
+    def linked(self, peer_id: str) -> bool:
+        """Whether a connection with ``peer_id`` is open now (a node that stopped closed
+        its own, and refuses the next)."""
+        peer = self._peers.get(peer_id)
+        return peer is not None and peer.active() is not None
+
     def ping(self, peer_id: str, address: tuple[str, int]) -> None:
         """Send ``peer_id`` an empty batch (dialing if need be): the node's own heartbeat,
         one per pair of nodes whatever their shards do, so that the quiet groups' followers

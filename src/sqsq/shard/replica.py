@@ -264,17 +264,22 @@ class RaftReplica(ReadyLoop):
         self._conf_waiters[placed[1]] = (placed[0], done)
         self._kick.set()
 
-    def transfer_leadership(self, pick: int = 0, to: str | None = None) -> None:
+    def transfer_leadership(self, pick: int = 0, to: str | None = None) -> bool:
         """Hand leadership to the caught-up voter ``to``, or else to the ``pick``-th of them
-        in address order (a node handing several shards over spreads them). Those heard from
-        in the last check-quorum round come first: a follower that stopped (its node stopped
-        just before this one) still holds the whole log, and would be asked in vain."""
+        in address order (a node handing several shards over spreads them). A follower that
+        stopped (its node stopped just before this one) still holds the whole log and would
+        be asked in vain: those whose node has no connection open are left out, and those
+        heard from in the last check-quorum round come first. False if no voter is left
+        that could take over (every other one's node is gone)."""
         core = self.core
         if core is None or not core.is_leader():
-            return
+            return False
+        transport = self.transport
+        others = [p for p in core.voters() if p != self.id]
+        if transport is not None:
+            others = [p for p in others if transport.linked(node_of(p, self.shard_id)[0])]
         last = core.log.last_index()
-        ready = sorted(p for p, pr in core.progress.items()
-                       if p != self.id and p in core.voters() and pr.match == last)
+        ready = sorted(p for p in others if p in core.progress and core.progress[p].match == last)
         heard = [p for p in ready
                  if core.progress[p].recent_active or not core.progress[p].silent_rounds]
         ready = heard or ready
@@ -283,6 +288,7 @@ class RaftReplica(ReadyLoop):
         if ready:
             core.transfer_leadership(ready[pick % len(ready)])
             self._kick.set()
+        return bool(others)
 
     def read_index(self, done: Confirmed) -> None:
         """A linearizable read without a log entry (``shard.reads``): ``done(True)`` once
