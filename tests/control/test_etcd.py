@@ -212,6 +212,27 @@ def test_once_etcd_is_found_unreachable_the_next_calls_give_up_sooner(
     run(scenario())
 
 
+def test_a_watch_that_cannot_resume_tells_its_client_that_etcd_is_unreachable(
+        etcd_proc: EtcdProcess) -> None:
+    """A gateway follows the map with a watch: once the watch finds etcd gone, the first
+    CreateQueue is refused after ``DOWN_WAIT_S`` too, not after the whole budget."""
+    async def scenario() -> None:
+        async with Etcd(etcd_proc.endpoint, retry_for_s=30.0) as etcd:
+            watch = watch_prefix(etcd, "/t/", 1)
+            await asyncio.to_thread(etcd_proc.stop)
+            async with asyncio.timeout(30):
+                while not etcd.unreachable:
+                    await asyncio.sleep(0.05)
+            t0 = time.monotonic()
+            with pytest.raises(EtcdUnavailable):
+                await etcd.get("/t/k")
+            assert time.monotonic() - t0 < DOWN_WAIT_S + 1.0
+            await watch.close()
+            await asyncio.to_thread(etcd_proc.start)
+
+    run(scenario())
+
+
 def test_a_watch_from_compacted_history_hands_over_the_whole_range(
         etcd_proc: EtcdProcess) -> None:
     async def scenario() -> None:

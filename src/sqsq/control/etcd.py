@@ -203,6 +203,7 @@ class Etcd:
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                self.unreachable = True  # (a watch waiting to resume finds it out too)
                 raise EtcdUnavailable(f"etcd at {self.endpoint} unreachable ({state.name})")
             try:
                 await asyncio.wait_for(self.channel.wait_for_state_change(state), remaining)
