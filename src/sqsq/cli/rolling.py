@@ -105,9 +105,9 @@ def caught_up(status: dict[str, Any], node_id: str, targets: dict[int, int]) -> 
 
 def process_ready(cluster: LocalCluster, node: NodeProcess | GatewayProcess) -> bool:
     """``node_ready`` (a node's or the gateway's), asked from where the placement (if any)
-    puts "client", as
-    ``LocalCluster.status`` does: a node in a network namespace of its own has an address
-    this process has no route to, and a packet sent there would leave the machine."""
+    puts "client", as ``LocalCluster.status`` does: a node in a network namespace of its own
+    has an address this process has no route to, and a packet sent there would leave the
+    machine."""
     if cluster.placement is None:
         return node_ready(node.metrics_url)
     import subprocess

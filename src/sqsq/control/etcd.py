@@ -177,7 +177,9 @@ class Etcd:
         self.endpoint = endpoint
         self.rpc_timeout_s = rpc_timeout_s
         self.retry_for_s = retry_for_s
-        self.unreachable = False  # the last call gave up on reaching etcd (``DOWN_WAIT_S``)
+        # A call or a watch gave up on reaching etcd, and no call got through since
+        # (``DOWN_WAIT_S``).
+        self.unreachable = False
         target, options = channel_target(endpoint)
         self.channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS + options)
         self.kv = rpc.KVStub(self.channel)
