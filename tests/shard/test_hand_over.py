@@ -8,6 +8,7 @@ from pathlib import Path
 
 from shardgroup import Group, run, until
 from sqsq.api import Endpoint
+from sqsq.core import commands as c
 from sqsq.shard.readyloop import node_of
 from sqsq.shard.service import ShardService
 
@@ -57,5 +58,26 @@ def test_with_every_other_node_gone_a_hand_over_gives_up_at_once(tmp_path: Path)
         asked = time.monotonic()
         assert await lead.hand_over(timeout_s=20.0) is None
         assert time.monotonic() - asked < 10.0  # not the 20 s timeout
+
+    run(scenario, tmp_path)
+
+
+def test_a_hand_over_to_a_named_follower_far_behind_is_not_started(tmp_path: Path) -> None:
+    """The leader balancer names a node that has just restarted: requests would be held while
+    it catches up, so the hand-over is not started (the balancer asks again later)."""
+
+    async def scenario(group: Group) -> None:
+        lead = await group.settled_leader()
+        api = ShardService(lead, Endpoint())
+        await api.create_queue("orders")
+        behind, _ = sorted(e.replica.id for e in group.engines if e is not lead)
+        group.cut.add(behind)
+        for n in range(80):  # past the slack
+            await api.send_message_batch("orders", [c.SendEntry("0", f"m{n}")])
+        asked = time.monotonic()
+        assert await lead.hand_over(to=behind, timeout_s=20.0) is None
+        assert time.monotonic() - asked < 10.0  # not held for the 20 s timeout
+        assert lead.replica.is_leader()
+        assert (await api.send_message_batch("orders", [c.SendEntry("0", "after")])).successful
 
     run(scenario, tmp_path)

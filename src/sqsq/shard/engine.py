@@ -56,6 +56,7 @@ GROUP_LEADER_WAIT_S = 0.5
 HAND_OVER_TIMEOUT_S = 2.0  # a graceful stop waits this long at most for a follower to lead
 HAND_OVER_POLL_S = 0.02
 HAND_OVER_RETARGET_S = 0.3  # a follower asked to take over that has not by then is passed over
+HAND_OVER_SLACK = 64  # entries a named successor may lack for a hand-over to start
 # A read whose leadership is not confirmed by then is answered "retry" (a leader cut off
 # from its quorum stands down within an election timeout and answers NotLeader sooner).
 READ_TIMEOUT_S = 5.0
@@ -167,6 +168,10 @@ class ShardEngine:
         no other is asked."""
         if self._closing or self._loop is None or not self.replica.is_leader() or \
                 len(self.replica.members()) <= 1:
+            return None
+        if to is not None and not self.replica.near(to, HAND_OVER_SLACK):
+            # Far behind (a node just restarted) or gone: requests would be held while it
+            # catches up. Not now; the balancer asks again later.
             return None
         done = self._loop.create_future()
         self._handing_over = done

@@ -290,6 +290,17 @@ class RaftReplica(ReadyLoop):
             self._kick.set()
         return bool(others)
 
+    def near(self, member: str, slack: int) -> bool:
+        """Whether ``member``, a voter whose node has a connection open, holds the log but
+        for at most ``slack`` entries: it can take over within a round trip or two."""
+        core = self.core
+        if core is None or member not in core.voters() or member not in core.progress:
+            return False
+        transport = self.transport
+        if transport is not None and not transport.linked(node_of(member, self.shard_id)[0]):
+            return False
+        return core.progress[member].match >= core.log.last_index() - slack
+
     def read_index(self, done: Confirmed) -> None:
         """A linearizable read without a log entry (``shard.reads``): ``done(True)`` once
         this replica has confirmed with a quorum that it still leads and has applied what
