@@ -274,10 +274,7 @@ class RaftReplica(ReadyLoop):
         core = self.core
         if core is None or not core.is_leader():
             return False
-        transport = self.transport
-        others = [p for p in core.voters() if p != self.id]
-        if transport is not None:
-            others = [p for p in others if transport.linked(node_of(p, self.shard_id)[0])]
+        others = [p for p in core.voters() if p != self.id and self._linked(p)]
         last = core.log.last_index()
         ready = sorted(p for p in others if p in core.progress and core.progress[p].match == last)
         heard = [p for p in ready
@@ -290,14 +287,18 @@ class RaftReplica(ReadyLoop):
             self._kick.set()
         return bool(others)
 
+    def _linked(self, member: str) -> bool:
+        """Whether ``member``'s node has a connection open (always, without a transport)."""
+        transport = self.transport
+        return transport is None or transport.linked(node_of(member, self.shard_id)[0])
+
     def near(self, member: str, slack: int) -> bool:
         """Whether ``member``, a voter whose node has a connection open, holds the log but
         for at most ``slack`` entries: it can take over within a round trip or two."""
         core = self.core
         if core is None or member not in core.voters() or member not in core.progress:
             return False
-        transport = self.transport
-        if transport is not None and not transport.linked(node_of(member, self.shard_id)[0]):
+        if not self._linked(member):
             return False
         return core.progress[member].match >= core.log.last_index() - slack
 
