@@ -298,3 +298,29 @@ def test_messages_a_losing_long_poll_took_are_released_at_once() -> None:
 
     assert asyncio.run(receive()) == ["m1"]
     assert released == [(2, [("handle-2", 0)])]
+
+
+@pytest.mark.parametrize("wait_s, long_polls", [(3, [2, 2]), (1, [])])
+def test_a_long_poll_after_a_slow_look_at_each_partition_waits_only_what_is_left(
+        wait_s: int, long_polls: list[int]) -> None:
+    """The look at each partition before the long poll took a second (one partition's
+    leader being elected): the long polls wait what is left of the caller's wait, so the
+    caller waits about what it asked for; with nothing left there is no long poll."""
+    table = _direct.Table(lambda: 0.0, receives=ReceiveSpread(lambda: 0.0, start=0))
+    router = _routed.AsyncRouter(table, None, None, None)  # type: ignore[arg-type]
+    waits: list[int] = []
+
+    async def at(route, part, call, queue, region, timeout):  # noqa: ANN001, ANN202
+        shard, request = part
+        if not request.wait_time_seconds:
+            if shard == 1:
+                await asyncio.sleep(1.0)  # a call that finds the new leader a second later
+            return pb.ReceiveMessageResponse()
+        waits.append(request.wait_time_seconds)
+        return pb.ReceiveMessageResponse()
+
+    router._at = at  # type: ignore[method-assign]
+    reply = asyncio.run(router._fan_out(_route((0, 1)), _ops.receive_message(
+        "q", wait_time_seconds=wait_s), "q", None, None))
+    assert not reply.messages
+    assert waits == long_polls

@@ -104,3 +104,28 @@ def test_messages_a_losing_long_poll_took_are_released_at_once() -> None:
         assert shards.released == [(12, [("handle-12", 0)])]
 
     asyncio.run(asyncio.wait_for(go(), 10))
+
+
+@dataclass
+class SlowLook(Shards):
+    """As ``Shards``, and the look at partition 11 takes a second (its leader being
+    elected); the long polls answer empty."""
+
+    async def call(self, shard: int, call: _call.Call) -> list[str]:
+        wait = call.request.wait_time_seconds
+        self.looked.append((shard, wait))
+        if wait == 0 and shard == 11:
+            await asyncio.sleep(1.0)  # a call that finds the new leader a second later
+        return []
+
+
+def test_a_long_poll_after_a_slow_look_waits_only_what_is_left_of_its_wait() -> None:
+    """The caller asked for 3 s and the look at each partition took one: the long polls
+    wait the 2 s left; asked for 1 s, there is none left and no long poll is made."""
+    async def go(wait_s: int) -> list[tuple[int, int]]:
+        shards = SlowLook(holding=-1)
+        assert await _api(shards).receive_message("q", wait_time_seconds=wait_s) == []
+        return shards.looked
+
+    assert sorted(asyncio.run(go(3))) == [(10, 0), (10, 2), (11, 0), (11, 2), (12, 0), (12, 2)]
+    assert asyncio.run(go(1)) == [(10, 0), (11, 0), (12, 0)]

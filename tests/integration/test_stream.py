@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import time
 from collections.abc import Iterator
 from concurrent import futures
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -15,8 +17,10 @@ import grpc.aio
 import pytest
 
 from serverproc import ServerProcess, free_port
-from sqsq.client import AsyncClient, Client, _frames, _stream, _stubs
+from sqsq.client import AsyncClient, Client, _frames, _ops, _stream, _stubs
 from sqsq.client._call import map_rpc_error
+from sqsq.control.keys import LeaderHint, NodeRecord, ShardRecord
+from sqsq.control.partition_map import MapSnapshot
 from sqsq.errors import (
     InvalidParameterValue,
     QueueDoesNotExist,
@@ -24,6 +28,7 @@ from sqsq.errors import (
     ServiceUnavailable,
 )
 from sqsq.gateway.auth import ERROR_CODE_KEY
+from sqsq.gateway.routing import ShardCaller
 from sqsq.v1 import queues_pb2 as pb
 
 from .conftest import KEY, SECRET, unique_name
@@ -321,10 +326,12 @@ class _StreamEndedAtFirst:
     have run), or after it read a frame (``after_a_frame``: its calls may have run). Later
     streams answer every call with an empty reply of its kind (a receive: no messages)."""
 
-    def __init__(self, after_a_frame: bool) -> None:
+    def __init__(self, after_a_frame: bool, held_s: float = 0.0) -> None:
         self.after_a_frame = after_a_frame
+        self.held_s = held_s  # the first stream ends this long after it read a frame
         self.streams = 0
         self.calls_read: list[str | None] = []
+        self.waits: list[int] = []  # each receive's WaitTimeSeconds, as the server got it
 
     def __call__(self, frames: Iterator[pb.StreamRequestFrame],
                  context: grpc.ServicerContext) -> Iterator[pb.StreamReplyFrame]:
@@ -334,7 +341,10 @@ class _StreamEndedAtFirst:
         context.send_initial_metadata(())
         for frame in frames:
             self.calls_read += [call.WhichOneof("call") for call in frame.calls]
+            self.waits += [call.receive_message.wait_time_seconds for call in frame.calls
+                           if call.HasField("receive_message")]
             if self.streams == 1:
+                time.sleep(self.held_s)  # a long poll waiting at a leader, then killed
                 context.abort(grpc.StatusCode.CANCELLED, "CANCELLED")
             out = pb.StreamReplyFrame()
             for call in frame.calls:
@@ -399,6 +409,47 @@ def test_a_delete_or_receive_on_a_stream_that_ended_after_it_was_sent_is_made_ag
     handler = _StreamEndedAtFirst(after_a_frame=True)
     assert _call_once(handler, blocking, method, *args, **kwargs) in (None, [])
     assert handler.streams == 2 and handler.calls_read == [method] * 2
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["asyncio", "blocking"])
+def test_a_long_poll_made_again_waits_only_what_is_left_of_its_wait(
+        streaming: None, blocking: bool) -> None:
+    # A 3 s long poll whose shard's leader goes away 1 s into it: made again, it asks for
+    # the 2 s left, so that its caller waits about the 3 s it asked for, not 1 + 3.
+    handler = _StreamEndedAtFirst(after_a_frame=True, held_s=1.0)
+    assert _call_once(handler, blocking, "receive_message", "q", wait_time_seconds=3) == []
+    assert handler.waits == [3, 2]
+
+
+def test_the_gateways_long_poll_made_again_waits_only_what_is_left_of_its_wait(
+        streaming: None) -> None:
+    # The same at the gateway, which makes its callers' calls at the shards' leaders.
+    handler = _StreamEndedAtFirst(after_a_frame=True, held_s=1.0)
+
+    async def main(endpoint: str) -> Any:
+        node = NodeRecord("n1", endpoint, "127.0.0.1:1")
+        caller = ShardCaller(_FixedMap(MapSnapshot(  # type: ignore[arg-type]
+            nodes={"n1": node}, members={"n1": node},
+            shards={0: ShardRecord(0, ("n1",), 1)}, leaders={0: LeaderHint(0, "n1", 1)})))
+        try:
+            return await caller.call(0, _ops.receive_message("q", wait_time_seconds=3))
+        finally:
+            await caller.close()
+
+    with fake_server({"Stream": grpc.stream_stream_rpc_method_handler(
+            handler, request_deserializer=pb.StreamRequestFrame.FromString,
+            response_serializer=pb.StreamReplyFrame.SerializeToString)}) as endpoint:
+        assert asyncio.run(main(endpoint)) == []
+    assert handler.waits == [3, 2]
+
+
+@dataclass
+class _FixedMap:
+    snapshot: MapSnapshot
+
+    async def wait_for(self, ready: Any, timeout_s: float = 1.0) -> MapSnapshot:
+        await asyncio.sleep(timeout_s)  # the map never changes here
+        raise TimeoutError
 
 
 # ---- authentication -----------------------------------------------------------------------

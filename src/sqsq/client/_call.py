@@ -4,6 +4,7 @@ Used by ``Client``, ``AsyncClient`` and the gateway's forwarding backend."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,7 @@ import grpc
 
 from sqsq.core.frozen import quick_init
 from sqsq.errors import NotLeader, QueueError, ServiceUnavailable, error_for, leader_of
+from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import ERROR_CODE_KEY, NOT_RUN, REGION_METADATA_KEY
 
 DEFAULT_ENDPOINT = "127.0.0.1:7400"
@@ -49,6 +51,37 @@ class Call:
         if default is None:
             return None
         return max(default, self.min_timeout)
+
+
+def attempt_request(request: Any, attempt: int, started: float) -> Any:
+    """The request of a call's attempt ``attempt`` (0: the first), the call made at
+    ``started`` (``time.monotonic()``): a receive's long poll made again waits only what is
+    left of its WaitTimeSeconds (to the nearest second), so that a leader change under it
+    does not add a whole new wait to the one its caller asked for. Other requests are made
+    again as they were."""
+    if not attempt:
+        return request
+    return wait_left(request, time.monotonic() - started)
+
+
+def wait_left(request: Any, elapsed_s: float) -> Any:
+    """``request`` with what is left of its long poll's wait ``elapsed_s`` after it began
+    (``attempt_request``)."""
+    if not isinstance(request, pb.ReceiveMessageRequest) or not request.wait_time_seconds:
+        return request  # not a long poll, or one whose queue decides its wait
+    left = seconds_left(request.wait_time_seconds, elapsed_s)
+    if left >= request.wait_time_seconds:
+        return request
+    again = pb.ReceiveMessageRequest()
+    again.CopyFrom(request)
+    again.wait_time_seconds = left
+    return again
+
+
+def seconds_left(wait_s: int, elapsed_s: float) -> int:
+    """What is left of a wait of ``wait_s`` whole seconds ``elapsed_s`` into it, to the
+    nearest second (a wire's WaitTimeSeconds is whole seconds)."""
+    return max(0, int(wait_s - elapsed_s + 0.5))
 
 
 class Route:

@@ -76,6 +76,10 @@ class _Hop:
         self.nodes.current, self.ran = handle.leader, True
         self.attempt += 1
 
+    def request(self, first: Any) -> Any:
+        """The request this attempt makes: a long poll made again waits what is left."""
+        return _call.attempt_request(first, self.attempt, self.started)
+
     def answered(self) -> None:
         self.router.table.answered(self.shard, self.nodes.current)
         self.router.table.stats.direct += 1
@@ -257,7 +261,8 @@ class AsyncRouter(_Router):
             if self._watcher is None:
                 self._watcher = asyncio.ensure_future(self._watch())
             try:
-                reply = await method(request, timeout=hop.timeout, metadata=hop.metadata)
+                reply = await method(hop.request(request), timeout=hop.timeout,
+                                     metadata=hop.metadata)
             except grpc.RpcError as err:
                 if handle.fired:
                     hop.abandoned(handle)
@@ -297,13 +302,17 @@ class AsyncRouter(_Router):
         quick = quick_receive(request)
         now = dataclasses.replace(call, min_timeout=None)
         reply = pb.ReceiveMessageResponse()
+        began = time.monotonic()
         for k, (shard, _) in enumerate(order):
             reply = await self._at(route, (shard, quick), now, queue, region, timeout)
             if reply.messages:
                 spread.found(key, first + k)
                 return reply
-        if request.HasField("wait_time_seconds") and request.wait_time_seconds == 0:
+        # what the look took (a leader being elected) is not waited again
+        left = _call.wait_left(request, time.monotonic() - began)
+        if left.HasField("wait_time_seconds") and left.wait_time_seconds == 0:
             return reply
+        order = [(shard, left) for shard, _ in order]
         k, found = await first_found(
             [self._at(route, p, call, queue, region, timeout) for p in order],
             lambda r: bool(r.messages),
@@ -394,7 +403,8 @@ class SyncRouter(_Router):
             method, ident, handle = hop.begin()
             self._ensure_watch()
             try:
-                reply = method(request, timeout=hop.timeout, metadata=hop.metadata)
+                reply = method(hop.request(request), timeout=hop.timeout,
+                               metadata=hop.metadata)
             except grpc.RpcError as err:
                 if handle.fired:
                     hop.abandoned(handle)

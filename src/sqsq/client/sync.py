@@ -124,9 +124,10 @@ class Client:
         started = time.monotonic()
         attempt = 0
         while True:
+            request = _call.attempt_request(call.request, attempt, started)
             try:
                 method = getattr(self._stub(), call.method)
-                return call.parse(method(call.request, timeout=timeout,
+                return call.parse(method(request, timeout=timeout,
                                          metadata=call.metadata(self.region)))
             except grpc.RpcError as err:
                 error, delay = self.route.retry_after(call, err, attempt,

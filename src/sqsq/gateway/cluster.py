@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -431,11 +432,14 @@ class ClusterApi:
         first = spread.first(queue)
         start = first % len(shards)
         order = shards[start:] + shards[:start]
+        began = time.monotonic()
         for k, shard in enumerate(order):  # whatever is there now, partition by partition
             messages = await self.caller.call(shard, receive(0))
             if messages:
                 spread.found(queue, first + k)
                 return messages
+        if wait_time_seconds:  # what the look took (a leader being elected) is not waited again
+            wait_time_seconds = _call.seconds_left(wait_time_seconds, time.monotonic() - began)
         if wait_time_seconds == 0:
             return []
         k, messages = await first_found([self.caller.call(s, receive(wait_time_seconds))

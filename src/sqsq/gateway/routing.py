@@ -125,16 +125,17 @@ class ShardCaller:
         if self._watch is None:
             self._watch = asyncio.get_running_loop().create_task(self._follow_leaders())
         while True:
+            request = _call.attempt_request(call.request, attempt, started)
             stub = self._stub(route.current)
             term = _term(self.map.snapshot, shard_id)
             ident, abandon = self.waiting.begin(shard_id, route.current, term)
             try:
                 if isinstance(stub, _stubs._StubBase):  # noqa: SLF001 - the stream's stubs
                     result = await getattr(stub, call.method)(
-                        call.request, timeout=timeout, metadata=metadata, abandon=abandon)
+                        request, timeout=timeout, metadata=metadata, abandon=abandon)
                 else:  # unary calls (env SQSQ_STREAM=0) wait out their deadline
                     result = await getattr(stub, call.method)(
-                        call.request, timeout=timeout, metadata=metadata)
+                        request, timeout=timeout, metadata=metadata)
                 self._answered[shard_id] = (route.current, term)
                 return call.parse(result)
             except grpc.RpcError as err:
