@@ -153,3 +153,22 @@ def wide_gateway(cluster: LocalCluster, partitions: int) -> Iterator[GatewayProc
         yield gw
     finally:
         cluster.terminate(gw.proc)
+
+
+def drain(client: Client, queue: str, *, idle_receives: int = 3) -> list[str]:
+    """Every body still in ``queue``, received and deleted (in batches) until it answers
+    empty a few times in a row."""
+    bodies: list[str] = []
+    empty = 0
+    while empty < idle_receives:
+        got = client.receive_message(queue, max_number_of_messages=10, wait_time_seconds=1,
+                                     visibility_timeout=60)
+        if not got:
+            empty += 1
+            continue
+        empty = 0
+        bodies += [m.body for m in got]
+        deleted = client.delete_message_batch(queue, [
+            {"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(got)])
+        assert not deleted.failed, deleted.failed
+    return bodies

@@ -24,6 +24,7 @@ import pytest
 from botocore.config import Config
 
 import clusterproc
+from clusterproc import drain
 from serverproc import REPO
 from sqsq.api import SHARD_METADATA_KEY
 from sqsq.cli.cluster import GatewayProcess, LocalCluster
@@ -57,25 +58,6 @@ def client(cluster: LocalCluster) -> Iterator[Client]:
 
 def name(prefix: str = "c") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def drain(client: Client, queue: str, *, idle_receives: int = 3) -> list[str]:
-    """Every body still in ``queue``, received and deleted until it answers empty a few
-    times in a row."""
-    bodies: list[str] = []
-    empty = 0
-    while empty < idle_receives:
-        got = client.receive_message(queue, max_number_of_messages=10, wait_time_seconds=1,
-                                     visibility_timeout=60)
-        if not got:
-            empty += 1
-            continue
-        empty = 0
-        bodies += [m.body for m in got]
-        deleted = client.delete_message_batch(queue, [
-            {"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(got)])
-        assert not deleted.failed, deleted.failed
-    return bodies
 
 
 def test_cluster_json_and_status_describe_what_runs(cluster: LocalCluster) -> None:

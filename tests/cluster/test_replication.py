@@ -66,9 +66,10 @@ class Load:
         with self.cluster.client(timeout=10) as c:
             while not self.stop.is_set():
                 try:
-                    for m in c.receive_message(self.url, max_number_of_messages=10):
-                        self.received.add(m.body)
-                        c.delete_message(self.url, m.receipt_handle)
+                    got = c.receive_message(self.url, max_number_of_messages=10)
+                    self.received.update(m.body for m in got)
+                    if got:
+                        c.delete_message_batch(self.url, _entries(got))
                 except QueueError:
                     time.sleep(0.05)
 
@@ -81,6 +82,10 @@ class Load:
         return max(gaps)
 
 
+def _entries(messages: list) -> list[dict[str, str]]:
+    return [{"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(messages)]
+
+
 def drain(client: Client, url: str, into: set[str]) -> None:
     """Receive and delete until the queue is empty (in-flight messages come back quickly:
     the queue's visibility timeout is 1 s)."""
@@ -89,9 +94,9 @@ def drain(client: Client, url: str, into: set[str]) -> None:
         got = client.receive_message(url, max_number_of_messages=10, wait_time_seconds=1)
         if got:
             idle_since = time.monotonic()
-        for m in got:
-            into.add(m.body)
-            client.delete_message(url, m.receipt_handle)
+            into.update(m.body for m in got)
+            deleted = client.delete_message_batch(url, _entries(got))
+            assert not deleted.failed, deleted.failed
 
 
 def test_kill_9_of_the_leader_under_load_loses_no_acknowledged_send(cluster: Cluster) -> None:
