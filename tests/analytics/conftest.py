@@ -11,6 +11,12 @@ visibility timeouts keep DELAYED and IN_FLIGHT stable for the test's lifetime):
 
 Snapshot 1, then: 4 more sends to jobs, one in-flight jobs message deleted, the orders
 message received and deleted. Snapshot 2, then the server stops.
+
+The slow setups that need no Spark session (this workload, the cluster and the Spark
+standalone master and workers of test_cluster_reports, the export of test_first_report) are
+begun as the first analytics test starts (``head_start``), if a selected test uses them, one
+after the other on a thread: the local Spark that test starts keeps about one of the two
+cores busy, the other does these.
 """
 
 from __future__ import annotations
@@ -21,13 +27,16 @@ import os
 import shutil
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from analytics.support import ARN, REPO, Workload
+from analytics.sparkstandalone import SparkStandalone
+from analytics.support import ARN, CLUSTER_SHARDS, REPO, HeadStart, Workload
 from serverproc import ServerProcess
 from sqsq.analytics.export import export_endpoint
 from sqsq.cli import export as export_cli
+from sqsq.cli.cluster import LocalCluster
 from sqsq.client import Client
 
 sys.path.insert(0, str(REPO / "spark_jobs"))  # the jobs import their sibling `common`
@@ -76,9 +85,8 @@ def between_snapshots(c: Client, held: list) -> None:
     c.delete_message("orders", got[0].receipt_handle)
 
 
-@pytest.fixture(scope="session")
-def workload(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workload]:
-    root = tmp_path_factory.mktemp("analytics")
+def make_workload(root: Path) -> Workload:
+    """The workload above and its two exports; the server is stopped when it returns."""
     srv = ServerProcess(root / "data").start()
     w = Workload(root / "export", root / "data", srv)
     try:
@@ -103,8 +111,63 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workload]:
             w.snapshots.append(manifest["snapshots"][-1]["snapshot_ms"])
     finally:
         srv.stop()
-    yield w
-    shutil.rmtree(root, ignore_errors=True)
+    return w
+
+
+def make_first_export(root: Path) -> Path:
+    """test_first_report's: `make run` and a few sends, one snapshot, nothing dead-lettered."""
+    srv = ServerProcess(root / "data").start()
+    try:
+        with Client(srv.endpoint) as c:
+            c.create_queue("dlq")
+            c.create_queue("work", attributes=_redrive(3))
+            c.send_message("work", "the only message")
+            export_endpoint(srv.endpoint, root / "export")
+    finally:
+        srv.stop()
+    return root / "export"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def head_start(request: pytest.FixtureRequest,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeadStart]:
+    """The slow setups no Spark session is needed for, begun with the first analytics test
+    if a selected test uses them, one after the other on a thread, while that test starts
+    the local Spark (whose JVM then keeps about one of the two cores busy)."""
+    starts = HeadStart()
+
+    def workload() -> Workload:
+        return make_workload(tmp_path_factory.mktemp("analytics"))
+
+    def cluster() -> LocalCluster:  # test_cluster_reports's: two shards, two partitions a queue
+        return LocalCluster(tmp_path_factory.mktemp("acluster"), nodes=3,
+                            shards=CLUSTER_SHARDS, partitions=CLUSTER_SHARDS).start()
+
+    def standalone() -> SparkStandalone:  # no Java: the tests that use it fail
+        return SparkStandalone(tmp_path_factory.mktemp("spark"), workers=2).start()
+
+    starts.plan("workload", workload, lambda w: shutil.rmtree(w.export_dir.parent,
+                                                              ignore_errors=True))
+    starts.plan("cluster", cluster, LocalCluster.stop)
+    starts.plan("standalone", standalone, SparkStandalone.stop)
+    starts.plan("first_export", lambda: make_first_export(tmp_path_factory.mktemp("first")),
+                lambda _: None)
+    here = Path(__file__).resolve().parent
+    used = {name for item in request.session.items if here in item.path.resolve().parents
+            for name in getattr(item, "fixturenames", ())}
+    try:
+        # in the order the tests need them
+        for name in ("workload", "cluster", "standalone", "first_export"):
+            if name in used:
+                starts.begin(name)
+        yield starts
+    finally:
+        starts.close()
+
+
+@pytest.fixture(scope="session")
+def workload(head_start: HeadStart) -> Workload:
+    return head_start.result("workload")
 
 
 @pytest.fixture(scope="session")

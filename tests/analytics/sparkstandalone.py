@@ -138,10 +138,14 @@ class SparkStandalone:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        """Workers first (each ends its executors), then the master; by pid."""
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+        """The workers first, all at once (each ends its executors), then the master; by
+        pid."""
+        master, workers = self.procs[:1], self.procs[1:]
+        for group in (workers, master):
+            for proc in group:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in group:
                 try:
                     proc.wait(timeout=15)
                 except subprocess.TimeoutExpired:

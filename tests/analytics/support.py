@@ -1,9 +1,11 @@
-"""Shared by the analytics tests: the workload record and readers for export and report
-outputs (pyarrow: no Spark needed to check files)."""
+"""Shared by the analytics tests: the workload record, readers for export and report outputs
+(pyarrow: no Spark needed to check files), and the setups begun ahead of the tests."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from serverproc import ServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 ARN = "arn:aws:sqs:us-east-1:000000000000:"
+CLUSTER_SHARDS = 2  # test_cluster_reports's cluster: its shards, and each queue's partitions
 
 
 @dataclass
@@ -53,3 +56,34 @@ def states(delivery: list[dict[str, Any]]) -> dict[str, Counter]:
 
 def is_png(path: Path) -> bool:
     return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+class HeadStart:
+    """Setups run on a thread of their own, begun before a test asks for them: ``plan`` names
+    one, ``begin`` starts it (one at a time, in the order begun), ``result`` waits for it
+    (beginning it if nobody did) and raises what it raised. ``close`` waits for what runs,
+    drops what has not begun, and undoes each setup that succeeded with its ``stop``, last
+    first."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="head-start")
+        self._plans: dict[str, tuple[Callable[[], Any], Callable[[Any], object]]] = {}
+        self._started: dict[str, tuple[Future, Callable[[Any], object]]] = {}
+
+    def plan(self, name: str, fn: Callable[[], Any], stop: Callable[[Any], object]) -> None:
+        self._plans[name] = (fn, stop)
+
+    def begin(self, name: str) -> None:
+        if name not in self._started:
+            fn, stop = self._plans[name]
+            self._started[name] = (self._pool.submit(fn), stop)
+
+    def result(self, name: str) -> Any:
+        self.begin(name)
+        return self._started[name][0].result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for future, stop in reversed(self._started.values()):
+            if not future.cancelled() and future.exception() is None:
+                stop(future.result())

@@ -12,8 +12,9 @@ from analytics.support import Workload, by, export_rows, is_png, table_rows
 
 
 @pytest.fixture(scope="module")
-def report(workload: Workload, spark: object, tmp_path_factory: pytest.TempPathFactory,
+def report(spark: object, workload: Workload, tmp_path_factory: pytest.TempPathFactory,
            ) -> Iterator[Path]:
+    # Spark first: the workload is made on a thread meanwhile (conftest's head_start)
     import backlog_report
 
     out = tmp_path_factory.mktemp("backlog")

@@ -28,7 +28,7 @@ import grpc
 import pytest
 
 from analytics.sparkstandalone import SparkStandalone
-from analytics.support import ARN, REPO, by, export_rows, table_rows
+from analytics.support import ARN, CLUSTER_SHARDS, REPO, HeadStart, by, export_rows, table_rows
 from sqsq import admincred
 from sqsq.cli.cluster import LocalCluster
 from sqsq.client import Client
@@ -37,7 +37,7 @@ from sqsq.gateway.auth import ERROR_CODE_KEY
 from sqsq.v1 import admin_pb2, admin_pb2_grpc
 from sqsq.wire import SendSpread
 
-SHARDS = 2
+SHARDS = CLUSTER_SHARDS
 WORK = 13  # odd: the two shards' figures differ, so a swapped shard id would show
 FAILING = 4
 JOBS = ("backlog_report", "dlq_analytics")
@@ -52,9 +52,10 @@ class Exported:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("acluster"), nodes=3, shards=SHARDS,
-                     partitions=SHARDS).start()
+def cluster(head_start: HeadStart) -> Iterator[LocalCluster]:
+    """Three nodes, SHARDS shards, SHARDS partitions a queue; started with the first analytics
+    test (conftest's head_start), stopped at the end of this module."""
+    c = head_start.result("cluster")
     yield c
     c.stop()
 
@@ -194,9 +195,12 @@ def _hint_names(cluster: LocalCluster, shard_id: int, node: str, timeout_s: floa
 
 
 @pytest.fixture(scope="module")
-def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandalone]:
-    with SparkStandalone(tmp_path_factory.mktemp("spark"), workers=2) as spark:
-        yield spark
+def standalone(head_start: HeadStart) -> Iterator[SparkStandalone]:
+    """A master and two workers, started with the first analytics test (conftest's
+    head_start), stopped at the end of this module."""
+    spark = head_start.result("standalone")
+    yield spark
+    spark.stop()
 
 
 def test_both_reports_on_a_spark_standalone_cluster(

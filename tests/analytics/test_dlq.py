@@ -12,8 +12,9 @@ from analytics.support import Workload, by, is_png, table_rows
 
 
 @pytest.fixture(scope="module")
-def report(workload: Workload, spark: object, tmp_path_factory: pytest.TempPathFactory,
+def report(spark: object, workload: Workload, tmp_path_factory: pytest.TempPathFactory,
            ) -> Iterator[Path]:
+    # Spark first: the workload is made on a thread meanwhile (conftest's head_start)
     import dlq_analytics
 
     # main() parses the same arguments as `python spark_jobs/dlq_analytics.py`; it reuses the

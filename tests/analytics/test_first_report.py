@@ -3,32 +3,19 @@ dead-letter queue nothing was dead-lettered to yet. Both reports must come out a
 
 from __future__ import annotations
 
-import json
 from argparse import Namespace
 from pathlib import Path
 
 import pytest
 
-from analytics.support import ARN, table_rows
-from serverproc import ServerProcess
-from sqsq.analytics.export import export_endpoint
-from sqsq.client import Client
+from analytics.support import HeadStart, table_rows
 
 
 @pytest.fixture(scope="module")
-def first_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("first")
-    srv = ServerProcess(root / "data").start()
-    try:
-        with Client(srv.endpoint) as c:
-            c.create_queue("dlq")
-            policy = {"deadLetterTargetArn": ARN + "dlq", "maxReceiveCount": 3}
-            c.create_queue("work", attributes={"RedrivePolicy": json.dumps(policy)})
-            c.send_message("work", "the only message")
-            export_endpoint(srv.endpoint, root / "export")
-    finally:
-        srv.stop()
-    return root / "export"
+def first_export(head_start: HeadStart) -> Path:
+    """`make run`, a dead-letter queue and a queue redriving to it (maxReceiveCount 3), one
+    message sent, one export (conftest's make_first_export, begun by head_start)."""
+    return head_start.result("first_export")
 
 
 def test_first_report_with_one_snapshot(first_export: Path, spark: object,
