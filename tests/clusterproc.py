@@ -168,7 +168,11 @@ def drain(client: Client, queue: str, *, idle_receives: int = 3) -> list[str]:
             continue
         empty = 0
         bodies += [m.body for m in got]
-        deleted = client.delete_message_batch(queue, [
-            {"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(got)])
+        deleted = client.delete_message_batch(queue, receipt_entries(got))
         assert not deleted.failed, deleted.failed
     return bodies
+
+
+def receipt_entries(messages: list) -> list[dict[str, str]]:
+    """A DeleteMessageBatch's entries for ``messages``."""
+    return [{"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(messages)]

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterproc import Cluster
+from clusterproc import Cluster, receipt_entries
+from clusterproc import drain as drain_queue
 from sqsq.client import Client
 from sqsq.errors import QueueError
 
@@ -69,7 +70,7 @@ class Load:
                     got = c.receive_message(self.url, max_number_of_messages=10)
                     self.received.update(m.body for m in got)
                     if got:
-                        c.delete_message_batch(self.url, _entries(got))
+                        c.delete_message_batch(self.url, receipt_entries(got))
                 except QueueError:
                     time.sleep(0.05)
 
@@ -82,21 +83,11 @@ class Load:
         return max(gaps)
 
 
-def _entries(messages: list) -> list[dict[str, str]]:
-    return [{"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(messages)]
-
-
 def drain(client: Client, url: str, into: set[str]) -> None:
     """Receive and delete until the queue is empty (in-flight messages come back quickly:
-    the queue's visibility timeout is 1 s)."""
-    idle_since = time.monotonic()
-    while time.monotonic() - idle_since < 3.0:
-        got = client.receive_message(url, max_number_of_messages=10, wait_time_seconds=1)
-        if got:
-            idle_since = time.monotonic()
-            into.update(m.body for m in got)
-            deleted = client.delete_message_batch(url, _entries(got))
-            assert not deleted.failed, deleted.failed
+    the queue's visibility timeout is 1 s, and the drain stops after three empty 1 s long
+    polls in a row)."""
+    into.update(drain_queue(client, url))
 
 
 def test_kill_9_of_the_leader_under_load_loses_no_acknowledged_send(cluster: Cluster) -> None:
