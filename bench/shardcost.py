@@ -1,11 +1,14 @@
 """What each extra shard costs: CPU per process, idle and under a batched send load.
 
     python -m bench.shardcost [--shards 1,4] [--duration 5] [--settle 0] [--idle-only]
+                              [--workload send-10x100B]
 
 For each shard count, starts a cluster as ``sqsq cluster up`` does (etcd, three nodes, a
 gateway, a queue with one partition per shard) and reads every process's CPU time from
 ``/proc/<pid>/stat``: first over an idle window (Raft heartbeats, tickers, leases), then
-over a ``send-10x100B`` window (``--idle-only``: the idle window alone). ``--settle S``
+over a window of the bench's workload ``--workload`` (``send-10x100B`` by default;
+``send-c1``, one send at a time, shows what the extra shards cost a lone call) (``--idle-only``:
+the idle window alone). ``--settle S``
 waits S seconds after the cluster is up before the idle window, so that it measures shards
 that have gone quiet rather than their first elections and sweeps. It prints CPU seconds per
 wall second for each role (gateway, nodes, etcd, the load's client processes, everything on
@@ -26,7 +29,7 @@ from typing import Any
 import grpc
 
 from bench.runner import run_workload
-from bench.workloads import Workload
+from bench.workloads import catalogue, select
 from sqsq import admincred
 from sqsq.cli.cluster import LocalCluster
 from sqsq.v1 import admin_pb2, admin_pb2_grpc
@@ -85,7 +88,7 @@ def _window(roles: dict[str, list[int]], run: Any) -> tuple[dict[str, float], fl
 
 
 def measure(shards: int, duration_s: float, settle_s: float = 0.0,
-            idle_only: bool = False) -> dict[str, Any]:
+            idle_only: bool = False, workload: str = "send-10x100B") -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sqsq-shardcost-") as tmp:
         env = dict(os.environ, SQSQ_LOG_LEVEL="WARNING")
         cluster = LocalCluster(Path(tmp), nodes=3, shards=shards, partitions=shards,
@@ -99,7 +102,7 @@ def measure(shards: int, duration_s: float, settle_s: float = 0.0,
                 return {"shards": shards,
                         "idle_cpu_per_s": {k: round(v / idle_wall, 3) for k, v in idle.items()}}
             spec = {"kind": "sqsq-grpc", "endpoint": cluster.gateway.endpoint}
-            w = Workload("send-10x100B", "send", batch=10, consumers=0)
+            w = select(catalogue(), workload)[0]
             index_before = _applied_indexes(cluster.gateway.endpoint)
             busy, busy_wall, result = _window(
                 roles, lambda: run_workload(spec, w, duration_s=duration_s))
@@ -126,8 +129,10 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=0.0,
                     help="seconds between the cluster's start and the idle window")
     ap.add_argument("--idle-only", action="store_true", help="no load window")
+    ap.add_argument("--workload", default="send-10x100B",
+                    help="the bench workload of the load window (a sending one)")
     args = ap.parse_args()
-    rows = [measure(int(s), args.duration, args.settle, args.idle_only)
+    rows = [measure(int(s), args.duration, args.settle, args.idle_only, args.workload)
             for s in args.shards.split(",")]
     roles = ["gateway", "nodes", "etcd", "clients", "machine"]
     print(f"{'shards':>6}  {'what':<24}" + "".join(f"{r:>9}" for r in roles))
@@ -137,11 +142,11 @@ def main() -> None:
                   + "".join(f"{row['idle_cpu_per_s'][r]:>9}" for r in roles))
             continue
         for key, label in (("idle_cpu_per_s", "idle CPU s/s"),
-                           ("load_cpu_per_s", "send-10x100B CPU s/s"),
+                           ("load_cpu_per_s", f"{args.workload} CPU s/s"),
                            ("cpu_ms_per_1000_msgs", "CPU ms / 1000 msgs")):
             print(f"{row['shards']:>6}  {label:<24}"
                   + "".join(f"{row[key][r]:>9}" for r in roles))
-        print(f"{row['shards']:>6}  {'send-10x100B msgs/s':<24}{row['msgs_per_s']:>9}")
+        print(f"{row['shards']:>6}  {args.workload + ' msgs/s':<24}{row['msgs_per_s']:>9}")
         print(f"{row['shards']:>6}  {'Raft entries/1000 msgs':<24}"
               f"{row['raft_entries_per_1000_msgs']:>9}")
 
