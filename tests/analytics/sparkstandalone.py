@@ -67,6 +67,9 @@ class SparkStandalone:
         return {**os.environ, "SPARK_HOME": str(self.home), "SPARK_LOCAL_IP": "127.0.0.1",
                 "SPARK_LOG_DIR": str(self.root / "logs"), "SPARK_NO_DAEMONIZE": "1",
                 "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM, "SPARK_DAEMON_MEMORY": "256m",
+                # no REST submission server (on by default since Spark 4.1): it takes the
+                # fixed port 6066 and runs whatever is posted to it, unauthenticated
+                "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
                 "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
 
     def driver_env(self) -> dict[str, str]:

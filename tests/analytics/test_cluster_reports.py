@@ -29,6 +29,7 @@ import pytest
 
 from analytics.sparkstandalone import SparkStandalone
 from analytics.support import ARN, CLUSTER_SHARDS, REPO, HeadStart, by, export_rows, table_rows
+from listening import listening
 from sqsq import admincred
 from sqsq.cli.cluster import LocalCluster
 from sqsq.client import Client
@@ -201,6 +202,17 @@ def standalone(head_start: HeadStart) -> Iterator[SparkStandalone]:
     spark = head_start.result("standalone")
     yield spark
     spark.stop()
+
+
+def test_the_spark_daemons_listen_on_127_0_0_1_and_the_master_on_its_own_ports(
+        standalone: SparkStandalone) -> None:
+    master, *workers = standalone.procs
+    # no REST submission server (on by default since Spark 4.1, at the fixed port 6066)
+    assert sorted(listening(master.pid)) == sorted(
+        [("127.0.0.1", standalone.port), ("127.0.0.1", standalone.webui_port)])
+    for worker in workers:
+        found = listening(worker.pid)
+        assert found and {a for a, _ in found} == {"127.0.0.1"}
 
 
 def test_both_reports_on_a_spark_standalone_cluster(

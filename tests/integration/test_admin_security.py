@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from listening import listening
 from serverproc import REPO, ServerProcess
 from sqsq import admincred
 from sqsq.cli.backup import admin_channel
@@ -98,32 +99,11 @@ def test_a_backup_with_the_credential_file_gets_the_secret(server: ServerProcess
     assert (out / "secret").read_bytes() == (server.data_dir / "secret").read_bytes()
 
 
-def _listening(pid: int) -> list[str]:
-    """host:port (hex, as /proc/net has them) of every TCP socket ``pid`` listens on."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    out = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
-                out.append(fields[1])
-    return out
-
-
 def test_every_port_listens_on_the_host_given(server: ServerProcess) -> None:
     assert server.proc is not None
-    listening = _listening(server.proc.pid)
-    assert len(listening) >= 3  # gRPC, SQS HTTP, the Raft transport (and frames)
-    # 127.0.0.1 as /proc/net has it: little-endian hex, plain or IPv4-mapped IPv6
-    loopback = ("0100007F:", "0000000000000000FFFF00000100007F:")
-    assert [a for a in listening if not a.startswith(loopback)] == []
+    found = listening(server.proc.pid)
+    assert len(found) >= 3  # gRPC, SQS HTTP, the Raft transport (and frames)
+    assert [a for a, _ in found if a != "127.0.0.1"] == []
 
 
 def _start_refused(data_dir: Path) -> str:
