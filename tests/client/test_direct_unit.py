@@ -302,10 +302,12 @@ def test_messages_a_losing_long_poll_took_are_released_at_once() -> None:
 
 @pytest.mark.parametrize("wait_s, long_polls", [(3, [2, 2]), (1, [])])
 def test_a_long_poll_after_a_slow_look_at_each_partition_waits_only_what_is_left(
-        wait_s: int, long_polls: list[int]) -> None:
+        monkeypatch: pytest.MonkeyPatch, wait_s: int, long_polls: list[int]) -> None:
     """The look at each partition before the long poll took a second (one partition's
     leader being elected): the long polls wait what is left of the caller's wait, so the
     caller waits about what it asked for; with nothing left there is no long poll."""
+    clock = [100.0]
+    monkeypatch.setattr(_routed.time, "monotonic", lambda: clock[0])
     table = _direct.Table(lambda: 0.0, receives=ReceiveSpread(lambda: 0.0, start=0))
     router = _routed.AsyncRouter(table, None, None, None)  # type: ignore[arg-type]
     waits: list[int] = []
@@ -314,7 +316,7 @@ def test_a_long_poll_after_a_slow_look_at_each_partition_waits_only_what_is_left
         shard, request = part
         if not request.wait_time_seconds:
             if shard == 1:
-                await asyncio.sleep(1.0)  # a call that finds the new leader a second later
+                clock[0] += 1.0  # a call that finds the new leader a second later
             return pb.ReceiveMessageResponse()
         waits.append(request.wait_time_seconds)
         return pb.ReceiveMessageResponse()
@@ -324,3 +326,41 @@ def test_a_long_poll_after_a_slow_look_at_each_partition_waits_only_what_is_left
         "q", wait_time_seconds=wait_s), "q", None, None))
     assert not reply.messages
     assert waits == long_polls
+
+
+@pytest.mark.parametrize("wait_s, gateway_wait", [(3, 2), (1, None)])
+def test_the_blocking_clients_long_poll_after_a_slow_look_at_each_partition_waits_what_is_left(
+        monkeypatch: pytest.MonkeyPatch, wait_s: int, gateway_wait: int | None) -> None:
+    """As above, for the blocking ``Client``, whose long poll at a partitioned queue goes
+    through the gateway after the look: the gateway is asked for what the look left of the
+    wait (nothing left: the empty answer at once, no gateway call)."""
+    from sqsq.client import Client
+
+    clock = [100.0]
+    monkeypatch.setattr(_routed.time, "monotonic", lambda: clock[0])
+    table = _direct.Table(lambda: 0.0, receives=ReceiveSpread(lambda: 0.0, start=0))
+    router = _routed.SyncRouter(table, None, None, None)  # type: ignore[arg-type]
+
+    def at(route, part, call, queue, region, timeout):  # noqa: ANN001, ANN202
+        shard, request = part
+        assert not request.wait_time_seconds  # only the look at each partition goes direct
+        if shard == 1:
+            clock[0] += 1.0  # a call that finds the new leader a second later
+        return pb.ReceiveMessageResponse()
+
+    router._at = at  # type: ignore[method-assign]
+    router._route = lambda queue, region: _route((0, 1))  # type: ignore[method-assign]
+    client = Client("127.0.0.1:1", direct=True)
+    try:
+        client._router = router
+        asked: list[int] = []
+
+        def via_gateway(call):  # noqa: ANN001, ANN202
+            asked.append(call.request.wait_time_seconds)
+            return call.parse(pb.ReceiveMessageResponse())
+
+        client._via_gateway = via_gateway  # type: ignore[method-assign]
+        assert client.receive_message("q", wait_time_seconds=wait_s) == []
+        assert asked == ([] if gateway_wait is None else [gateway_wait])
+    finally:
+        client.close()

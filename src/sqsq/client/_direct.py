@@ -56,7 +56,14 @@ def enabled(option: bool | None) -> bool:
 
 
 class Fallback(Exception):
-    """The call cannot go direct (and none of it ran there): send it through the gateway."""
+    """The call cannot go direct (and none of it ran there): send it through the gateway.
+    ``counted``: whether routing's stats count it (not a long poll left to the gateway by
+    design); ``request``: what to send there in place of the call's own request (a long
+    poll after the look at each partition: what that look left of its wait)."""
+
+    def __init__(self, counted: bool = True, request: Any = None) -> None:
+        super().__init__(counted)
+        self.request = request
 
 
 @dataclass(frozen=True)

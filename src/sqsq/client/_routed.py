@@ -452,14 +452,18 @@ class SyncRouter(_Router):
         reply = pb.ReceiveMessageResponse()
         spread, key = self.table.receives, (queue, region)
         first = spread.first(key)
+        began = time.monotonic()
         for k, (shard, _) in enumerate(self.receive_parts(route, request, first)):
             reply = self._at(route, (shard, quick), now, queue, region, timeout)
             if reply.messages:
                 spread.found(key, first + k)
                 return reply
-        if request.HasField("wait_time_seconds") and request.wait_time_seconds == 0:
+        # what the look took (a leader being elected) is not waited again
+        left = _call.wait_left(request, time.monotonic() - began)
+        if left.HasField("wait_time_seconds") and left.wait_time_seconds == 0:
             return reply
-        raise Fallback(False)  # the long poll: the gateway waits on all partitions at once
+        # the long poll: the gateway waits on all partitions at once
+        raise Fallback(False, left)
 
 
 def counted(fallback: Fallback) -> bool:

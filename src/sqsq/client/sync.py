@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -116,6 +117,8 @@ class Client:
             except _direct.Fallback as fallback:
                 if counted(fallback):
                     self._routes.stats.fallbacks += 1
+                if fallback.request is not None:
+                    call = dataclasses.replace(call, request=fallback.request)
         return self._via_gateway(call)
 
     def _via_gateway(self, call: _call.Call) -> Any:
