@@ -1,0 +1,92 @@
+"""Two targets compared in short windows taken in turn, both running the whole time: what a
+same-run ratio is worth on a machine whose speed drifts.
+
+    python -m bench.ab --targets sqsq-cluster,sqsq-cluster-4 --workloads send-c1 \
+        [--windows 12] [--duration 2]
+
+``python -m bench --rounds N`` runs one target at a time, so a machine that slows down for a
+minute (a neighbour's load on a shared host) lands on one target's rounds and not the
+other's. Here both targets are started once and stay up; each workload is measured in
+``--windows`` pairs of windows, A then B, then B then A, and so on, so the two sides of a
+pair are seconds apart and drift falls on both. For each workload it prints each side's
+median msgs/s, the median of the pairs' ratios (B / A) and in how many pairs B was ahead:
+a ratio whose pairs split both ways is noise, one that holds in nearly every pair is not.
+Each window is a fresh queue, as in ``python -m bench``; the idle target costs the other
+what its heartbeats do (a quiet sqsq cluster: a few percent of a core). Workloads that need
+a preloaded queue (``recv-*``, ``depth-*``) are not offered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from bench.cli import warm_up
+from bench.runner import run_workload
+from bench.systems import targets
+from bench.workloads import catalogue, select
+
+
+def pairs(windows: int) -> list[tuple[int, int]]:
+    """The order of each pair of windows: (0, 1) then (1, 0), in turn."""
+    return [(0, 1) if i % 2 == 0 else (1, 0) for i in range(windows)]
+
+
+def summary(rates: list[tuple[float, float]]) -> dict[str, float]:
+    """Each side's median msgs/s, the median of the pairs' B / A, and the share of pairs in
+    which B was ahead."""
+    ratios = [b / a for a, b in rates if a > 0]
+    return {"a": statistics.median(a for a, _ in rates),
+            "b": statistics.median(b for _, b in rates),
+            "ratio": statistics.median(ratios) if ratios else float("nan"),
+            "b_ahead": sum(1 for a, b in rates if b > a) / len(rates)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--targets", required=True, help="two targets: A,B (ratio B / A)")
+    ap.add_argument("--workloads", default="send-c1")
+    ap.add_argument("--windows", type=int, default=12, help="pairs of windows per workload")
+    ap.add_argument("--duration", type=float, default=2.0, help="seconds per window")
+    args = ap.parse_args(argv)
+    names = [t.strip() for t in args.targets.split(",")]
+    known = targets(None)
+    if len(names) != 2 or any(n not in known for n in names):
+        ap.error(f"--targets takes two of {sorted(known)}")
+    workloads = select(catalogue(), args.workloads)
+    if any(w.mode == "recv" or w.hold_depth for w in workloads):
+        ap.error("recv-* and depth-* workloads need a preloaded queue: use python -m bench")
+    with ExitStack() as stack:
+        systems, specs, pids = [], [], []
+        for name in names:
+            system = known[name]()
+            stack.callback(system.stop)
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"sqsq-ab-{name}-"))
+            specs.append(system.start(Path(tmp)))
+            systems.append(system)
+            pids.append(system.pids())
+            warm_up(specs[-1])
+        print(f"{'workload':<16} {names[0]:>16} {names[1]:>16}  {'B / A':>6}  B ahead  "
+              f"(median msgs/s of {args.windows} pairs of {args.duration:g} s windows)")
+        for w in workloads:
+            rates: list[tuple[float, float]] = []
+            for order in pairs(args.windows):
+                got: dict[int, Any] = {}
+                for side in order:
+                    res = run_workload(specs[side], w, duration_s=args.duration,
+                                       server_pids=pids[side])
+                    got[side] = res.get("msgs_per_s", 0.0)
+                rates.append((got[0], got[1]))
+            s = summary(rates)
+            print(f"{w.name:<16} {s['a']:>16,.0f} {s['b']:>16,.0f}  {s['ratio']:>5.2f}x  "
+                  f"{s['b_ahead']:>6.0%}", flush=True)
+            print("  pairs: " + ", ".join(f"{a:,.0f}/{b:,.0f}" for a, b in rates), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,28 @@
+"""``python -m bench.ab``: two targets measured in pairs of windows taken in turn, A first then
+B first, and a ratio read from the pairs, not from two separate runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import ab
+
+
+def test_the_pairs_take_turns_at_going_first() -> None:
+    assert ab.pairs(4) == [(0, 1), (1, 0), (0, 1), (1, 0)]
+
+
+def test_the_ratio_is_the_median_of_the_pairs_and_drift_falls_on_both_sides() -> None:
+    # the machine halves its speed half way: the pairs' ratios stay at 1.1
+    rates = [(1000.0, 1100.0), (1000.0, 1100.0), (500.0, 550.0), (500.0, 550.0), (500.0, 550.0)]
+    s = ab.summary(rates)
+    assert s["ratio"] == pytest.approx(1.1)
+    assert (s["a"], s["b"]) == (500.0, 550.0)
+    assert s["b_ahead"] == 1.0
+    split = ab.summary([(100.0, 90.0), (100.0, 120.0), (100.0, 80.0), (100.0, 110.0)])
+    assert split["b_ahead"] == 0.5
+
+
+def test_a_workload_that_needs_a_preloaded_queue_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        ab.main(["--targets", "sqsq-cluster,sqsq-cluster-4", "--workloads", "recv-1x100B"])
