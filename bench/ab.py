@@ -9,8 +9,9 @@ minute (a neighbour's load on a shared host) lands on one target's rounds and no
 other's. Here both targets are started once and stay up; each workload is measured in
 ``--windows`` pairs of windows, A then B, then B then A, and so on, so the two sides of a
 pair are seconds apart and drift falls on both. For each workload it prints each side's
-median msgs/s, the median of the pairs' ratios (B / A) and in how many pairs B was ahead:
-a ratio whose pairs split both ways is noise, one that holds in nearly every pair is not.
+median msgs/s, the median of the pairs' ratios (B / A) and in how many pairs B was ahead
+(a ratio whose pairs split both ways is noise, one that holds in nearly every pair is not),
+and each side's median CPU time per message, its own processes and its clients.
 Each window is a fresh queue, as in ``python -m bench``; the idle target costs the other
 what its heartbeats do (a quiet sqsq cluster: a few percent of a core). Workloads that need
 a preloaded queue (``recv-*``, ``depth-*``) are not offered.
@@ -46,6 +47,14 @@ def summary(rates: list[tuple[float, float]]) -> dict[str, float]:
             "b_ahead": sum(1 for a, b in rates if b > a) / len(rates)}
 
 
+def cpu_cell(windows: list[tuple[float, float]]) -> str:
+    """The median CPU microseconds per message of the system and of its clients."""
+    if not windows:
+        return "?"
+    return (f"{statistics.median(s for s, _ in windows):,.0f} + "
+            f"{statistics.median(c for _, c in windows):,.0f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--targets", required=True, help="two targets: A,B (ratio B / A)")
@@ -74,17 +83,23 @@ def main(argv: list[str] | None = None) -> int:
               f"(median msgs/s of {args.windows} pairs of {args.duration:g} s windows)")
         for w in workloads:
             rates: list[tuple[float, float]] = []
+            cpu: list[list[tuple[float, float]]] = [[], []]
             for order in pairs(args.windows):
                 got: dict[int, Any] = {}
                 for side in order:
                     res = run_workload(specs[side], w, duration_s=args.duration,
                                        server_pids=pids[side])
                     got[side] = res.get("msgs_per_s", 0.0)
+                    used = res.get("cpu_us_per_msg") or {}
+                    if used.get("server") is not None and used.get("clients") is not None:
+                        cpu[side].append((used["server"], used["clients"]))
                 rates.append((got[0], got[1]))
             s = summary(rates)
             print(f"{w.name:<16} {s['a']:>16,.0f} {s['b']:>16,.0f}  {s['ratio']:>5.2f}x  "
                   f"{s['b_ahead']:>6.0%}", flush=True)
             print("  pairs: " + ", ".join(f"{a:,.0f}/{b:,.0f}" for a, b in rates), flush=True)
+            print("  CPU us per msg, system + clients (median of windows): " + ", ".join(
+                f"{name} {cpu_cell(c)}" for name, c in zip(names, cpu, strict=True)), flush=True)
     return 0
 
 

@@ -26,3 +26,8 @@ def test_the_ratio_is_the_median_of_the_pairs_and_drift_falls_on_both_sides() ->
 def test_a_workload_that_needs_a_preloaded_queue_is_refused() -> None:
     with pytest.raises(SystemExit):
         ab.main(["--targets", "sqsq-cluster,sqsq-cluster-4", "--workloads", "recv-1x100B"])
+
+
+def test_the_cpu_cell_is_the_median_of_each_side() -> None:
+    assert ab.cpu_cell([(100.0, 30.0), (300.0, 10.0), (200.0, 20.0)]) == "200 + 20"
+    assert ab.cpu_cell([]) == "?"
