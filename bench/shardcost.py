@@ -1,4 +1,4 @@
-"""What each extra shard costs: CPU per process, idle and under a batched send load.
+"""What each extra shard costs: CPU per process, idle and under a load.
 
     python -m bench.shardcost [--shards 1,4] [--duration 5] [--settle 0] [--idle-only]
                               [--workload send-10x100B]
@@ -7,13 +7,14 @@ For each shard count, starts a cluster as ``sqsq cluster up`` does (etcd, three 
 gateway, a queue with one partition per shard) and reads every process's CPU time from
 ``/proc/<pid>/stat``: first over an idle window (Raft heartbeats, tickers, leases), then
 over a window of the bench's workload ``--workload`` (``send-10x100B`` by default;
-``send-c1``, one send at a time, shows what the extra shards cost a lone call) (``--idle-only``:
-the idle window alone). ``--settle S``
-waits S seconds after the cluster is up before the idle window, so that it measures shards
-that have gone quiet rather than their first elections and sweeps. It prints CPU seconds per
-wall second for each role (gateway, nodes, etcd, the load's client processes, everything on
-the machine) and, under load, CPU milliseconds and Raft log entries (all shards together)
-per 1,000 messages. On 2 cores the machine is the limit, so what the extra shards cost shows
+``send-c1``, one send at a time, shows what the extra shards cost a lone call;
+``--idle-only``: the idle window alone). ``--settle S`` waits S seconds after the cluster is
+up before the idle window, so that it measures shards that have gone quiet rather than their
+first elections and sweeps. It prints CPU seconds per wall second for each role (gateway,
+nodes, etcd, the load's client processes, everything on the machine) and, under load, CPU
+milliseconds, Raft log entries (all shards together) and SQS calls the nodes answered per
+1,000 messages sent, and the commands per entry of the shard leaders' group commit (from the
+nodes' /metrics). On 2 cores the machine is the limit, so what the extra shards cost shows
 up as CPU per message.
 """
 
@@ -23,10 +24,13 @@ import argparse
 import os
 import tempfile
 import time
+import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.runner import run_workload
 from bench.workloads import catalogue, select
@@ -53,6 +57,25 @@ def _applied_indexes(endpoint: str) -> dict[int, int]:
         for s in resp.snapshots:
             admin.DeleteSnapshot(admin_pb2.DeleteSnapshotRequest(path=s.path), timeout=60)
     return {s.shard_id: s.applied_index for s in resp.snapshots}
+
+
+def _node_counts(cluster: LocalCluster) -> Counter[str]:
+    """From every node's /metrics: the commands its shard leaders proposed and the log
+    entries that carried them (group commit), and the SQS calls it answered."""
+    counts: Counter[str] = Counter()
+    for node in cluster.nodes:
+        with urllib.request.urlopen(node.metrics_url + "/metrics", timeout=10) as resp:  # noqa: S310 - our own node
+            text = resp.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "sqsq_raft_group_commit_commands_sum":
+                    counts["commands"] += sample.value
+                elif sample.name == "sqsq_raft_group_commit_commands_count":
+                    counts["entries proposed"] += sample.value
+                elif sample.name == "sqsq_requests_total" and \
+                        sample.labels.get("action") != "CreateQueue":
+                    counts["calls"] += sample.value
+    return counts
 
 
 def _machine_busy_s() -> float:
@@ -104,8 +127,11 @@ def measure(shards: int, duration_s: float, settle_s: float = 0.0,
             spec = {"kind": "sqsq-grpc", "endpoint": cluster.gateway.endpoint}
             w = select(catalogue(), workload)[0]
             index_before = _applied_indexes(cluster.gateway.endpoint)
+            counts_before = _node_counts(cluster)
             busy, busy_wall, result = _window(
                 roles, lambda: run_workload(spec, w, duration_s=duration_s))
+            counts = _node_counts(cluster)
+            counts.subtract(counts_before)
             index_after = _applied_indexes(cluster.gateway.endpoint)
         finally:
             cluster.stop()
@@ -113,6 +139,8 @@ def measure(shards: int, duration_s: float, settle_s: float = 0.0,
     entries = sum(index_after[s] - index_before.get(s, 0) for s in index_after)
     return {
         "raft_entries_per_1000_msgs": round(1000 * entries / max(msgs, 1), 1),
+        "calls_per_1000_msgs": round(1000 * counts["calls"] / max(msgs, 1), 1),
+        "commands_per_entry": round(counts["commands"] / max(counts["entries proposed"], 1), 2),
         "shards": shards,
         "idle_cpu_per_s": {k: round(v / idle_wall, 3) for k, v in idle.items()},
         "load_cpu_per_s": {k: round(v / busy_wall, 3) for k, v in busy.items()},
@@ -149,6 +177,8 @@ def main() -> None:
         print(f"{row['shards']:>6}  {args.workload + ' msgs/s':<24}{row['msgs_per_s']:>9}")
         print(f"{row['shards']:>6}  {'Raft entries/1000 msgs':<24}"
               f"{row['raft_entries_per_1000_msgs']:>9}")
+        print(f"{row['shards']:>6}  {'SQS calls/1000 msgs':<24}{row['calls_per_1000_msgs']:>9}")
+        print(f"{row['shards']:>6}  {'commands per entry':<24}{row['commands_per_entry']:>9}")
 
 
 if __name__ == "__main__":
