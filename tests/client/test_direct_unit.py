@@ -9,6 +9,7 @@ import asyncio
 import grpc
 import pytest
 
+from fakeclock import ModuleClock
 from sqsq.client import _direct, _ops, _routed
 from sqsq.client._stream import CallError
 from sqsq.core.receipts import ReceiptHandle, encode_receipt_handle
@@ -306,8 +307,8 @@ def test_a_long_poll_after_a_slow_look_at_each_partition_waits_only_what_is_left
     """The look at each partition before the long poll took a second (one partition's
     leader being elected): the long polls wait what is left of the caller's wait, so the
     caller waits about what it asked for; with nothing left there is no long poll."""
-    clock = [100.0]
-    monkeypatch.setattr(_routed.time, "monotonic", lambda: clock[0])
+    clock = ModuleClock()
+    monkeypatch.setattr(_routed, "time", clock)
     table = _direct.Table(lambda: 0.0, receives=ReceiveSpread(lambda: 0.0, start=0))
     router = _routed.AsyncRouter(table, None, None, None)  # type: ignore[arg-type]
     waits: list[int] = []
@@ -316,7 +317,7 @@ def test_a_long_poll_after_a_slow_look_at_each_partition_waits_only_what_is_left
         shard, request = part
         if not request.wait_time_seconds:
             if shard == 1:
-                clock[0] += 1.0  # a call that finds the new leader a second later
+                clock.advance(1.0)  # a call that finds the new leader a second later
             return pb.ReceiveMessageResponse()
         waits.append(request.wait_time_seconds)
         return pb.ReceiveMessageResponse()
@@ -336,8 +337,8 @@ def test_the_blocking_clients_long_poll_after_a_slow_look_at_each_partition_wait
     wait (nothing left: the empty answer at once, no gateway call)."""
     from sqsq.client import Client
 
-    clock = [100.0]
-    monkeypatch.setattr(_routed.time, "monotonic", lambda: clock[0])
+    clock = ModuleClock()
+    monkeypatch.setattr(_routed, "time", clock)
     table = _direct.Table(lambda: 0.0, receives=ReceiveSpread(lambda: 0.0, start=0))
     router = _routed.SyncRouter(table, None, None, None)  # type: ignore[arg-type]
 
@@ -345,7 +346,7 @@ def test_the_blocking_clients_long_poll_after_a_slow_look_at_each_partition_wait
         shard, request = part
         assert not request.wait_time_seconds  # only the look at each partition goes direct
         if shard == 1:
-            clock[0] += 1.0  # a call that finds the new leader a second later
+            clock.advance(1.0)  # a call that finds the new leader a second later
         return pb.ReceiveMessageResponse()
 
     router._at = at  # type: ignore[method-assign]

@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+import pytest
+
+from fakeclock import ModuleClock
 from sqsq.api import Endpoint
 from sqsq.client import _call
 from sqsq.control.keys import QueueRecord
 from sqsq.control.partition_map import MapSnapshot
+from sqsq.gateway import cluster as gateway_cluster
 from sqsq.gateway.cluster import ClusterApi
 from sqsq.wire import ReceiveSpread
 
@@ -108,22 +112,26 @@ def test_messages_a_losing_long_poll_took_are_released_at_once() -> None:
 
 @dataclass
 class SlowLook(Shards):
-    """As ``Shards``, and the look at partition 11 takes a second (its leader being
-    elected); the long polls answer empty."""
+    """As ``Shards``, and the look at partition 11 takes a second on ``clock`` (its leader
+    being elected); the long polls answer empty."""
+
+    clock: ModuleClock = field(default_factory=ModuleClock)
 
     async def call(self, shard: int, call: _call.Call) -> list[str]:
         wait = call.request.wait_time_seconds
         self.looked.append((shard, wait))
         if wait == 0 and shard == 11:
-            await asyncio.sleep(1.0)  # a call that finds the new leader a second later
+            self.clock.advance(1.0)  # a call that finds the new leader a second later
         return []
 
 
-def test_a_long_poll_after_a_slow_look_waits_only_what_is_left_of_its_wait() -> None:
+def test_a_long_poll_after_a_slow_look_waits_only_what_is_left_of_its_wait(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The caller asked for 3 s and the look at each partition took one: the long polls
     wait the 2 s left; asked for 1 s, there is none left and no long poll is made."""
     async def go(wait_s: int) -> list[tuple[int, int]]:
         shards = SlowLook(holding=-1)
+        monkeypatch.setattr(gateway_cluster, "time", shards.clock)
         assert await _api(shards).receive_message("q", wait_time_seconds=wait_s) == []
         return shards.looked
 
