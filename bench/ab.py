@@ -70,13 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     if any(w.mode == "recv" or w.hold_depth for w in workloads):
         ap.error("recv-* and depth-* workloads need a preloaded queue: use python -m bench")
     with ExitStack() as stack:
-        systems, specs, pids = [], [], []
+        specs, pids = [], []
         for name in names:
             system = known[name]()
             stack.callback(system.stop)
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"sqsq-ab-{name}-"))
             specs.append(system.start(Path(tmp)))
-            systems.append(system)
             pids.append(system.pids())
             warm_up(specs[-1])
         print(f"{'workload':<16} {names[0]:>16} {names[1]:>16}  {'B / A':>6}  B ahead  "

@@ -63,6 +63,7 @@ class Fallback(Exception):
 
     def __init__(self, counted: bool = True, request: Any = None) -> None:
         super().__init__(counted)
+        self.counted = counted
         self.request = request
 
 

@@ -464,9 +464,3 @@ class SyncRouter(_Router):
             return reply
         # the long poll: the gateway waits on all partitions at once
         raise Fallback(False, left)
-
-
-def counted(fallback: Fallback) -> bool:
-    """Whether a fallback is one to count (not a long poll left to the gateway by design)."""
-    return not fallback.args or bool(fallback.args[0])
-

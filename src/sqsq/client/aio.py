@@ -12,7 +12,7 @@ import grpc
 import grpc.aio
 
 from sqsq.client import _auth, _call, _direct, _ops
-from sqsq.client._routed import AsyncRouter, counted
+from sqsq.client._routed import AsyncRouter
 from sqsq.client.batching import AsyncBatcher, BatchSettings, resolve
 from sqsq.client.prefetch import AsyncPrefetcher
 from sqsq.client.receive_batching import ReceiveCoalescer
@@ -125,7 +125,7 @@ class AsyncClient:
                 return call.parse(await router.run(call, self.region,
                                                    call.timeout(self.timeout)))
             except _direct.Fallback as fallback:
-                if counted(fallback):
+                if fallback.counted:
                     self._routes.stats.fallbacks += 1
         return await self._via_gateway(call)
 

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 
 from sqsq.client import _auth, _call, _direct, _ops
-from sqsq.client._routed import SyncRouter, counted
+from sqsq.client._routed import SyncRouter
 from sqsq.client.batching import Batcher, BatchSettings, resolve
 from sqsq.client.prefetch import Prefetcher
 from sqsq.client.receive_batching import ThreadReceiveCoalescer
@@ -115,7 +115,7 @@ class Client:
             try:
                 return call.parse(router.run(call, self.region, call.timeout(self.timeout)))
             except _direct.Fallback as fallback:
-                if counted(fallback):
+                if fallback.counted:
                     self._routes.stats.fallbacks += 1
                 if fallback.request is not None:
                     call = dataclasses.replace(call, request=fallback.request)
