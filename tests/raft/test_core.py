@@ -271,52 +271,6 @@ def test_without_terms_on_acknowledgements_a_stale_one_commits_what_no_follower_
     assert g.nodes["c"].log.last_index() < a.log.commit  # committed, held by a alone
 
 
-def _leader_writes_without_syncing(safeguards: Safeguards) -> tuple[Group, int, int]:
-    """a leads b and c, c's appends are cut off, and a writes a new entry without syncing it
-    (``advance(durable=False)``, as a node's leader does); b holds it durably and says so.
-    The entry's (index, term)."""
-    g = Group(safeguards=safeguards)
-    a = g.elect("a")
-    g.cut.add(("a", "c"))
-    term, index = a.propose(b"written-not-synced")
-    rd = a.ready()
-    assert rd.entries[-1].index == index
-    g.inbox.extend(m for m in rd.messages if (m.frm, m.to) not in g.cut)
-    a.advance(rd, durable=False)
-    g.flush()
-    assert g.nodes["b"].log.last_index() == index and g.nodes["c"].log.last_index() < index
-    return g, index, term
-
-
-def test_a_leader_counts_what_it_wrote_only_once_it_is_synced() -> None:
-    """Committed means durable on a majority: b's copy and a's write are not that until a
-    syncs, and says so (``persisted``)."""
-    g, index, term = _leader_writes_without_syncing(Safeguards())
-    a = g.nodes["a"]
-    assert a.log.commit < index
-    a.persisted(index, term)
-    assert a.log.commit == index
-
-
-def test_a_leader_needs_no_own_sync_when_its_followers_hold_the_entry() -> None:
-    g, index, term = _leader_writes_without_syncing(Safeguards())
-    a = g.nodes["a"]
-    g.heal()
-    g.tick(a.cfg.election_ticks, only=["a"])  # c is sent again what it lacks
-    g.flush()
-    assert a.log.commit == index and a.log.stable < index  # b and c hold it durably
-    a.persisted(index, term)
-    assert a.log.stable == index
-
-
-def test_without_the_sync_rule_a_leader_commits_what_a_crash_of_it_would_lose() -> None:
-    """The entry is committed (acknowledged to its client) while only b holds it durably: a
-    crash of a that loses its unsynced write leaves it on b alone, and c, elected with a's
-    vote, overwrites it."""
-    g, index, _ = _leader_writes_without_syncing(Safeguards(leader_counts_only_synced=False))
-    assert g.nodes["a"].log.commit == index
-
-
 def _repeat_old_append(safeguards: Safeguards) -> Group:
     """b holds entries 1..12; the leader's old append of entry 7 (70 KB, as a group commit of
     many commands is) arrives again."""

@@ -256,9 +256,9 @@ async def answer_at_once(tmp_path: Path) -> None:
         assert core is not None
         advance = core.advance
 
-        def advancing(rd: Ready, durable: bool = True) -> None:
+        def advancing(rd: Ready) -> None:
             events.extend(("advance", e.index) for e in rd.entries)
-            advance(rd, durable)
+            advance(rd)
         core.advance = advancing  # type: ignore[method-assign]
         a = RaftEntry(index=2, term=2, data=create_queue("a"))
         replica.step(Message(MsgType.APPEND, ME, LEADER, 2, log_term=1, index=1,

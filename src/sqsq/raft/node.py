@@ -152,32 +152,18 @@ class RaftNode(Leading, Electing):
         hi = min(log.commit, log.last_index())
         return log.between(lo, hi) if hi >= lo else ()
 
-    def advance(self, rd: Ready, durable: bool = True) -> None:
+    def advance(self, rd: Ready) -> None:
         """The host did what ``rd`` asked: entries and hard state are durable, the snapshot
-        installed, the committed entries applied.
-
-        ``durable=False``, for a leader's Ready only: its entries are written but not yet
-        synced (the host syncs them later and says so with ``persisted``). The followers'
-        durable copies may commit them meanwhile; the leader counts its own copy only once
-        it is durable, so a crash that loses the unsynced tail loses nothing committed."""
+        installed, the committed entries applied."""
         self._out = False
         if rd.hard_state is not None:
             self._persisted = rd.hard_state
         if rd.snapshot is not None:
             self.applied = max(self.applied, rd.snapshot.index)
-        if rd.entries and (durable or not self.guard.leader_counts_only_synced):
+        if rd.entries:
             self.log.stable_to(rd.entries[-1].index, rd.entries[-1].term)
         if rd.committed:
             self.applied = max(self.applied, rd.committed[-1].index)
-        self._count_own()
-
-    def persisted(self, index: int, term: int) -> None:
-        """Everything the host wrote up to ``index`` (whose term was ``term``) is durable:
-        what ``advance(rd, durable=False)`` left unsynced. An entry replaced since is not."""
-        self.log.stable_to(index, term)
-        self._count_own()
-
-    def _count_own(self) -> None:
         if self.role is _LEADER:
             # A leader counts its own entries only once they are durable on its own disk.
             # The commit this finds goes with the next append or tick (``_send_commit``).

@@ -192,8 +192,6 @@ class Safeguards:
     one_conf_change_at_a_time: bool = True  # finding 3
     stale_responses_ignored: bool = True  # finding 4: acks carry a term
     refuse_snapshot_behind_commit: bool = True  # finding 9
-    # A leader whose write is not yet synced (``advance(durable=False)``) does not count it
-    leader_counts_only_synced: bool = True
     # finding 8, pre-vote and check-quorum, are RaftConfig's pre_vote and check_quorum
 
 

@@ -105,17 +105,6 @@ class RaftStorage:
             write_hard_state(self.hard_state_path, hard_state)
             self._hard_state = hard_state
 
-    def write(self, entries: Sequence[Entry]) -> None:
-        """A leader's entries, written but not synced (``sync`` makes them durable): its
-        followers' copies may commit them meanwhile; the leader counts its own only once
-        synced (``RaftNode.advance(durable=False)``)."""
-        self.log.append(entries)
-
-    def sync(self) -> None:
-        """Everything written so far durable."""
-        if self.durable:
-            self.log.sync()
-
     def save_snapshot(self, meta: SnapshotMeta, write: Callable[[BinaryIO], object]) -> Path:
         """A snapshot this replica took of its own state; the log is untouched (``compact``
         drops what it covers, when the host chooses)."""

@@ -19,7 +19,7 @@ import functools
 import logging
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from sqsq.raft import (
     Entry,
@@ -41,9 +41,6 @@ log = logging.getLogger("sqsq.raft")
 # writes took no longer than this on average (``_write_inline``).
 INLINE_WRITE_BYTES = 64 << 10
 INLINE_WRITE_S = 0.001
-# A leader that synced its own copy because a commit waited for it syncs every Ready this
-# long (``ReadyLoop._sync_own``).
-EAGER_S = 1.0
 # What a leader may send before its own write of the same Ready is durable (``_sent_early``).
 _EARLY = frozenset({MsgType.APPEND, MsgType.HEARTBEAT})
 
@@ -121,30 +118,22 @@ class ReadyLoop(Applier, Snapshotting):
             await self._kick.wait()
             self._kick.clear()
             self._note_role(core)
-            if self._unsynced is not None and self._own_sync_due(core) and \
-                    not self._sync_own(core):
-                return
             while core.has_ready() and self.fatal is None:
                 rd = core.ready()
                 self.readies += 1
                 later = rd.committed
-                durable = not self._writes_lazily(rd, core)
-                inline = durable and self._write_inline(rd)
-                if durable and rd.snapshot is None and rd.committed and not inline and \
-                        self._writes(rd):
+                inline = self._write_inline(rd)
+                if rd.snapshot is None and rd.committed and not inline and self._writes(rd):
                     new = rd.entries[0].index if rd.entries else rd.committed[-1].index + 1
                     cut = sum(1 for e in rd.committed if e.index < new)
                     self._hand_over(rd.committed[:cut])
                     later = rd.committed[cut:]
                 try:
-                    if durable:
-                        await self._handle(rd, inline)
-                    else:
-                        self._write_lazily(rd)
+                    await self._handle(rd, inline)
                 except Exception as exc:  # a replica that cannot persist or apply stops
                     self._die(exc)
                     return
-                core.advance(rd, durable)
+                core.advance(rd)
                 self._hand_over(later, at_once=True)
                 if self.fatal is not None:
                     return  # the apply failed (``_die``)
@@ -160,87 +149,6 @@ class ReadyLoop(Applier, Snapshotting):
                 await self._snapshot_turn()
             if self.fatal is None:
                 await self._snapshot_turn()  # due after a Ready taken by ``_ready_now``
-
-    def _writes_lazily(self, rd: Ready, core: RaftNode) -> bool:
-        """Whether this Ready is a leader's new entries, written now and synced a moment
-        later (``LEADER_SYNC_S``), one sync for all it wrote meanwhile: the followers'
-        fsyncs commit them. A leader synced every entry, the third fsync of each on a
-        machine whose replicas share a disk, and a lone send without it took 14% less CPU.
-        Only a small write of entries with nothing to answer (no new term or vote, no
-        snapshot, only appends and heartbeats to send), in a group with others to commit,
-        on a fast disk, and not for a while after the leader's own copy was needed
-        (``_sync_own``)."""
-        if not (rd.entries and rd.role is Role.LEADER and self.settings.leader_sync_s > 0) \
-                or rd.snapshot is not None or self._write_s > INLINE_WRITE_S:
-            return False
-        hs = rd.hard_state
-        if hs is not None and (hs.term, hs.vote) != self._term_vote:
-            return False
-        if any(m.type not in _EARLY for m in rd.messages) or len(core.voters()) < 2 or \
-                time.monotonic() < self._eager_until:
-            return False
-        return sum(len(e.data) for e in rd.entries) <= INLINE_WRITE_BYTES
-
-    def _write_lazily(self, rd: Ready) -> None:
-        """The appends out, then this leader's copy written (on the loop: a small write
-        to the page cache), to be synced by ``_sync_own``."""
-        for m in rd.messages:
-            self._send(m)
-        self.persists += 1
-        self.storage.write(rd.entries)
-        if self._unsynced is None:
-            self._sync_round += 1
-            self._sync_now = False
-            asyncio.get_running_loop().call_later(self.settings.leader_sync_s,
-                                                  self._own_sync_time, self._sync_round)
-        last = rd.entries[-1]
-        self._unsynced = (last.index, last.term)
-        self._written.append((time.monotonic(), last.index))
-
-    def _own_sync_time(self, round_: int) -> None:
-        if round_ == self._sync_round and self._unsynced is not None:
-            self._sync_now = True
-            self._kick.set()
-
-    def _own_sync_due(self, core: RaftNode) -> bool:
-        """When to sync what this leader wrote and has not synced: ``leader_sync_s`` after
-        the first of it, once it leads no more (its next answers must be durable), or once
-        a snapshot waits for it."""
-        return self._sync_now or not core.is_leader() or self._snapshot_due(core)
-
-    def _sync_own(self, core: RaftNode) -> bool:
-        """Sync what this leader wrote, on the loop (the Ready loop holds no other write of
-        this replica now), then count it. If its own copy was wanted for a commit, the
-        leader syncs each Ready for a while (``EAGER_S``). False if the replica stopped (a
-        failed sync)."""
-        assert self._unsynced is not None
-        now = time.monotonic()
-        cutoff = now - self.settings.leader_sync_s / 2
-        old = max((last for at, last in self._written if at <= cutoff), default=0)
-        if core.log.commit < old and core.is_leader():
-            # What it wrote a while ago is not committed yet: the followers are slow or
-            # gone, and this leader's copy is wanted for a quorum.
-            self._eager_until = now + EAGER_S
-        self._written.clear()
-        synced, self._unsynced = self._unsynced, None
-        if self.transport is not None:
-            self.transport.flush_now()  # what was sent leaves before the loop blocks
-        try:
-            took = self._timed(self.storage.sync)
-        except Exception as exc:  # a failed sync is final (``SegmentedLog._durably``)
-            self._die(exc)
-            return False
-        self._write_s += (took - self._write_s) / 8
-        if self.on_sync is not None:
-            self.on_sync(took)
-        core.persisted(*synced)
-        return True
-
-    @staticmethod
-    def _timed(work: Callable[[], object]) -> float:
-        started = time.monotonic()
-        work()
-        return time.monotonic() - started
 
     def _ready_now(self, core: RaftNode) -> bool:
         """Act on a Ready that only commits here and now, in the turn of the message that
@@ -306,10 +214,6 @@ class ReadyLoop(Applier, Snapshotting):
             self._write_s += (took - self._write_s) / 8
             if self.on_sync is not None:
                 self.on_sync(took)
-            if self._unsynced is not None and self.core is not None:
-                # The sync took what this leader wrote before, unsynced, with it.
-                synced, self._unsynced = self._unsynced, None
-                self.core.persisted(*synced)
         if hs is not None:
             self._term_vote = (hs.term, hs.vote)
         for m in rest:

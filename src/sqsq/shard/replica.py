@@ -52,10 +52,6 @@ class HostSettings:
     compaction_entries: int = 5000  # a snapshot after this many applied entries
     keep_entries: int = 500  # kept behind a snapshot for followers a little behind
     durable: bool = True
-    # A leader syncs its own entries this long after writing them (0: before it counts
-    # them, each Ready); the followers' copies commit them meanwhile
-    # (``ReadyLoop._writes_lazily``)
-    leader_sync_s: float = 0.005
     # An idle group goes quiet after this many ticks (0: never); its followers then wake
     # only when the leader's node falls silent for ``liveness_s`` (``Liveness``).
     quiesce_after_ticks: int = 0
@@ -100,13 +96,6 @@ class RaftReplica(ReadyLoop):
         self.snapshots_written = 0
         self.readies = self.persists = 0  # Readys handled, and those that wrote the disk
         self._write_s = 0.0  # how long a write of a Ready took, recent ones' moving average
-        # A leader's entries written and not yet synced: the last one's (index, term)
-        # (``_writes_lazily``)
-        self._unsynced: tuple[int, int] | None = None
-        self._written: list[tuple[float, int]] = []  # when each Ready of them was written
-        self._sync_round = 0  # counts the leader's rounds of unsynced writes
-        self._sync_now = False  # ``leader_sync_s`` has passed since the first of them
-        self._eager_until = 0.0  # the leader syncs each Ready until then (``_sync_own``)
         self.snapshot_bytes = 0
         self._catching_up = False
         self._to_apply: list[Entry] = []  # committed, handed to the applier, not yet applied
@@ -167,16 +156,8 @@ class RaftReplica(ReadyLoop):
             done(Proposal.UNKNOWN, None)
         self._proposals.clear()
         self._reads.fail_all()
-        # After any write still in the batch it was in (a cancelled wait does not stop it);
-        # what a leader wrote and had not synced is synced first.
-        await asyncio.shield(self.writes.run(self._close_storage))
-
-    def _close_storage(self) -> None:
-        try:
-            if self._unsynced is not None and self.fatal is None:
-                self.storage.sync()
-        finally:
-            self.storage.close()
+        # After any write still in the batch it was in (a cancelled wait does not stop it).
+        await asyncio.shield(self.writes.run(self.storage.close))
 
     def _die(self, exc: BaseException) -> None:
         """A replica that cannot persist or apply stops: skipping or retrying a broken apply

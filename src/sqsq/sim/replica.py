@@ -122,7 +122,6 @@ class SimReplica:
                              config=self.config, safeguards=self.safeguards)
         self.incarnation += 1
         self.busy = False  # a Ready is with the disk
-        self.unsynced: tuple[int, int] | None = None  # a leader's last entry written, not synced
         self.term_vote_written: tuple[int, str | None] | None = (hs.term, hs.vote)
         self.role = Role.FOLLOWER
         self.term = hs.term
@@ -265,66 +264,10 @@ class SimReplica:
         if self.core is None or self.busy or not self.core.has_ready():
             return
         rd = self.core.ready()
-        if self._writes_lazily(rd):
-            self._write_lazily(rd)
-            return
         self.busy = True
         early = self._send_early(rd)
         self.world.after(self.world.rng.randint(*self.world.scenario.disk_ms), self._done,
                          (self.incarnation, rd, early))
-
-    def _writes_lazily(self, rd: Ready) -> bool:
-        """As the node's host does (``ReadyLoop._writes_lazily``): a leader's new entries,
-        with nothing to answer, are written now and synced a moment later
-        (``Scenario.leader_sync_ms``)."""
-        assert self.core is not None
-        hs = rd.hard_state
-        return (rd.role is Role.LEADER and bool(rd.entries) and rd.snapshot is None
-                and (hs is None or (hs.term, hs.vote) == self.term_vote_written)
-                and all(m.type in (MsgType.APPEND, MsgType.HEARTBEAT) for m in rd.messages)
-                and len(self.core.voters()) > 1)
-
-    def _write_lazily(self, rd: Ready) -> None:
-        """The appends out, the entries written (not synced), the Ready advanced without
-        counting them here (``advance(durable=False)``), what it commits applied."""
-        core = self.core
-        assert core is not None
-        for m in rd.messages:
-            if not self._send(m):
-                return
-        self.disk.write_entries(rd.entries)
-        if self.unsynced is None:
-            self.world.after(self.world.scenario.leader_sync_ms, self._sync_own,
-                           self.incarnation)
-        last = rd.entries[-1]
-        self.unsynced = (last.index, last.term)
-        core.advance(rd, durable=False)
-        for e in rd.committed:
-            if not self._apply(e):
-                return
-        for rs in rd.read_states:
-            req = self.reads.pop(rs.context, None)
-            if req is not None:
-                self.ready_reads.append((rs.index, req))
-        if self.proposals and core.is_leader():
-            self._prepare_ahead(rd.entries)
-        self._after(rd)
-        self.process()
-
-    def _sync_own(self, incarnation: int) -> None:
-        """What the leader wrote and has not synced: synced now, and counted. A Ready being
-        written syncs it instead (the disk syncs everything pending)."""
-        if self.core is None or incarnation != self.incarnation or self.unsynced is None:
-            return
-        if self.busy:
-            self.world.after(self.world.scenario.leader_sync_ms, self._sync_own, incarnation)
-            return
-        if self.world.crash_point(self, "before-sync"):
-            return
-        self.disk.sync()
-        synced, self.unsynced = self.unsynced, None
-        self.core.persisted(*synced)
-        self.process()
 
     def _send_early(self, rd: Ready) -> frozenset[int]:
         """As the node's host does (``RaftReplica._send_early``): a leader whose term and
@@ -381,9 +324,6 @@ class SimReplica:
         if world.crash_point(self, "before-sync"):
             return False
         disk.sync()
-        if self.unsynced is not None:  # the sync took what the leader wrote before, too
-            synced, self.unsynced = self.unsynced, None
-            self.core.persisted(*synced)  # type: ignore[union-attr]
         for m in rd.messages:
             if id(m) not in early and not self._send(m):
                 return False

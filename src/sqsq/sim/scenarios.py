@@ -47,7 +47,6 @@ class Scenario:
     big_bodies: float = 0.0  # chance a send carries a 100 KB - 1 MiB body
     think_ms: tuple[int, int] = (1, 30)  # a client's pause between two calls
     disk_ms: tuple[int, int] = (0, 3)  # how long persisting a Ready takes
-    leader_sync_ms: int = 5  # how long after writing them a leader syncs its entries
     quiesce_after_ticks: int = 20
     description: str = ""
 
@@ -189,16 +188,6 @@ RANDOM = Scenario("random", description="every fault, mixed")
 # call, and elect a new leader when the quiet one is gone.
 IDLE = Scenario("idle", clients=2, think_ms=(300, 4000),
                 description="an idle group going quiet and waking, under every fault")
-# A leader syncs its own entries a while after writing them (the followers' copies commit
-# them meanwhile), and crashes before it did: what it wrote is lost from its disk. Its
-# safeguard (a leader counts only what it synced) is proven by scripted core tests
-# (tests/raft/test_core.py): no seed of these settings met the window where only the
-# crashed leader and one follower held an entry and the other follower then won.
-LEADER_UNSYNCED = Scenario(
-    "leader-unsynced", faults=("crash-leader", "crash-leader", "partition", "isolate-leader",
-                               "crash"),
-    slow=0.2, slow_ms=(20, 300), fault_every_ms=(100, 800), heal_after_ms=(10, 300),
-    leader_sync_ms=50, description="leaders crashed before they synced what they wrote")
 
 # One scenario per finding; the mutant names the safeguard the scenario exists to prove.
 FINDINGS: dict[str, tuple[Scenario, str]] = {
@@ -254,8 +243,7 @@ FINDINGS: dict[str, tuple[Scenario, str]] = {
         "refuse_snapshot_behind_commit"),
 }
 
-SCENARIOS: dict[str, Scenario] = {"random": RANDOM, "idle": IDLE,
-                                   "leader-unsynced": LEADER_UNSYNCED} | {
+SCENARIOS: dict[str, Scenario] = {"random": RANDOM, "idle": IDLE} | {
     k: v[0] for k, v in FINDINGS.items()}
 
 
