@@ -27,7 +27,7 @@ from typing import Any
 
 from bench import report
 from bench.runner import run_workload
-from bench.systems import Skip, keep_logs, targets
+from bench.systems import NOT_DURABLE, Skip, keep_logs, targets
 from bench.workloads import Workload, catalogue, scaled, select
 
 RATE_HINT = "send-10x100B"  # its rate sizes the preloads of the receive workloads
@@ -181,6 +181,14 @@ def _print_line(target: str, wname: str, res: dict[str, Any]) -> None:
     print(f"  {target:16} {wname:18} {ops}{extra}", flush=True)
 
 
+def chosen(known: list[str], everything: bool, asked: str) -> list[str]:
+    """The targets to run: those ``asked`` for (comma-separated), or with ``everything``
+    every durable one (a target without fsync runs only when asked for by name)."""
+    if everything:
+        return [n for n in known if not n.endswith(NOT_DURABLE)]
+    return [t.strip() for t in asked.split(",")]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     all_targets = targets(args.sqsq_endpoint)
@@ -199,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         print("targets:   " + ", ".join(all_targets))
         print("workloads:\n" + "\n".join(f"  {w.name:18} {w.title}" for w in workloads))
         return 0
-    names = list(all_targets) if args.all else [t.strip() for t in args.targets.split(",")]
+    names = chosen(list(all_targets), args.all, args.targets)
     unknown = [n for n in names if n not in all_targets]
     if unknown:
         print(f"unknown target(s) {unknown}; known: {list(all_targets)}", file=sys.stderr)

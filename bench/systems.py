@@ -177,15 +177,21 @@ class SqsqCluster(System):
     durability = "Raft: entry fdatasynced on a majority of 3 before any reply"
 
     def __init__(self, shards: int, partitions: int = 1, via: str = "direct",
-                 nodes_per_host: int = 1) -> None:
+                 nodes_per_host: int = 1, fsync: bool = True) -> None:
         """``nodes_per_host``: three host labels with this many nodes each (all on this
         machine), no shard with two replicas under one label: how a machine with more cores
-        than one node uses is meant to be run (issue 33), measured against one per label."""
+        than one node uses is meant to be run (issue 33), measured against one per label.
+        ``fsync=False``: the nodes run with ``--no-fsync`` (acknowledged writes can be lost
+        to a power cut): what the Raft logs' fsyncs cost, measured against the same
+        cluster with them."""
         super().__init__()
         self.shards = shards
         self.partitions = partitions
         self.via = via
         self.nodes_per_host = nodes_per_host
+        self.fsync = fsync
+        if not fsync:
+            self.durability = "none: nodes with --no-fsync (what fsync costs; not for use)"
         self.cluster: Any = None
         self._saved_env: dict[str, str | None] = {}
 
@@ -204,7 +210,8 @@ class SqsqCluster(System):
         env = dict(os.environ, SQSQ_LOG_LEVEL="WARNING")
         self.cluster = LocalCluster(workdir / "cluster", nodes=3 * self.nodes_per_host,
                                     nodes_per_host=self.nodes_per_host, shards=self.shards,
-                                    partitions=self.partitions, env=env).start()
+                                    partitions=self.partitions, env=env,
+                                    node_args=() if self.fsync else ("--no-fsync",)).start()
         if self.via == "http":
             return {"kind": "boto3", "url": self.cluster.gateway.http_url}
         return {"kind": "sqsq-grpc", "endpoint": self.cluster.gateway.endpoint,
@@ -287,6 +294,9 @@ class Placeholder(System):
         raise Skip(self.reason)
 
 
+NOT_DURABLE = "-nofsync"  # the name's ending of a target that does not fsync
+
+
 def targets(sqsq_endpoint: str | None = None) -> dict[str, Callable[[], System]]:
     """Every target by name, in the order of a full run."""
     from bench.peers import NatsServer, RabbitServer
@@ -313,6 +323,9 @@ def targets(sqsq_endpoint: str | None = None) -> dict[str, Callable[[], System]]
         # three host labels of 2 (3) nodes each on this machine, against sqsq-cluster-4's 1
         "sqsq-cluster-4-2ph": lambda: SqsqCluster(shards=4, partitions=4, nodes_per_host=2),
         "sqsq-cluster-4-3ph": lambda: SqsqCluster(shards=4, partitions=4, nodes_per_host=3),
+        # the same two clusters with no fsync (not durable): what the Raft logs' fsyncs cost
+        "sqsq-cluster" + NOT_DURABLE: lambda: SqsqCluster(shards=1, fsync=False),
+        "sqsq-cluster-4" + NOT_DURABLE: lambda: SqsqCluster(shards=4, partitions=4, fsync=False),
         "moto": MotoServer,
         "nats-r1": lambda: NatsServer(replicas=1),
         "nats-r3": lambda: NatsServer(replicas=3),
