@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from fixedmap import FixedMap
 from sqsq.control.keys import LeaderHint, NodeRecord, ShardRecord
 from sqsq.control.partition_map import MapSnapshot
 from sqsq.gateway.routing import ShardCaller
 
 NODES = {n: NodeRecord(n, f"10.0.0.{i}:7400", f"10.0.0.{i}:7500")
          for i, n in enumerate(("n1", "n2", "n3"), start=1)}
-
-
-@dataclass
-class FixedMap:
-    snapshot: MapSnapshot
 
 
 def _map(live: tuple[str, ...], hint: str | None) -> FixedMap:

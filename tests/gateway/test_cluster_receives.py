@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from fakeclock import ModuleClock
+from fixedmap import FixedMap
 from sqsq.api import Endpoint
 from sqsq.client import _call
 from sqsq.control.keys import QueueRecord
@@ -18,11 +19,6 @@ from sqsq.gateway.cluster import ClusterApi
 from sqsq.wire import ReceiveSpread
 
 SHARDS = (10, 11, 12)
-
-
-@dataclass
-class FixedMap:
-    snapshot: MapSnapshot
 
 
 @dataclass
