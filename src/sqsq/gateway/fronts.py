@@ -179,11 +179,39 @@ async def until_signalled() -> None:
     await stop.wait()
 
 
+# The event loop a server process runs on, by ``SQSQ_EVENT_LOOP``. uvloop's is the default:
+# a node's Raft traffic, the SDK's frame connections and their timers are asyncio protocols
+# and callbacks, and on uvloop a replicated lone send was 1.07-1.11x as fast with less CPU
+# per message (docs/benchmarks.md). ``asyncio`` is the standard library's, for comparison
+# or should uvloop misbehave somewhere.
+EVENT_LOOPS = ("uvloop", "asyncio")
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The factory ``SQSQ_EVENT_LOOP`` names (None: ``asyncio.run``'s own); ValueError for a
+    name it does not know."""
+    name = os.environ.get("SQSQ_EVENT_LOOP", "").strip().lower() or EVENT_LOOPS[0]
+    if name not in EVENT_LOOPS:
+        raise ValueError(f"SQSQ_EVENT_LOOP is {name!r}; it takes one of "
+                         f"{', '.join(EVENT_LOOPS)}")
+    if name == "asyncio":
+        return None
+    import uvloop  # (only when chosen)
+
+    return uvloop.new_event_loop
+
+
 def run_process(name: str, main: Coroutine[Any, Any, None], log_format: str = "text") -> int:
     """Run a server coroutine with logging set up; 1 with a one-line error if it cannot."""
     logs.setup(log_format)
     try:
-        asyncio.run(main)
+        try:
+            factory = event_loop_factory()
+        except ValueError:
+            main.close()  # never started
+            raise
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(main)
     except (OSError, ValueError) as e:  # unreadable credentials file, port in use, ...
         if logs.json_mode():
             log.error("%s: error: %s", name, e)

@@ -7,6 +7,7 @@ import asyncio
 import struct
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from sqsq.raft.types import Message
 from sqsq.shard.peerauth import HANDSHAKE_MAX_BYTES, FrameTooLarge
@@ -95,8 +96,8 @@ class Link(asyncio.BufferedProtocol):
 
     # ---- asyncio.Protocol ----------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+    def connection_made(self, transport: Any) -> None:
+        # (uvloop's transports have asyncio.Transport's methods without subclassing it)
         self._transport = transport
         if self._on_made is not None:
             self._on_made(self)
