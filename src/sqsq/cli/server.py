@@ -62,9 +62,10 @@ log = logging.getLogger("sqsq.server")
 DEFAULT_GRPC_PORT = 7400
 DEFAULT_HTTP_PORT = 9324
 READY_TIMEOUT_S = 60.0  # a replica replays its journal before it leads
-# Every request crosses two threads (the asyncio loop and the Raft tick thread); a thread
-# woken by the other waits for the GIL up to this long (Python's default is 5 ms, which more
-# than doubled a single send's latency here).
+# A replicated write crosses threads (the event loop, the Raft log's writer thread, the
+# applier's worker); a thread woken by another waits for the GIL up to this long. Python's
+# default 5 ms more than doubled a single send's latency when Raft had a thread of its own;
+# on the event loop the two measure alike (docs/benchmarks.md), and the short wait stays.
 GIL_SWITCH_INTERVAL_S = 0.0002
 
 

@@ -27,7 +27,7 @@ class Installing(RuntimeError):
 class CurrentStore:
     """The store, through one indirection: installing a snapshot swaps what is behind it.
 
-    Reads from other threads than the tick thread (the leader's queries and looks) run inside
+    Reads from worker threads (the leader's queries and looks) run inside
     ``reading()``; the swap (``swapping()``, closing the old store and opening the new)
     waits for those under way and refuses new ones with ``Installing`` until it is done,
     so no read ever touches a closed RocksDB handle, and none blocks the event loop for

@@ -235,7 +235,7 @@ class ShardMachine:
     # ---- snapshots ----
     def write_snapshot(self, path: str, raft_data: bytes) -> Callable[[], None]:
         """Take the checkpoint now (the state as of the last applied entry); return what packs
-        it into ``path`` and fsyncs it, which the Raft adapter runs off its tick thread."""
+        it into ``path`` and fsyncs it, which the caller runs in a worker thread."""
         with self._lock:
             staging = Path(path + ".ckpt")
             _remove(staging)
