@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import socket
 
-from sqsq.cli.localprocs import free_port, free_port_range
+import pytest
+
+from sqsq.cli.localprocs import PORT_RANGE_ENV, free_port, free_port_range
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -47,3 +49,19 @@ def test_ports_handed_out_and_not_yet_bound_are_not_handed_out_again() -> None:
     picked += [p for base in (free_port_range(3) for _ in range(300))
                for p in range(base, base + 3)]
     assert len(set(picked)) == len(picked)
+
+
+def test_a_port_range_in_the_environment_bounds_every_pick(monkeypatch) -> None:  # noqa: ANN001
+    """Parallel test workers each pick from a range of their own (SQSQ_PORT_RANGE), and so do
+    the servers they start, which inherit it."""
+    monkeypatch.setenv(PORT_RANGE_ENV, "21000-21999")
+    for _ in range(50):
+        assert 21000 <= free_port() <= 21999
+        base = free_port_range(4)
+        assert 21000 <= base and base + 3 <= 21999
+
+
+def test_a_malformed_port_range_is_refused_with_its_name(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv(PORT_RANGE_ENV, "21000")
+    with pytest.raises(ValueError, match="SQSQ_PORT_RANGE='21000': expected LOW-HIGH"):
+        free_port()

@@ -81,3 +81,23 @@ def test_cluster_up_names_a_port_given_twice_or_in_use(tmp_path: Path) -> None:
         line = _one_error_line(sqsq("cluster", "up", "--dir", str(root), timeout_s=30))
     assert line == (f"sqsq cluster up: error: port {layout['etcd']['client_port']} on "
                     "127.0.0.1 (etcd client) is in use by another process")
+
+
+def test_the_gateway_ports_given_are_never_picked_for_another_member(tmp_path: Path,
+                                                                       monkeypatch) -> None:  # noqa: ANN001
+    """`cluster up --http-port P` picks the other members' ports itself: with P the first
+    candidate of every pick, etcd once got P too and the cluster refused to start."""
+    from sqsq.cli import localprocs
+    from sqsq.cli.cluster import LocalCluster
+
+    grpc, http = free_port(), free_port()
+    candidates = iter([http, grpc] * 3 + list(range(http + 1, http + 2000)))
+    monkeypatch.setattr(localprocs, "_candidate", lambda count: next(candidates))
+    monkeypatch.setattr(localprocs, "_HANDED_OUT", localprocs.deque(maxlen=4096))
+    c = LocalCluster(tmp_path / "c", nodes=3, shards=2, etcd_members=3,
+                     gateway_grpc_port=grpc, gateway_http_port=http)
+    picked = [p for e in c.etcds for p in (e.client_port, e.peer_port)]
+    picked += [p for n in c.nodes for p in (n.grpc_port, n.metrics_port, n.raft_port,
+                                             n.raft_port + 1)]
+    assert grpc not in picked and http not in picked, picked
+    assert (c.gateway.grpc_port, c.gateway.http_port) == (grpc, http)

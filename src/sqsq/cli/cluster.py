@@ -193,6 +193,8 @@ class LocalCluster:
         # one admin credential for the nodes, the gateway and this process's status calls
         admincred.for_children(self.env, self.root)
         admincred.use_directory(self.root)
+        # ports given are the gateway's: never picked for another member
+        reserve_ports([p for p in (gateway_grpc_port, gateway_http_port) if p])
         if self.layout is None:
             self.etcds = self._etcd_members([{} for _ in range(etcd_members or 1)])
             # Nodes on one machine stand for ``nodes_per_host`` per host: each gets the

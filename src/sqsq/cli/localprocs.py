@@ -12,6 +12,7 @@ run through the same ``wrap`` (this process may have no route to that address).
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import signal
@@ -31,7 +32,8 @@ Wrap = Callable[[list[str]], list[str]]
 LOWEST_PORT = 10000
 
 
-def _ephemeral_start() -> int:
+def ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range (bind to port 0 picks from it)."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             return int(f.read().split()[0])
@@ -39,13 +41,34 @@ def _ephemeral_start() -> int:
         return 32768  # Linux's default
 
 
+#: ``LOW-HIGH``: the ports this process and its children pick from, for several runs at once on
+#: one machine (the tests' parallel workers each get a range of their own). Without it, every
+#: port from LOWEST_PORT up to the ephemeral range.
+PORT_RANGE_ENV = "SQSQ_PORT_RANGE"
+
+
+def _range() -> tuple[int, int]:
+    low, top = LOWEST_PORT, max(ephemeral_start(), LOWEST_PORT + 1000)
+    spec = os.environ.get(PORT_RANGE_ENV, "")
+    if spec:
+        try:
+            low, top = (int(part) for part in spec.split("-"))
+        except ValueError:
+            raise ValueError(f"{PORT_RANGE_ENV}={spec!r}: expected LOW-HIGH, "
+                             f"e.g. 20000-24999") from None
+        top += 1
+    return low, top
+
+
 def _candidate(count: int) -> int:
     """A port below the kernel's ephemeral range. A port the kernel handed out for a bind to
     port 0 is in that range, so between our check and the server's bind any outgoing
     connection (a Raft peer, an etcd client) may take it as its local port; below the range
     only a listener can."""
-    top = max(_ephemeral_start(), LOWEST_PORT + 1000) - count
-    return random.randrange(LOWEST_PORT, top)
+    low, top = _range()
+    if top - count <= low:
+        raise OSError(f"no room for {count} consecutive ports in {low}-{top - 1}")
+    return random.randrange(low, top - count)
 
 
 def free_port(attempts: int = 100) -> int:
