@@ -66,11 +66,13 @@ cluster: server-setup system-deps
 # Three pytest workers (pytest-xdist): most tests wait on servers, elections and timeouts, so
 # three keep two cores busy. A file's tests stay on one worker (its fixtures start once); the
 # network-namespace tests and the Spark tests each keep to one worker (tests/conftest.py).
-# TEST_WORKERS=0 runs them all in this process.
+# TEST_WORKERS=0 runs them all in this process. Tests marked `alone` (a wall-clock bound that
+# the others' load would stretch) run afterwards, on their own.
 TEST_WORKERS ?= 3
 test: setup
 	$(PY) -m ruff check src tests spark_jobs bench
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not alone"
+	$(PY) -m pytest -q -m alone
 
 # Every chaos scenario (faults under load in network namespaces, each message checked); a
 # short form runs in `make test`. One scenario: PYTHONPATH=tests $(PY) -m chaos.chaosrun
