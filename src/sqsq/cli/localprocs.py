@@ -78,8 +78,9 @@ def free_port(attempts: int = 100) -> int:
 
 # Ports this process handed out lately: a port is free until its server binds it, so two
 # picks before the first server starts could otherwise return the same one (a cluster's
-# nodes were once given one metrics port).
-_HANDED_OUT: deque[int] = deque(maxlen=4096)
+# nodes were once given one metrics port). A thousand covers many clusters' starts and leaves
+# most of a narrow SQSQ_PORT_RANGE (a test worker's 7,500 ports) to pick from.
+_HANDED_OUT: deque[int] = deque(maxlen=1000)
 
 
 def reserve_ports(ports: list[int]) -> None:
