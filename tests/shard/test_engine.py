@@ -108,7 +108,8 @@ def test_commands_arriving_while_an_entry_is_in_flight_share_the_next_entry(
         replica.propose = gated  # type: ignore[method-assign]
         send = [asyncio.create_task(engine.execute(c.SendMessages(
             "q", (c.SendEntry("0", "first"),))))]
-        await _turns()
+        while not proposed:  # under load it can take more than a few turns to go out
+            await asyncio.sleep(0.001)
         for i in range(PIPELINE_GROUP - 1):  # each in a turn of its own
             send.append(asyncio.create_task(engine.execute(c.SendMessages(
                 "q", (c.SendEntry("0", f"later {i}"),)))))
