@@ -30,7 +30,7 @@ def _worker_port_range() -> None:
 
 _worker_port_range()
 
-# Tests that must not share the machine with each other: the network-namespace tests (one test
+# Tests that must run one at a time, in one worker: the network-namespace tests (one test
 # subnet, and the host's fence rule for it) and the Spark tests (one Spark session, the JVM
 # started once). The rest run file by file: a module's fixtures (a cluster, say) start once.
 _SERIAL_GROUPS = {"chaos": "netns", "cluster/test_several_hosts.py": "netns",
