@@ -240,7 +240,7 @@ class QuietNode(Node):
                                    self.transport, voters=self.members,
                                    bootstrap=self.bootstrap, settings=self.settings,
                                    heard=self.network.heard, ticked_by_host=True)
-        self.network.replicas.by_shard[SHARD] = self.replica
+        self.network.add(self.replica)
         await self.replica.start()
 
     async def stop(self) -> None:

@@ -286,7 +286,8 @@ async def run_cluster_node(
         frame_port=frame_port_setting())
     client = Etcd(etcd)
     agent = NodeAgent(client, me, open_shard, ControllerSettings(
-        shards=shards, initial_nodes=initial_nodes, replace_after_s=replace_after_s))
+        shards=shards, initial_nodes=initial_nodes, replace_after_s=replace_after_s),
+        pace=network.beat)
 
     async def readiness() -> list[str]:
         if agent.map is None:

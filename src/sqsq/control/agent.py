@@ -63,12 +63,17 @@ OpenShard = Callable[[int, list[NodeRecord], bool], Awaitable[HostedShard]]
 
 class NodeAgent:
     def __init__(self, etcd: Etcd, me: NodeRecord, open_shard: OpenShard,
-                 controller: ControllerSettings, *, lease_ttl_s: int = LEASE_TTL_S) -> None:
+                 controller: ControllerSettings, *, lease_ttl_s: int = LEASE_TTL_S,
+                 pace: Callable[[], Awaitable[None]] | None = None) -> None:
+        """``pace``: waits between two passes over the leader hints (by default
+        ``HINT_INTERVAL_S``; a node gives its Raft clock's heartbeat round, as often, so
+        that the passes cost no wake-up of their own)."""
         self.etcd = etcd
         self.me = me
         self.open_shard = open_shard
         self.controller = controller
         self.lease_ttl_s = lease_ttl_s
+        self._pace = pace or (lambda: asyncio.sleep(HINT_INTERVAL_S))
         self.hosted: dict[int, HostedShard] = {}
         self.map: PartitionMap | None = None
         self.lease: Lease | None = None
@@ -174,14 +179,14 @@ class NodeAgent:
         while True:
             await self._registered.wait()
             await self.publish_hints_once()
-            await asyncio.sleep(HINT_INTERVAL_S)
+            await self._pace()
 
     async def publish_hints_once(self) -> None:
         """One pass over the hosted shards (``_publish_hints`` makes one every
-        ``HINT_INTERVAL_S``). A shard this replica does not lead, or whose last pass found
-        nothing to do and nothing it looked at changed since (``_steady``), costs a few
-        attribute reads: no await, no etcd call. An idle node leads a third of its shards
-        and passes over all of them five times a second."""
+        ``HINT_INTERVAL_S``, or at each ``pace``). A shard this replica does not lead, or
+        whose last pass found nothing to do and nothing it looked at changed since
+        (``_steady``), costs a few attribute reads: no await, no etcd call. An idle node
+        leads a third of its shards and passes over all of them five times a second."""
         for shard_id, hosted in list(self.hosted.items()):
             if self._steady(shard_id, hosted):
                 continue

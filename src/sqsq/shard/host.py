@@ -38,6 +38,11 @@ QUIESCE_AFTER_TICKS = 40  # a group with nothing to do for 2 s goes quiet
 # no Raft message in between; well within QUIESCE_AFTER_TICKS, so a node that joins a group
 # is pinged before the group can go quiet.
 NODES_EVERY_TICKS = 20
+# While every replica a node hosts is quiet, its clock runs at the heartbeat's pace: a quiet
+# replica is not ticked (unless a node it watches fell silent), so the Raft ticks in between
+# would only wake the process. The first Ready of a replica that wakes brings the clock back
+# to TICK_S (``hurry``).
+QUIET_TICK_S = TICK_S * PING_EVERY_TICKS
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ class PeerNetwork:
         self._clock: asyncio.TimerHandle | None = None
         self.sweeps = SweepScheduler(TICK_S * SWEEP_EVERY_TICKS, own_timer=False)
         self._ticks = 0
+        self.quiet = False  # the clock runs at QUIET_TICK_S: every replica here is quiet
         # whom the node's heartbeat goes to, and how long a node may stay silent; worked
         # out again when Raft messages arrived (a membership changes only through them),
         # a replica was added, or at least every NODES_EVERY_TICKS
@@ -113,6 +119,7 @@ class PeerNetwork:
         self._liveness_s = 0.0
         self._nodes_of: tuple[int, int] = (-1, -1)  # (replicas, tick) they were worked out at
         self._traffic = False
+        self._beats: list[asyncio.Future[None]] = []  # waiting for the next heartbeat round
 
     async def start(self) -> int:
         port = await self.transport.start()
@@ -124,6 +131,18 @@ class PeerNetwork:
             self._clock.cancel()
             self._clock = None
         await self.transport.stop()
+
+    async def beat(self) -> None:
+        """Wait for the clock's next heartbeat round (every PING_EVERY_TICKS ticks, 0.2 s,
+        at either pace): periodic work done then costs the process no wake-up of its own."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._beats.append(waiter)
+        await waiter
+
+    def add(self, replica: RaftReplica) -> None:
+        """Tick ``replica`` with the others and route what arrives for its shard to it."""
+        self.replicas.by_shard[replica.shard_id] = replica
+        replica.on_active = self.hurry
 
     def heard(self, node: str) -> float | None:
         return self.transport.heard.get(node)
@@ -137,26 +156,49 @@ class PeerNetwork:
         """One timer for the process (a callback, not a task: no future and no task step
         per tick): every replica's Raft tick, the node's heartbeat to every node it shares
         a group with (a quiet group's liveness), and every engine's sweep check."""
+        quiet = False
         try:
-            self._tick_all()
+            quiet = self._tick_all(PING_EVERY_TICKS if self.quiet else 1)
         finally:
             if self._clock is not None:
-                self._clock = asyncio.get_running_loop().call_later(TICK_S, self._tick)
+                self.quiet = quiet
+                self._clock = asyncio.get_running_loop().call_later(
+                    QUIET_TICK_S if quiet else TICK_S, self._tick)
 
-    def _tick_all(self) -> None:
+    @property
+    def tick_s(self) -> float:
+        """The clock's pace now."""
+        return QUIET_TICK_S if self.quiet else TICK_S
+
+    def hurry(self) -> None:
+        """A replica has work (its Ready loop turned): the clock back to Raft's pace. The
+        next tick still comes a whole TICK_S from now, never sooner: a tick counts time."""
+        if self.quiet and self._clock is not None:
+            self.quiet = False
+            self._clock.cancel()
+            self._clock = asyncio.get_running_loop().call_later(TICK_S, self._tick)
+
+    def _tick_all(self, elapsed: int) -> bool:
+        """One tick, ``elapsed`` of TICK_S since the last; whether every replica is quiet
+        after it."""
         # A quiet replica's tick only looks for a silent node. While every node this one
         # shares a group with was heard from within the liveness bound, none would wake:
         # the quiet ones are passed over (most of an idle node's replicas).
         nodes = self._nodes
         all_heard = bool(nodes) and self._all_heard(nodes, self._liveness_s)
+        quiet = True
         for replica in list(self.replicas.by_shard.values()):
-            if all_heard and replica.core is not None and replica.core.quiesced:
+            core = replica.core
+            if all_heard and core is not None and core.quiesced:
                 continue
             replica.tick()
-        self._ticks = n = self._ticks + 1
-        if n % SWEEP_EVERY_TICKS == 0:
+            if core is None or not core.quiesced:
+                quiet = False
+        last = self._ticks
+        self._ticks = n = last + elapsed
+        if n // SWEEP_EVERY_TICKS != last // SWEEP_EVERY_TICKS:
             self.sweeps.check_all()
-        if n % PING_EVERY_TICKS == 0:
+        if n // PING_EVERY_TICKS != last // PING_EVERY_TICKS:
             replicas = self.replicas.by_shard
             if self._traffic or self._nodes_of[0] != len(replicas) or \
                     n - self._nodes_of[1] >= NODES_EVERY_TICKS:
@@ -167,6 +209,11 @@ class PeerNetwork:
                                        default=0.0)
             for node, address in nodes:
                 self.transport.ping(node, address)
+            beats, self._beats = self._beats, []
+            for waiter in beats:
+                if not waiter.done():  # (one cancelled meanwhile)
+                    waiter.set_result(None)
+        return quiet
 
     def _all_heard(self, nodes: set[tuple[str, tuple[str, int]]], liveness_s: float) -> bool:
         heard, now = self.transport.heard, time.monotonic()
@@ -213,7 +260,7 @@ def open_replica(
         ticked_by_host=network is not None,
         writes=network.writes if network is not None else None)
     if network is not None:
-        network.replicas.by_shard[shard_id] = replica
+        network.add(replica)
     by_raft = {p.raft(shard_id): p.grpc for p in peers}
     return ShardEngine(machine, replica, clock_ms=options.wall_clock_ms,
                        leader_hint=options.grpc_of or (lambda raft: by_raft.get(raft or "")),

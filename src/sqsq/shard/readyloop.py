@@ -117,6 +117,8 @@ class ReadyLoop(Applier, Snapshotting):
         while not self._stopped:
             await self._kick.wait()
             self._kick.clear()
+            if self.on_active is not None:
+                self.on_active()  # the host's clock, if it slowed down, keeps Raft's pace
             self._note_role(core)
             while core.has_ready() and self.fatal is None:
                 rd = core.ready()

@@ -85,6 +85,7 @@ class RaftReplica(ReadyLoop):
         self.storage = RaftStorage(directory / "raft", durable=settings.durable)
         self.writes = writes if writes is not None else Writes()
         self.on_sync: Callable[[float], None] | None = None  # seconds per persisted Ready
+        self.on_active: Callable[[], None] | None = None  # each turn of the Ready loop
         self.core: RaftNode | None = None
         self._proposals: dict[int, tuple[int, Done]] = {}  # index -> (term, callback)
         self._led = False  # whether the core led when the Ready loop last looked
