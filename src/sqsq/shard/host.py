@@ -40,8 +40,9 @@ QUIESCE_AFTER_TICKS = 40  # a group with nothing to do for 2 s goes quiet
 NODES_EVERY_TICKS = 20
 # While every replica a node hosts is quiet, its clock runs at the heartbeat's pace: a quiet
 # replica is not ticked (unless a node it watches fell silent), so the Raft ticks in between
-# would only wake the process. The first Ready of a replica that wakes brings the clock back
-# to TICK_S (``hurry``).
+# would only wake the process. The sweep checks go at that pace too (a timer due on a quiet
+# node is seen up to 0.1 s later). The first Ready of a replica that wakes brings the clock
+# back to TICK_S (``hurry``).
 QUIET_TICK_S = TICK_S * PING_EVERY_TICKS
 
 
