@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 
 from serverproc import free_port
-from shard.test_replica import SHARD, QuietNode, commit, leader, until
+from shard.test_replica import SHARD, QuietNode, commit, group, leader, until
 from sqsq.core import commands as c
 from sqsq.core.entry import Entry, encode_entry
 from sqsq.shard.host import QUIET_TICK_S, TICK_S, Peer, PeerNetwork
@@ -68,12 +68,7 @@ def test_a_node_whose_groups_are_all_quiet_ticks_slower_until_one_has_work(
     settings = HostSettings(tick_s=TICK_S, quiesce_after_ticks=10, liveness_s=0.5)
 
     async def scenario() -> None:
-        ports = [free_port() for _ in range(3)]
-        members = [f"127.0.0.1:{p + SHARD}" for p in ports]
-        nodes = [QuietNode(tmp_path / f"n{i}", p, members, settings)
-                 for i, p in enumerate(ports)]
-        for n in nodes:
-            await n.start()
+        nodes = await group(tmp_path, settings, QuietNode)
         try:
             await commit(nodes, c.CreateQueue("q"))
             await until(lambda: all(n.network.tick_s == QUIET_TICK_S for n in nodes))

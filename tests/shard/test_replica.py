@@ -61,10 +61,13 @@ async def until(done: Callable[[], bool]) -> None:
             await asyncio.sleep(0.01)
 
 
-async def group(tmp_path: Path, settings: HostSettings) -> list[Node]:
+async def group(tmp_path: Path, settings: HostSettings, kind: type[Node] | None = None
+                ) -> list[Node]:
+    """Three started nodes (``Node`` by default) of one group."""
     ports = [free_port() for _ in range(3)]
     members = [f"127.0.0.1:{p + SHARD}" for p in ports]
-    nodes = [Node(tmp_path / f"n{i}", p, members, settings) for i, p in enumerate(ports)]
+    kind = kind or Node
+    nodes = [kind(tmp_path / f"n{i}", p, members, settings) for i, p in enumerate(ports)]
     for n in nodes:
         await n.start()
     return nodes
@@ -253,12 +256,7 @@ def test_an_idle_group_goes_quiet_and_still_replaces_a_dead_leader(tmp_path: Pat
     settings = HostSettings(tick_s=TICK_S, quiesce_after_ticks=10, liveness_s=0.5)
 
     async def scenario() -> None:
-        ports = [free_port() for _ in range(3)]
-        members = [f"127.0.0.1:{p + SHARD}" for p in ports]
-        nodes = [QuietNode(tmp_path / f"n{i}", p, members, settings)
-                 for i, p in enumerate(ports)]
-        for n in nodes:
-            await n.start()
+        nodes = await group(tmp_path, settings, QuietNode)
         try:
             await commit(nodes, c.CreateQueue("q"))
             await until(lambda: all(n.replica.core.quiesced for n in nodes))  # type: ignore[union-attr]
