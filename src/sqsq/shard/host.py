@@ -112,6 +112,7 @@ class PeerNetwork:
         self._clock: asyncio.TimerHandle | None = None
         self.sweeps = SweepScheduler(TICK_S * SWEEP_EVERY_TICKS, own_timer=False)
         self._ticks = 0
+        self._ticked_at = 0.0  # the loop's time at the last tick
         self.quiet = False  # the clock runs at QUIET_TICK_S: every replica here is quiet
         # whom the node's heartbeat goes to, and how long a node may stay silent; worked
         # out again when Raft messages arrived (a membership changes only through them),
@@ -124,6 +125,7 @@ class PeerNetwork:
 
     async def start(self) -> int:
         port = await self.transport.start()
+        self._ticked_at = asyncio.get_running_loop().time()
         self._clock = asyncio.get_running_loop().call_later(TICK_S, self._tick)
         return port
 
@@ -158,8 +160,13 @@ class PeerNetwork:
         per tick): every replica's Raft tick, the node's heartbeat to every node it shares
         a group with (a quiet group's liveness), and every engine's sweep check."""
         quiet = False
+        now = asyncio.get_running_loop().time()
+        # the sweep and ping schedule counts the ticks' time, not their number: a tick after
+        # a quiet one (hurried or not) comes more than one TICK_S after it
+        elapsed = max(1, round((now - self._ticked_at) / TICK_S))
+        self._ticked_at = now
         try:
-            quiet = self._tick_all(PING_EVERY_TICKS if self.quiet else 1)
+            quiet = self._tick_all(elapsed)
         finally:
             if self._clock is not None:
                 self.quiet = quiet
