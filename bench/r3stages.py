@@ -182,10 +182,11 @@ def _serve(argv: list[str], out: Path) -> None:
     from sqsq.shard import host
     tick = host.PeerNetwork._tick_all
 
-    def timed_tick(self: Any) -> None:
+    def timed_tick(self: Any, *a: Any) -> Any:
         started = pc()
-        tick(self)
+        quiet = tick(self, *a)
         note(("pause tick", started, pc() - started))
+        return quiet
     host.PeerNetwork._tick_all = timed_tick  # type: ignore[method-assign]
 
     run_recording(argv, out, events)

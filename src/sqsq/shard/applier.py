@@ -156,8 +156,9 @@ class Applier:
             self._note_catch_up(self.core)
 
     def _prepare_ahead(self, entries: Sequence[Entry]) -> None:
-        """A leader's entry just sent and written, applied ahead to a transaction while its
-        followers write theirs (``ShardMachine.prepare``): once it is committed, the apply
+        """A leader's entry just sent, applied ahead to a transaction while its followers
+        write theirs, before its own write where it can (``ReadyLoop._handle``; else after
+        it) (``ShardMachine.prepare``): once it is committed, the apply
         its callers wait for is a write of what that gave. On a lone send the commands' run
         was a tenth of the call, after the commit. Only the entry right after the applied
         one, while the applier is idle and the store holds every committed entry before
@@ -171,9 +172,9 @@ class Applier:
             if e.index != index:
                 continue
             if e.kind is not EntryKind.NORMAL or not e.data or e.index not in self._proposals \
-                    or len(e.data) > INLINE_APPLY_BYTES or self._to_apply or self._paused \
-                    or self._apply_due or (self._applier is not None and
-                                           not self._applier.done()):
+                    or e.index in self._prepared or len(e.data) > INLINE_APPLY_BYTES \
+                    or self._to_apply or self._paused or self._apply_due or (
+                        self._applier is not None and not self._applier.done()):
                 return
             pre = machine.prepare(e.index, e.data)
             if pre is not None:

@@ -140,7 +140,7 @@ class ReadyLoop(Applier, Snapshotting):
                 if self.fatal is not None:
                     return  # the apply failed (``_die``)
                 if rd.entries and self._proposals and core.is_leader():
-                    self._prepare_ahead(rd.entries)
+                    self._prepare_ahead(rd.entries)  # unless done before the write
                 if len(self._to_apply) > MAX_APPLY_BACKLOG:
                     await self._applied_all()  # the disk outruns the state machine
                 if rd.read_states or self._reads.out or self._reads.waiting:
@@ -207,9 +207,15 @@ class ReadyLoop(Applier, Snapshotting):
         # commit only along with a new term or vote): no worker thread, no sync.
         if rd.entries or changes_vote:
             self.persists += 1
+            if rest is not rd.messages:  # a leader's appends went out early
+                if (inline or self._proposals) and self.transport is not None:
+                    self.transport.flush_now()  # they leave before the loop blocks or works
+                if self._proposals:
+                    # Its entry's apply worked out now, beside the followers' writes and
+                    # before its own: after its own write, an answer that came meanwhile
+                    # waited for it (a lone send: 0.2 ms on the commit's path here).
+                    self._prepare_ahead(rd.entries)
             if inline:
-                if rest is not rd.messages and self.transport is not None:
-                    self.transport.flush_now()  # the appends leave before the loop blocks
                 took = self._persist(rd.entries, hs)
             else:
                 took = await self.writes.run(functools.partial(self._persist, rd.entries, hs))

@@ -266,6 +266,8 @@ class SimReplica:
         rd = self.core.ready()
         self.busy = True
         early = self._send_early(rd)
+        if early and self.proposals:
+            self._prepare_ahead(rd.entries)  # before its own write, as the host does
         self.world.after(self.world.rng.randint(*self.world.scenario.disk_ms), self._done,
                          (self.incarnation, rd, early))
 
@@ -291,15 +293,17 @@ class SimReplica:
             return
         self.core.advance(rd)
         if rd.entries and self.proposals and self.core.is_leader():
-            self._prepare_ahead(rd.entries)
+            self._prepare_ahead(rd.entries)  # unless done before the write
         self._after(rd)
         self.process()
 
     def _prepare_ahead(self, entries: Sequence[RaftEntry]) -> None:
         """As the node's host does (``Applier._prepare_ahead``): a leader's own entry right
-        after the applied one, its apply worked out while the followers write theirs."""
+        after the applied one, its apply worked out while the followers (and, when it has
+        sent its appends early, its own disk) write theirs."""
         for e in entries:
-            if e.index == self.machine.applied + 1 and e.index in self.proposals:
+            if e.index == self.machine.applied + 1 and e.index in self.proposals \
+                    and e.index not in self.prepared:
                 try:
                     prepared = self.machine.prepare(e)
                 except Exception:  # noqa: BLE001 - the apply at commit meets it again
