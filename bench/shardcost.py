@@ -13,9 +13,10 @@ up before the idle window, so that it measures shards that have gone quiet rathe
 first elections and sweeps. It prints CPU seconds per wall second for each role (gateway,
 nodes, etcd, the load's client processes, everything on the machine) and, under load, CPU
 milliseconds, Raft log entries (all shards together) and SQS calls the nodes answered per
-1,000 messages sent, and the commands per entry of the shard leaders' group commit (from the
-nodes' /metrics). On 2 cores the machine is the limit, so what the extra shards cost shows
-up as CPU per message.
+1,000 messages sent, the commands per entry of the shard leaders' group commit (from the
+nodes' /metrics), and the nodes' read and write system calls per 1,000 messages (their peer
+frames and client replies, from ``/proc/<pid>/io``). On 2 cores the machine is the limit,
+so what the extra shards cost shows up as CPU per message.
 """
 
 from __future__ import annotations
@@ -46,6 +47,21 @@ def _cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _syscalls(pids: list[int]) -> Counter[str]:
+    """Read and write system calls (``/proc/<pid>/io``: syscr, syscw) of these processes,
+    summed: a node's socket reads and writes, its log's pwrites and fdatasyncs are not
+    counted by syscw, but its peer frames and replies are (on loopback most of a send's
+    cost)."""
+    out: Counter[str] = Counter()
+    for pid in pids:
+        with open(f"/proc/{pid}/io") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("syscr", "syscw"):
+                    out[key] += int(value)
+    return out
 
 
 def _applied_indexes(endpoint: str) -> dict[int, int]:
@@ -128,8 +144,11 @@ def measure(shards: int, duration_s: float, settle_s: float = 0.0,
             w = select(catalogue(), workload)[0]
             index_before = _applied_indexes(cluster.gateway.endpoint)
             counts_before = _node_counts(cluster)
+            calls_before = _syscalls(roles["nodes"])
             busy, busy_wall, result = _window(
                 roles, lambda: run_workload(spec, w, duration_s=duration_s))
+            calls = _syscalls(roles["nodes"])
+            calls.subtract(calls_before)
             counts = _node_counts(cluster)
             counts.subtract(counts_before)
             index_after = _applied_indexes(cluster.gateway.endpoint)
@@ -141,6 +160,8 @@ def measure(shards: int, duration_s: float, settle_s: float = 0.0,
         "raft_entries_per_1000_msgs": round(1000 * entries / max(msgs, 1), 1),
         "calls_per_1000_msgs": round(1000 * counts["calls"] / max(msgs, 1), 1),
         "commands_per_entry": round(counts["commands"] / max(counts["entries proposed"], 1), 2),
+        "node_reads_per_1000_msgs": round(1000 * calls["syscr"] / max(msgs, 1), 1),
+        "node_writes_per_1000_msgs": round(1000 * calls["syscw"] / max(msgs, 1), 1),
         "shards": shards,
         "idle_cpu_per_s": {k: round(v / idle_wall, 3) for k, v in idle.items()},
         "load_cpu_per_s": {k: round(v / busy_wall, 3) for k, v in busy.items()},
@@ -179,6 +200,10 @@ def main() -> None:
               f"{row['raft_entries_per_1000_msgs']:>9}")
         print(f"{row['shards']:>6}  {'SQS calls/1000 msgs':<24}{row['calls_per_1000_msgs']:>9}")
         print(f"{row['shards']:>6}  {'commands per entry':<24}{row['commands_per_entry']:>9}")
+        print(f"{row['shards']:>6}  {'node reads/1000 msgs':<24}"
+              f"{row['node_reads_per_1000_msgs']:>9}")
+        print(f"{row['shards']:>6}  {'node writes/1000 msgs':<24}"
+              f"{row['node_writes_per_1000_msgs']:>9}")
 
 
 if __name__ == "__main__":
