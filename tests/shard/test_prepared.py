@@ -142,3 +142,29 @@ def test_a_leader_answers_from_what_it_prepared_and_its_followers_end_identical(
         assert dumps[0] == dumps[1] == dumps[2]
 
     run(scenario, tmp_path, ReplicaOptions(bootstrap=True, memory=True))
+
+
+def test_a_leader_prepares_its_entry_before_it_writes_its_own_copy(tmp_path: Path) -> None:
+    """The apply is worked out beside the followers' writes and before the leader's own:
+    after it, the first follower's answer, which comes while the leader writes, waited for
+    the prepare too."""
+    async def scenario(group: Group) -> None:
+        lead = await group.settled_leader()
+        api = ShardService(lead, Endpoint())
+        await api.create_queue("jobs")
+        replica = lead.replica
+        storage = replica.storage
+        persist = storage.persist
+        seen: list[bool] = []  # per write of an entry this leader proposed: prepared by then
+
+        def watched(entries: list[LogEntry], hs: object) -> None:
+            mine = [e.index for e in entries if e.index in replica._proposals]
+            if mine:
+                seen.append(all(i in replica._prepared for i in mine))
+            persist(entries, hs)
+        storage.persist = watched
+        for n in range(30):  # one call at a time: each entry alone, as a lone sender's
+            await api.send_message_batch("jobs", [c.SendEntry("0", f"m{n}")])
+        assert len(seen) >= 25 and seen.count(True) >= 25, seen
+
+    run(scenario, tmp_path, ReplicaOptions(bootstrap=True, memory=True))
