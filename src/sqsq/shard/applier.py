@@ -156,10 +156,10 @@ class Applier:
             self._note_catch_up(self.core)
 
     def _prepare_ahead(self, entries: Sequence[Entry]) -> None:
-        """A leader's entry just sent, applied ahead to a transaction while its followers
-        write theirs, before its own write where it can (``ReadyLoop._handle``; else after
-        it) (``ShardMachine.prepare``): once it is committed, the apply
-        its callers wait for is a write of what that gave. On a lone send the commands' run
+        """A leader's entry just sent, applied ahead to a transaction (``ShardMachine.prepare``)
+        while its followers write theirs: before the leader's own write where it can
+        (``ReadyLoop._handle``), else after it. Once it is committed, the apply its callers
+        wait for is a write of what that gave. On a lone send the commands' run
         was a tenth of the call, after the commit. Only the entry right after the applied
         one, while the applier is idle and the store holds every committed entry before
         it; only a small one (the event loop runs it); only one of this replica's
