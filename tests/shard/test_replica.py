@@ -61,12 +61,11 @@ async def until(done: Callable[[], bool]) -> None:
             await asyncio.sleep(0.01)
 
 
-async def group(tmp_path: Path, settings: HostSettings, kind: type[Node] | None = None
+async def group(tmp_path: Path, settings: HostSettings, kind: type[Node] = Node
                 ) -> list[Node]:
     """Three started nodes (``Node`` by default) of one group."""
     ports = [free_port() for _ in range(3)]
     members = [f"127.0.0.1:{p + SHARD}" for p in ports]
-    kind = kind or Node
     nodes = [kind(tmp_path / f"n{i}", p, members, settings) for i, p in enumerate(ports)]
     for n in nodes:
         await n.start()
