@@ -68,7 +68,9 @@ def test_message_move_task_back_to_source(client: Client, make_queue, depth) -> 
     sent = {client.send_message(src, f"m{i}").message_id for i in range(3)}
     while depth(client, dlq)[0] < 3:  # each message's second receive dead-letters it
         client.receive_message(src, 10, visibility_timeout=0, wait_time_seconds=0)
-    handle = client.start_message_move_task(dlq_arn, max_number_of_messages_per_second=100)
+    # At one message a second the 3-message task runs for 3 s: the second start comes inside
+    # it even on a slow machine (at 100 a second it could finish first, 30 ms later).
+    handle = client.start_message_move_task(dlq_arn, max_number_of_messages_per_second=1)
     with pytest.raises(QueueError) as e:  # one running task per source queue
         client.start_message_move_task(dlq_arn)
     assert e.value.code == "InvalidParameterValue"
@@ -77,7 +79,7 @@ def test_message_move_task_back_to_source(client: Client, make_queue, depth) -> 
         assert task["TaskHandle"] == handle and time.monotonic() < deadline
         time.sleep(0.1)  # polling a background task, not standing in for a clock
     assert task == {"Status": "COMPLETED", "SourceArn": dlq_arn,
-                    "MaxNumberOfMessagesPerSecond": 100,
+                    "MaxNumberOfMessagesPerSecond": 1,
                     "ApproximateNumberOfMessagesMoved": 3,
                     "ApproximateNumberOfMessagesToMove": 3,
                     "StartedTimestamp": task["StartedTimestamp"]}
