@@ -292,3 +292,67 @@ def test_a_run_killed_with_sigkill_is_swept_later() -> None:
     assert not [ns for ns in namespaces() if ns.startswith(tag)]
     assert not [t for t in dict(fences()) if t.startswith(tag)]
     assert not pid_alive(sleeper)
+
+
+def _scripted_ip(monkeypatch: pytest.MonkeyPatch, listed: str) -> list[list[str]]:
+    """``ip``/``iptables`` as a sweep racing another process sees them: the delete fails
+    with "No such file", the listing then shows ``listed``. Nothing runs for real."""
+    from chaos import netns
+
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], timeout: float = 30.0) -> str:
+        calls.append(list(argv))
+        if argv[:3] == ["ip", "netns", "del"] or argv[:3] == ["iptables", "-w", "-D"]:
+            raise NetError(f"{' '.join(argv)} failed (1): No such file or directory")
+        if argv[:3] == ["ip", "netns", "list"]:
+            return listed
+        if argv[:3] == ["iptables", "-w", "-S"]:
+            return ""
+        raise AssertionError(f"unexpected command {argv}")
+
+    monkeypatch.setattr(netns, "_run", run)
+    monkeypatch.setattr(netns, "ns_pids", lambda ns: [])
+    return calls
+
+
+def test_a_namespace_another_sweep_deleted_first_is_not_a_failure(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaos import netns
+
+    gone = f"{PREFIX}-1-ab-x"
+    calls = _scripted_ip(monkeypatch, listed="")
+    netns.delete_namespace(gone)  # deleted meanwhile by someone else: done
+    assert ["ip", "netns", "del", gone] in calls
+
+
+def test_a_namespace_still_there_after_a_failed_delete_is_a_failure(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaos import netns
+
+    stuck = f"{PREFIX}-1-ab-x"
+    _scripted_ip(monkeypatch, listed=f"{stuck} (id: 3)\n")
+    with pytest.raises(NetError, match="No such file"):
+        netns.delete_namespace(stuck)
+
+
+def test_a_fence_another_sweep_lifted_first_is_not_a_failure(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaos import netns
+
+    tag = f"{PREFIX}-999999999-ab"  # a pid no process has: its run is over
+    rule = (f"-A OUTPUT -d 10.213.0.0/24 -m comment --comment {tag} "
+            "-j REJECT --reject-with icmp-net-unreachable\n")
+    calls = _scripted_ip(monkeypatch, listed="")
+    listings = iter([rule, ""])  # listed by this sweep, then lifted by the other
+    scripted = netns._run
+
+    def run(argv: list[str], timeout: float = 30.0) -> str:
+        if argv[:3] == ["iptables", "-w", "-S"]:
+            calls.append(list(argv))
+            return next(listings, "")
+        return scripted(argv, timeout)
+
+    monkeypatch.setattr(netns, "_run", run)
+    assert sweep_leftovers() == []
+    assert any(c[:3] == ["iptables", "-w", "-D"] for c in calls)
