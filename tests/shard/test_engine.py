@@ -93,6 +93,47 @@ def test_the_applied_index_is_the_raft_index_and_reads_see_acknowledged_writes(
     asyncio.run(asyncio.wait_for(scenario(), 60))
 
 
+def test_a_quiet_one_member_group_stops_its_clock_until_the_next_command(
+        tmp_path: Path) -> None:
+    """``sqsq server``'s group has one member: once it is quiet its ticks would do nothing,
+    so its clock waits for the next command (an idle server woke 20 times a second for
+    them), and counts again from it."""
+    async def scenario() -> None:
+        engine = await _engine(tmp_path)
+        replica, core = engine.replica, engine.replica.core
+        assert core is not None
+        ticks = [0]
+        tick = replica.tick
+
+        def counted() -> None:
+            ticks[0] += 1
+            tick()
+
+        replica.tick = counted  # type: ignore[method-assign]
+
+        async def clock_stopped() -> asyncio.Event:
+            while (stopped := replica._clock_stopped) is None:
+                await asyncio.sleep(0.01)  # the group goes quiet after 2 s with nothing to do
+            return stopped
+
+        stopped = await clock_stopped()
+        assert core.quiesced and not stopped.is_set()
+        await engine.execute(c.CreateQueue("q"))  # a command wakes the group and its clock
+        assert stopped.is_set() and not core.quiesced
+        before = ticks[0]
+        while ticks[0] < before + 2:
+            await asyncio.sleep(0.01)  # it ticks again
+        assert isinstance(await engine.execute(c.SendMessages(
+            "q", (c.SendEntry("0", "hi"),))), c.BatchResult)
+        again = await clock_stopped()  # and stops once quiet again
+        assert again is not stopped and core.quiesced
+        got = await engine.execute(c.ReceiveMessages("q", 10))
+        assert isinstance(got, c.Received) and [m.body for m in got.messages] == ["hi"]
+        await engine.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
 def test_commands_arriving_while_an_entry_is_in_flight_share_the_next_entry(
         tmp_path: Path) -> None:
     """Under a moderate load (each shard's share of a cluster's clients) a command that finds

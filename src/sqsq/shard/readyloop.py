@@ -57,10 +57,26 @@ class ReadyLoop(Applier, Snapshotting):
 
     # ---- the Ready loop ------------------------------------------------------------------
 
+    # Set while this replica's own clock waits for the Ready loop's next turn.
+    _clock_stopped: asyncio.Event | None = None
+
     async def _ticker(self) -> None:
+        """The replica's own Raft clock (a replica no node clock ticks: ``sqsq server``'s).
+        A one-member group gone quiet has nothing to time, no one to heartbeat and no leader
+        to watch, and its ticks do nothing: the clock stops until the Ready loop turns again
+        (every proposal, read and change turns it), so an idle server does not wake 20 times
+        a second for nothing."""
         while True:
             await asyncio.sleep(self.settings.tick_s)
             self.tick()
+            if self._alone_and_quiet():
+                self._clock_stopped = stopped = asyncio.Event()
+                await stopped.wait()
+
+    def _alone_and_quiet(self) -> bool:
+        core = self.core
+        return (core is not None and core.quiesced and core.is_leader()
+                and not self._reads.out and core.log.conf().members() <= {self.id})
 
     def tick(self) -> None:
         """One tick of the Raft clock. A quiet group does nothing, unless this replica
@@ -117,6 +133,9 @@ class ReadyLoop(Applier, Snapshotting):
         while not self._stopped:
             await self._kick.wait()
             self._kick.clear()
+            if self._clock_stopped is not None:
+                self._clock_stopped.set()  # the clock counts again (``_ticker``)
+                self._clock_stopped = None
             if self.on_active is not None:
                 self.on_active()  # the host's clock, if it slowed down, keeps Raft's pace
             self._note_role(core)
