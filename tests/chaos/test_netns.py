@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -294,12 +294,16 @@ def test_a_run_killed_with_sigkill_is_swept_later() -> None:
     assert not pid_alive(sleeper)
 
 
-def _scripted_ip(monkeypatch: pytest.MonkeyPatch, listed: str) -> list[list[str]]:
-    """``ip``/``iptables`` as a sweep racing another process sees them: the delete fails
-    with "No such file", the listing then shows ``listed``. Nothing runs for real."""
+def _scripted_ip(monkeypatch: pytest.MonkeyPatch, listed: str,
+                 rules: Sequence[str] = ()) -> list[list[str]]:
+    """``ip``/``iptables`` as a sweep racing another process sees them: a delete fails with
+    "No such file", the namespaces then listed are ``listed``, and the host's OUTPUT rules
+    are ``rules``, one listing after the other (none once they run out). Nothing runs for
+    real."""
     from chaos import netns
 
     calls: list[list[str]] = []
+    listings = iter(rules)
 
     def run(argv: list[str], timeout: float = 30.0) -> str:
         calls.append(list(argv))
@@ -308,7 +312,7 @@ def _scripted_ip(monkeypatch: pytest.MonkeyPatch, listed: str) -> list[list[str]
         if argv[:3] == ["ip", "netns", "list"]:
             return listed
         if argv[:3] == ["iptables", "-w", "-S"]:
-            return ""
+            return next(listings, "")
         raise AssertionError(f"unexpected command {argv}")
 
     monkeypatch.setattr(netns, "_run", run)
@@ -338,21 +342,10 @@ def test_a_namespace_still_there_after_a_failed_delete_is_a_failure(
 
 def test_a_fence_another_sweep_lifted_first_is_not_a_failure(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from chaos import netns
-
     tag = f"{PREFIX}-999999999-ab"  # a pid no process has: its run is over
     rule = (f"-A OUTPUT -d 10.213.0.0/24 -m comment --comment {tag} "
             "-j REJECT --reject-with icmp-net-unreachable\n")
-    calls = _scripted_ip(monkeypatch, listed="")
-    listings = iter([rule, ""])  # listed by this sweep, then lifted by the other
-    scripted = netns._run
-
-    def run(argv: list[str], timeout: float = 30.0) -> str:
-        if argv[:3] == ["iptables", "-w", "-S"]:
-            calls.append(list(argv))
-            return next(listings, "")
-        return scripted(argv, timeout)
-
-    monkeypatch.setattr(netns, "_run", run)
+    # listed by this sweep, then lifted by the other
+    calls = _scripted_ip(monkeypatch, listed="", rules=[rule, ""])
     assert sweep_leftovers() == []
     assert any(c[:3] == ["iptables", "-w", "-D"] for c in calls)
