@@ -72,10 +72,13 @@ class Applier:
             if not self.is_leader():
                 loop = asyncio.get_running_loop()
                 if self._apply_timer is None:  # the first of a batch: it waits
-                    self._linger_from = loop.time()
+                    self._linger_from, self._linger_bytes = loop.time(), 0
                     self._apply_timer = loop.call_later(FOLLOWER_APPLY_LINGER_S,
                                                         self._apply_soon)
-                elif loop.time() - self._linger_from >= FOLLOWER_APPLY_LINGER_S:
+                self._linger_bytes += sum(len(e.data) for e in committed)
+                # (and before the lot outgrows what the event loop applies itself)
+                if loop.time() - self._linger_from >= FOLLOWER_APPLY_LINGER_S or \
+                        self._linger_bytes > INLINE_APPLY_BYTES // 2:
                     self._apply_due = True
                     loop.call_soon(self._apply_soon)
                 return

@@ -104,7 +104,8 @@ class RaftReplica(ReadyLoop):
         self._prepared: dict[int, Prepared] = {}  # a leader's entries applied ahead, by index
         self._apply_due = False  # a follower's ``_apply_soon`` is scheduled
         self._apply_timer: asyncio.TimerHandle | None = None  # a follower's apply waits
-        self._linger_from = 0.0  # since then (``FOLLOWER_APPLY_LINGER_S``)
+        self._linger_from = 0.0  # since then (``FOLLOWER_APPLY_LINGER_S``), with
+        self._linger_bytes = 0  # this much entry data
         self._node_of: dict[str, tuple[str, tuple[str, int]]] = {}  # member -> node_of()
         self._applied = 0  # what the state machine applied (the core's ``applied`` is ahead)
         self._term_vote: tuple[int, str | None] = (0, None)  # as last persisted
