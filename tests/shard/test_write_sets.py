@@ -77,7 +77,7 @@ def test_followers_write_the_leaders_write_sets_and_end_identical(
 async def sent_one_by_one(api: ShardService, lead: ShardEngine, waiting: list[ShardEngine],
                           count: int) -> int:
     """``count`` sends, each its own entry, with the followers' applies held back (their
-    linger made an hour): the last entry's index, once ``waiting`` know it is committed and
+    wait made an hour): the last entry's index, once ``waiting`` know it is committed and
     hold every write set, none of it applied."""
     applied = [e.machine.applied_index for e in waiting]
     for i in range(count):
@@ -101,6 +101,7 @@ def test_a_follower_writes_the_write_sets_that_waited_in_one_store_write(
         lead = await group.settled_leader()
         follower = next(e for e in group.engines if e is not lead)
         monkeypatch.setattr(applier, "FOLLOWER_APPLY_LINGER_S", 3600.0)
+        monkeypatch.setattr(applier, "FOLLOWER_APPLY_LATEST_S", 3600.0)
         store, writes = follower.machine.store, []
         write = store.write
 
@@ -119,6 +120,23 @@ def test_a_follower_writes_the_write_sets_that_waited_in_one_store_write(
     run(scenario, tmp_path, ReplicaOptions(bootstrap=True, memory=False))
 
 
+def test_a_follower_applies_what_waits_though_no_commit_comes_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def scenario(group: Group) -> None:
+        lead = await group.settled_leader()
+        api = ShardService(lead, Endpoint())
+        await api.create_queue("jobs", {})
+        lead = await group.settled_leader()
+        monkeypatch.setattr(applier, "FOLLOWER_APPLY_LINGER_S", 3600.0)  # the timer's alone
+        for i in range(3):
+            await api.send_message_batch("jobs", [c.SendEntry("0", f"m{i}")])
+        last = lead.replica.raftCommitIndex
+        await until(lambda: all(e.machine.applied_index == last for e in group.engines))
+        assert all(dump(e) == dump(lead) for e in group.engines)
+
+    run(scenario, tmp_path)
+
+
 def test_a_follower_that_comes_to_lead_applies_what_waited_at_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Its callers wait for its apply, where nobody waited for a follower's."""
@@ -129,6 +147,7 @@ def test_a_follower_that_comes_to_lead_applies_what_waited_at_once(
         lead = await group.settled_leader()
         others = [e for e in group.engines if e is not lead]
         monkeypatch.setattr(applier, "FOLLOWER_APPLY_LINGER_S", 3600.0)
+        monkeypatch.setattr(applier, "FOLLOWER_APPLY_LATEST_S", 3600.0)
         await sent_one_by_one(api, lead, others, 5)
         group.cut.add(lead.replica.id)
         await until(lambda: group.leader(others) is not None)

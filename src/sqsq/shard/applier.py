@@ -39,13 +39,16 @@ MAX_APPLY_BACKLOG = 1024
 # applying the commands (and making the write sets) was measured with 4 KiB against 64 KiB
 # here: 64 KiB gave sqsq-r3 steady-10x100B 123 against 141-162 us of CPU per message.
 INLINE_APPLY_BYTES = 64 << 10
-# A follower applies what it learns is committed once the first of it has waited this long
-# (on the Ready that brings a commit, after its answers; or on a timer if none comes), in
-# one store write for the write sets of the lot: nothing waits for a follower's apply (its
-# state is read when it leads or takes a snapshot, and both apply what waits first), while
-# a store write costs a replica 50-80 us of CPU in the server, its caches cold (15 us in a
-# tight loop), and as much again around it, once per entry.
+# A follower applies what it learns is committed once the first of it has waited this long,
+# on the Ready that brings a commit (after its answers), in one store write for the write
+# sets of the lot: nothing waits for a follower's apply (its state is read when it leads or
+# takes a snapshot, and both apply what waits first), while a store write costs a replica
+# 50-80 us of CPU in the server, its caches cold (15 us in a tight loop), and as much again
+# around it, once per entry. If no commit comes, a timer applies it at the latest after the
+# second figure: a timer of its own would wake the process once a batch (a shard's commits
+# come further apart when a node holds several).
 FOLLOWER_APPLY_LINGER_S = 0.01
+FOLLOWER_APPLY_LATEST_S = 0.05
 
 
 class Applier:
@@ -73,7 +76,7 @@ class Applier:
                 loop = asyncio.get_running_loop()
                 if self._apply_timer is None:  # the first of a batch: it waits
                     self._linger_from, self._linger_bytes = loop.time(), 0
-                    self._apply_timer = loop.call_later(FOLLOWER_APPLY_LINGER_S,
+                    self._apply_timer = loop.call_later(FOLLOWER_APPLY_LATEST_S,
                                                         self._apply_soon)
                 self._linger_bytes += sum(len(e.data) for e in committed)
                 # (and before the lot outgrows what the event loop applies itself)
