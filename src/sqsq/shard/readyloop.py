@@ -176,9 +176,11 @@ class ReadyLoop(Applier, Snapshotting):
         brought the commit (a leader's quorum of answers), rather than in the Ready loop's
         task a turn later: it has nothing to persist or send, so what it commits goes
         straight to the applier (a small batch of a leader's applied and answered at once).
-        Only while the Ready loop holds no Ready and the applier has nothing waiting; False
-        if it did not (the Ready loop takes it)."""
-        if self._stopped or self._to_apply or self._apply_due or not core.commit_only() or (
+        Only while the Ready loop holds no Ready and the applier has nothing waiting (but a
+        follower's apply that waits for company); False if it did not (the Ready loop takes
+        it)."""
+        if self._stopped or (self._to_apply and self._apply_timer is None) or \
+                self._apply_due or not core.commit_only() or (
                 self._applier is not None and not self._applier.done()):
             return False
         rd = core.ready()
