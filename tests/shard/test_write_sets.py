@@ -16,7 +16,7 @@ from sqsq.core import commands as c
 from sqsq.core import records
 from sqsq.core.entry import Entry, encode_entry
 from sqsq.core.state import ShardConfig
-from sqsq.shard import applier, writesets
+from sqsq.shard import applier, readyloop, writesets
 from sqsq.shard.engine import ShardEngine
 from sqsq.shard.host import ReplicaOptions
 from sqsq.shard.service import ShardService
@@ -74,11 +74,19 @@ def test_followers_write_the_leaders_write_sets_and_end_identical(
     run(scenario, tmp_path, ReplicaOptions(bootstrap=True, memory=memory))
 
 
+def hold_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower's apply waits an hour for company. Its writes stay on the event loop: on
+    a slow disk's path (a worker thread writes), what is durable is applied at once."""
+    monkeypatch.setattr(applier, "FOLLOWER_APPLY_LINGER_S", 3600.0)
+    monkeypatch.setattr(applier, "FOLLOWER_APPLY_LATEST_S", 3600.0)
+    monkeypatch.setattr(readyloop, "INLINE_WRITE_S", 3600.0)
+
+
 async def sent_one_by_one(api: ShardService, lead: ShardEngine, waiting: list[ShardEngine],
                           count: int) -> int:
     """``count`` sends, each its own entry, with the followers' applies held back (their
-    wait made an hour): the last entry's index, once ``waiting`` know it is committed and
-    hold every write set, none of it applied."""
+    wait made an hour, ``hold_back``): the last entry's index, once ``waiting`` know it is
+    committed and hold every write set, none of it applied."""
     applied = [e.machine.applied_index for e in waiting]
     for i in range(count):
         await api.send_message_batch("jobs", [c.SendEntry("0", f"m{i}")])
@@ -100,8 +108,7 @@ def test_a_follower_writes_the_write_sets_that_waited_in_one_store_write(
         await api.create_queue("jobs", {})
         lead = await group.settled_leader()
         follower = next(e for e in group.engines if e is not lead)
-        monkeypatch.setattr(applier, "FOLLOWER_APPLY_LINGER_S", 3600.0)
-        monkeypatch.setattr(applier, "FOLLOWER_APPLY_LATEST_S", 3600.0)
+        hold_back(monkeypatch)
         store, writes = follower.machine.store, []
         write = store.write
 
@@ -128,6 +135,7 @@ def test_a_follower_applies_what_waits_though_no_commit_comes_after_it(
         await api.create_queue("jobs", {})
         lead = await group.settled_leader()
         monkeypatch.setattr(applier, "FOLLOWER_APPLY_LINGER_S", 3600.0)  # the timer's alone
+        monkeypatch.setattr(readyloop, "INLINE_WRITE_S", 3600.0)  # (see ``hold_back``)
         for i in range(3):
             await api.send_message_batch("jobs", [c.SendEntry("0", f"m{i}")])
         last = lead.replica.raftCommitIndex
@@ -146,8 +154,7 @@ def test_a_follower_that_comes_to_lead_applies_what_waited_at_once(
         await api.create_queue("jobs", {})
         lead = await group.settled_leader()
         others = [e for e in group.engines if e is not lead]
-        monkeypatch.setattr(applier, "FOLLOWER_APPLY_LINGER_S", 3600.0)
-        monkeypatch.setattr(applier, "FOLLOWER_APPLY_LATEST_S", 3600.0)
+        hold_back(monkeypatch)
         await sent_one_by_one(api, lead, others, 5)
         group.cut.add(lead.replica.id)
         await until(lambda: group.leader(others) is not None)

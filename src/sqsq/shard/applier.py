@@ -112,6 +112,15 @@ class Applier:
             return
         self._apply_here(share, None)
 
+    def _take_all(self) -> list[Entry]:
+        """Everything handed over, taken to be applied: a follower's wait for company, if
+        any, is over (it leads now, or the slow disk's path applies what is durable)."""
+        batch, self._to_apply = self._to_apply, []
+        if self._apply_timer is not None:
+            self._apply_timer.cancel()
+            self._apply_timer = None
+        return batch
+
     def _inline(self, batch: Sequence[Entry]) -> bool:
         """Whether to apply ``batch`` on the event loop rather than in a worker thread."""
         return sum(len(e.data) for e in batch) <= INLINE_APPLY_BYTES
@@ -119,10 +128,7 @@ class Applier:
     def _apply_here(self, share: frozenset[tuple[str, tuple[str, int]]],
                     received: dict[int, bytes] | None) -> None:
         """Everything handed over, applied on the event loop now (a small batch)."""
-        batch, self._to_apply = self._to_apply, []
-        if self._apply_timer is not None:  # a follower's wait: it leads now, say
-            self._apply_timer.cancel()
-            self._apply_timer = None
+        batch = self._take_all()
         if received is None:
             received = {} if share else self._received_write_sets(batch)
         try:
@@ -141,7 +147,7 @@ class Applier:
             share = self._share_with()
             if not share:
                 await self._await_write_sets()
-            batch, self._to_apply = self._to_apply, []
+            batch = self._take_all()
             inline = self._inline(batch)
             received = {} if share else self._received_write_sets(batch)
             try:
