@@ -74,6 +74,15 @@ def test_followers_write_the_leaders_write_sets_and_end_identical(
     run(scenario, tmp_path, ReplicaOptions(bootstrap=True, memory=memory))
 
 
+async def queue_made(group: Group) -> tuple[ShardEngine, ShardService]:
+    """The leader, and its service, once queue ``jobs`` is made and every replica applied
+    it."""
+    api = ShardService(await group.settled_leader(), Endpoint())
+    await api.create_queue("jobs", {})
+    lead = await group.settled_leader()
+    return lead, ShardService(lead, Endpoint())
+
+
 def hold_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """A follower's apply waits an hour for company. Its writes stay on the event loop: on
     a slow disk's path (a worker thread writes), what is durable is applied at once."""
@@ -103,10 +112,7 @@ def test_a_follower_writes_the_write_sets_that_waited_in_one_store_write(
     """A store write costs a replica tens of microseconds however little it holds: the
     entries a follower applies together are written together, and leave the same store."""
     async def scenario(group: Group) -> None:
-        lead = await group.settled_leader()
-        api = ShardService(lead, Endpoint())
-        await api.create_queue("jobs", {})
-        lead = await group.settled_leader()
+        lead, api = await queue_made(group)
         follower = next(e for e in group.engines if e is not lead)
         hold_back(monkeypatch)
         store, writes = follower.machine.store, []
@@ -130,10 +136,7 @@ def test_a_follower_writes_the_write_sets_that_waited_in_one_store_write(
 def test_a_follower_applies_what_waits_though_no_commit_comes_after_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async def scenario(group: Group) -> None:
-        lead = await group.settled_leader()
-        api = ShardService(lead, Endpoint())
-        await api.create_queue("jobs", {})
-        lead = await group.settled_leader()
+        lead, api = await queue_made(group)
         monkeypatch.setattr(applier, "FOLLOWER_APPLY_LINGER_S", 3600.0)  # the timer's alone
         monkeypatch.setattr(readyloop, "INLINE_WRITE_S", 3600.0)  # (see ``hold_back``)
         for i in range(3):
@@ -149,10 +152,7 @@ def test_a_follower_that_comes_to_lead_applies_what_waited_at_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Its callers wait for its apply, where nobody waited for a follower's."""
     async def scenario(group: Group) -> None:
-        lead = await group.settled_leader()
-        api = ShardService(lead, Endpoint())
-        await api.create_queue("jobs", {})
-        lead = await group.settled_leader()
+        lead, api = await queue_made(group)
         others = [e for e in group.engines if e is not lead]
         hold_back(monkeypatch)
         await sent_one_by_one(api, lead, others, 5)
