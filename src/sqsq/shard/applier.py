@@ -97,9 +97,7 @@ class Applier:
         ``FOLLOWER_APPLY_LINGER_S``, so that one write takes several entries' write sets. A
         batch that must wait for a write set or go to a worker thread takes the task."""
         self._apply_due = False
-        if self._apply_timer is not None:
-            self._apply_timer.cancel()
-            self._apply_timer = None
+        self._end_wait()
         if not self._to_apply or self.fatal is not None or self._stopped or self._paused or (
                 self._applier is not None and not self._applier.done()):
             return
@@ -116,10 +114,14 @@ class Applier:
         """Everything handed over, taken to be applied: a follower's wait for company, if
         any, is over (it leads now, or the slow disk's path applies what is durable)."""
         batch, self._to_apply = self._to_apply, []
+        self._end_wait()
+        return batch
+
+    def _end_wait(self) -> None:
+        """A follower's wait for company (``FOLLOWER_APPLY_LINGER_S``) is over, if any."""
         if self._apply_timer is not None:
             self._apply_timer.cancel()
             self._apply_timer = None
-        return batch
 
     def _inline(self, batch: Sequence[Entry]) -> bool:
         """Whether to apply ``batch`` on the event loop rather than in a worker thread."""

@@ -150,8 +150,7 @@ class RaftReplica(ReadyLoop):
 
     async def stop(self) -> None:
         self._stopped = True
-        if self._apply_timer is not None:
-            self._apply_timer.cancel()
+        self._end_wait()
         tasks = [*self._tasks, *([self._applier] if self._applier is not None else [])]
         for t in tasks:
             t.cancel()
