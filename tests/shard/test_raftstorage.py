@@ -313,7 +313,7 @@ def test_the_core_over_real_storage_truncates_a_deposed_leaders_tail_and_restart
     assert final is not None
     final.propose(b"after")
     g.flush()
-    g.tick()  # the followers learn the last commit with the next heartbeat
+    g.tick(2)  # the followers learn the last commit with the round after the append's
     for node_id in ("a", "b", "c"):
         assert g.payloads(node_id) == [*expected, b"after"]
         g.nodes[node_id].storage.close()  # type: ignore[attr-defined]

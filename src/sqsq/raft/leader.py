@@ -97,9 +97,10 @@ class Leading:
             self._send_commit()
 
     def _send_commit(self) -> None:
-        """A commit index no append has carried yet goes to the followers on the tick after
-        it moved: under load the next append carries it (``_maybe_commit`` sends nothing of
-        its own), so a follower learns of a commit within a tick either way."""
+        """Between heartbeat rounds (``heartbeat_ticks`` above 1), a commit index no append
+        has carried yet goes to the followers on the tick after it moved: under load the
+        next append carries it (``_maybe_commit`` sends nothing of its own). A round's tick
+        leaves it to the round (``_broadcast_heartbeat``)."""
         commit = self.log.commit
         for peer, pr in self.progress.items():
             if peer != self.id and pr.commit_sent < commit:
@@ -221,23 +222,22 @@ class Leading:
     def _broadcast_heartbeat(self, context: bytes, busy: bool = False) -> None:
         """``busy``: the tick's round. A follower sent an append since the last round has
         heard from this leader (its election clock and the check-quorum count an append as
-        a heartbeat): it gets the commit it lacks in an append, or nothing. Its heartbeat's
-        answer would only have drawn an empty append (entries are in flight) and that
-        append's answer: four messages and two Readys a tick per follower of a busy group.
-        A follower the append cannot reach (a probe or a full window out) is heartbeated,
-        so that the answer unblocks it."""
+        a heartbeat): it gets nothing, not even the commit it lacks. That rides on the next
+        append, or on the next round's heartbeat when none comes (it is this one's only
+        once the follower was appended to no more). Its heartbeat's answer would only have
+        drawn an empty append (entries are in flight) and that append's answer, and a
+        commit-only append its answer: two or four messages and two Readys a round per
+        follower of a busy group, for a commit whose only use on a follower is its apply,
+        which waits for company anyway. A follower the append cannot reach (a probe or a
+        full window out) is heartbeated, so that the answer unblocks it."""
         commit = self.log.commit
         for peer, pr in self.progress.items():
             if peer == self.id:
                 continue
             if busy and pr.appended:
                 pr.appended = False
-                if pr.commit_sent >= commit:
+                if not pr.is_paused():
                     continue
-                queued = len(self.msgs)
-                self._send_append(peer)
-                if len(self.msgs) > queued:
-                    continue  # an append (or the snapshot) went
             pr.appended = False
             known = min(pr.match, commit)
             self.msgs.append(Message(MsgType.HEARTBEAT, peer, self.id, self.term,
@@ -283,8 +283,8 @@ class Leading:
         elif pr.state is _SNAPSHOT and pr.match >= pr.pending_snapshot:
             pr.become_probe()
             pr.become_replicate()
-        # A commit found here is not broadcast: it rides on the next append or heartbeat,
-        # or goes on the next tick (``_send_commit``). An immediate commit-only append to
+        # A commit found here is not broadcast: it rides on the next append or heartbeat
+        # (``_broadcast_heartbeat``, ``_send_commit``). An immediate commit-only append to
         # every follower (and its answers) cost as much as the entry's own round.
         self._maybe_commit()
         if was_paused:
