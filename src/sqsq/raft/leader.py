@@ -234,11 +234,9 @@ class Leading:
         for peer, pr in self.progress.items():
             if peer == self.id:
                 continue
-            if busy and pr.appended:
-                pr.appended = False
-                if not pr.is_paused():
-                    continue
-            pr.appended = False
+            appended, pr.appended = pr.appended, False
+            if busy and appended and not pr.is_paused():
+                continue
             known = min(pr.match, commit)
             self.msgs.append(Message(MsgType.HEARTBEAT, peer, self.id, self.term,
                                      commit=known, context=context))
