@@ -34,6 +34,9 @@ completed, failed otherwise.
 - unavailability: per phase, the longest interval with ops being attempted and none of them
   completing ``ok``. An empty long poll counts when it answers, so a healthy run with every
   client polling an empty queue shows about the driver's 1 s wait.
+- client gaps (reported): the same, for each client on its own. While one shard is without
+  a leader, clients served by the other keep the suite's measure low; a client whose calls
+  went to the lost leader waited this long.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ class Report:
     fifo_order_inversions: int = 0
     fifo_dedup_violations: int = 0
     max_unavailable_s: float = 0.0
+    client_gaps_s: dict[str, float] = field(default_factory=dict)  # client -> its longest
     drain_complete: bool | None = None
     details: list[str] = field(default_factory=list)
 
@@ -242,6 +246,7 @@ def check(events: list[dict[str, Any]]) -> Report:
     _check_deletes(h, r)
     _check_fifo(h, r)
     r.max_unavailable_s = longest_unavailability(h.ops)
+    r.client_gaps_s = client_gaps(h.ops)
     return r
 
 
@@ -422,6 +427,16 @@ def longest_unavailability(ops: Iterable[Op]) -> float:
         if start is not None:
             longest = max(longest, max(t for t, _, _ in points) - start)
     return longest
+
+
+def client_gaps(ops: Iterable[Op]) -> dict[str, float]:
+    """Each load client's ``longest_unavailability`` over its own ops (the drain left out):
+    the longest it went without an ok answer while it had calls out."""
+    by_client: dict[str, list[Op]] = defaultdict(list)
+    for o in ops:
+        if o.process != "drain":
+            by_client[o.process].append(o)
+    return {c: longest_unavailability(mine) for c, mine in sorted(by_client.items())}
 
 
 COLUMNS = ("scenario", "faults", "acked ops", "lost", "unexpected", "duplicated",

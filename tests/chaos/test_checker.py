@@ -305,6 +305,29 @@ def test_longest_unavailability() -> None:
     assert check(h.events).max_unavailable_s == pytest.approx(4.4)
 
 
+def test_client_gaps_are_each_clients_own() -> None:
+    """One client served all along keeps the suite's measure low; the other's wait shows in
+    its own gap. The drain is no client."""
+    h = Hist()
+    stuck = h.invoke(STD, "send", {"body": "a"}, process="c1")  # 0.1
+    for k in range(30):  # c0: each call answered in 0.1 s
+        h.call(STD, "send", {"body": f"b{k}"}, process="c0")
+    h.complete(stuck, "fail")  # 6.2: c1 had no answer for 6.1 s
+    h.call(STD, "send", {"body": "c"}, process="c1")  # ok at 6.4
+    d = h.invoke(STD, "receive", {}, process="drain", phase="drain")
+    h.complete(d, "ok", {"messages": []})
+    r = check(h.events)
+    assert r.max_unavailable_s == pytest.approx(0.3)  # c0's last answer to c1's
+    assert r.client_gaps_s == {"c0": pytest.approx(0.1), "c1": pytest.approx(6.3)}
+
+
+def test_a_runs_doc_lists_each_clients_longest_gap(tmp_path: Path) -> None:
+    from chaos.chaosrun import Outcome, write_doc
+    r = Report(client_gaps_s={"c0": 1.5, "c1": 0.25})
+    write_doc(tmp_path / "run.md", [Outcome("kill-leader", 3, r, 0, 60.0)], "the command")
+    assert "| kill-leader | 1.50 | 0.25 / 1.50 |" in (tmp_path / "run.md").read_text()
+
+
 def test_format_table() -> None:
     bad = Report(lost=2, acknowledged={"send": 5})
     text = format_table([("leader-kill", 3, Report()), ("partition", 1, bad)])
