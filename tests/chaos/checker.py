@@ -430,11 +430,12 @@ def longest_unavailability(ops: Iterable[Op]) -> float:
 
 
 def client_gaps(ops: Iterable[Op]) -> dict[str, float]:
-    """Each load client's ``longest_unavailability`` over its own ops (the drain left out):
-    the longest it went without an ok answer while it had calls out."""
+    """Each load client's ``longest_unavailability`` over its own ops (the driver's queue
+    setup and the drain left out): the longest it went without an ok answer while it had
+    calls out."""
     by_client: dict[str, list[Op]] = defaultdict(list)
     for o in ops:
-        if o.process != "drain":
+        if o.process not in ("setup", "drain"):
             by_client[o.process].append(o)
     return {c: longest_unavailability(mine) for c, mine in sorted(by_client.items())}
 
