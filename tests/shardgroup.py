@@ -48,9 +48,9 @@ class Group:
         replica = engine.replica
         step, heard = replica.step, replica.heard
 
-        def filtered(m: Message) -> None:
+        def filtered(m: Message, settle: bool = True) -> None:
             if m.frm not in self.cut and m.to not in self.cut:
-                step(m)
+                step(m, settle)
 
         def heard_unless_cut(node: str) -> float | None:
             # the node's own heartbeat does not cross the cut either

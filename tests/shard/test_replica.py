@@ -16,6 +16,7 @@ from serverproc import free_port
 from sqsq.core import commands as c
 from sqsq.core.entry import Entry, encode_entry
 from sqsq.core.state import ShardConfig
+from sqsq.raft import MsgType
 from sqsq.shard.host import TICK_S, Peer, PeerNetwork
 from sqsq.shard.peers import PeerTransport
 from sqsq.shard.replica import HostSettings, Proposal, RaftReplica, Replicas
@@ -106,6 +107,47 @@ def state(node: Node) -> object:
 def send(n: int) -> c.SendMessages:
     return c.SendMessages("q", (c.SendEntry("0", f"body-{n}"),), request_id=f"r{n}",
                           message_ids=(f"m-{n}",))
+
+
+def test_a_proposal_and_an_append_are_written_and_sent_in_the_call_that_brings_them(
+        tmp_path: Path) -> None:
+    """An idle leader writes its entry, after sending its appends, before ``propose``
+    returns, and a follower writes and answers an append in the callback that delivers it:
+    neither waits for its Ready loop's task to get a turn of the event loop."""
+    asyncio.run(at_once(tmp_path))
+
+
+async def at_once(tmp_path: Path) -> None:
+    nodes = await group(tmp_path, HostSettings(tick_s=0.02, durable=False))
+    try:
+        await commit(nodes, send(0))  # a leader, and the group caught up
+        lead = leader(nodes)
+        assert lead is not None
+        seen: list[tuple[int, int, int, int]] = []  # a follower's persists, frames: before, after
+        for node in nodes:
+            if node is not lead:
+                def watched(peer: str, batch: list, node: Node = node,
+                            deliver: Callable = node.transport.on_messages) -> None:
+                    r, t = node.replica, node.transport
+                    before = (r.persists, t.frames_sent)
+                    deliver(peer, batch)
+                    if any(m.type is MsgType.APPEND and m.entries for _, m in batch):
+                        seen.append((*before, r.persists, t.frames_sent))
+                node.transport.on_messages = watched  # type: ignore[method-assign]
+        persists, frames = lead.replica.persists, lead.transport.frames_sent
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
+        lead.replica.propose(encode_entry(Entry(1_000, (send(1),))),
+                             lambda status, out: done.done() or done.set_result(status))
+        assert lead.replica.persists == persists + 1  # its own copy written
+        assert lead.transport.frames_sent >= frames + 2  # its appends sent to both
+        assert await done is Proposal.COMMITTED
+        await until(lambda: len(seen) == 2)
+        for persists_before, frames_before, persists_after, frames_after in seen:
+            assert persists_after == persists_before + 1  # the entry written
+            assert frames_after > frames_before  # and the answer sent
+    finally:
+        for n in nodes:
+            await n.stop()
 
 
 @pytest.mark.parametrize("settings", [HostSettings(tick_s=0.02)])

@@ -175,17 +175,26 @@ class RaftReplica(ReadyLoop):
 
     # ---- inputs --------------------------------------------------------------------------
 
-    def step(self, message: Message) -> None:
+    def step(self, message: Message, settle: bool = True) -> None:
+        """``settle``: act on what it leaves to do now (else the caller calls ``settle``,
+        once for several messages)."""
         core = self.core
         if core is not None and self.fatal is None:
             core.step(message)
-            # A message that leaves nothing to do (an answer to an entry already committed,
-            # which on a lone send arrives while the leader applies and replies) costs no
-            # turn of the Ready loop, and one that only commits is acted on here
-            # (``_ready_now``). A change of role always comes with a Ready (a new term, a
-            # commit, or messages to send).
-            if core.has_ready() and not self._ready_now(core):
-                self._kick.set()
+            if settle:
+                self.settle()
+
+    def settle(self) -> None:
+        """Act on what the messages stepped in left to do. One that leaves nothing (an
+        answer to an entry already committed, which on a lone send arrives while the leader
+        applies and replies) costs no turn of the Ready loop; one that only commits, or
+        whose Ready is written on the event loop (a follower's append), is acted on here
+        (``_ready_now``, ``_ready_at_once``). A change of role always comes with a Ready (a
+        new term, a commit, or messages to send)."""
+        core = self.core
+        if core is not None and self.fatal is None and core.has_ready() and \
+                not self._ready_now(core) and not self._ready_at_once(core):
+            self._kick.set()
 
     def refused_by(self, node: str) -> None:
         """``node``'s Raft port refused a connection. If this replica's leader lives there,
@@ -224,13 +233,13 @@ class RaftReplica(ReadyLoop):
     def propose(self, data: bytes, done: Done) -> None:
         """Append ``data`` as one entry; ``done(status, outcomes)`` on the event loop."""
         core = self.core
-        placed = None if core is None or self.fatal is not None else core.propose(data)
-        if placed is None:
+        if core is None or self.fatal is not None or (placed := core.propose(data)) is None:
             done(Proposal.NOT_LEADER, None)
             return
         term, index = placed
         self._proposals[index] = (term, done)
-        self._kick.set()
+        if not self._ready_at_once(core):
+            self._kick.set()
 
     def change_member(self, add: str | None, remove: str | None,
                       done: Callable[[bool], None]) -> None:
@@ -387,10 +396,16 @@ class Replicas:
         self.by_shard: dict[int, RaftReplica] = {}
 
     def on_messages(self, peer: str, batch: list[tuple[int, Message]]) -> None:
+        """Each replica steps its messages of the batch, then acts on them once: two appends
+        to one shard in a frame make one Ready, one write."""
+        stepped: dict[int, RaftReplica] = {}
         for shard_id, message in batch:
             replica = self.by_shard.get(shard_id)
             if replica is not None:
-                replica.step(message)
+                replica.step(message, settle=False)
+                stepped[shard_id] = replica
+        for replica in stepped.values():
+            replica.settle()
 
     def on_refused(self, node: str) -> None:
         for replica in self.by_shard.values():
