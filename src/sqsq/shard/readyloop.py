@@ -287,7 +287,7 @@ class ReadyLoop(Applier, Snapshotting):
         if inline:
             self._handle_inline(rd)
             return
-        rest, writes = self._before_write(rd, inline)
+        rest, writes = self._before_write(rd, False)
         took = None
         if writes:
             took = await self.writes.run(functools.partial(self._persist, rd.entries,
