@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from serverproc import REPO, free_port, wait_for_port
-from sqsq.cli.cluster import GatewayProcess, LocalCluster
+from sqsq.cli.cluster import LocalCluster
+from sqsq.cli.clusterdir import GatewayProcess
 from sqsq.client import Client
 from sqsq.errors import QueueError
 from sqsq.shard.store import RocksStore

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from serverproc import REPO
-from sqsq.cli.cluster import read_status
+from sqsq.cli.clusterstatus import read_status
 from sqsq.cli.localprocs import terminate
 
 READY_LINE = "Ctrl-C stops everything."

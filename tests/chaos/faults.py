@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from chaos.netns import Net
-from sqsq.cli.cluster import LocalCluster, NodeProcess
+from sqsq.cli.cluster import LocalCluster
+from sqsq.cli.clusterdir import NodeProcess
 from sqsq.cli.localprocs import free_port, free_port_range
 
 CLOCK_FILE = "clock-offset-ms"  # in each node's data directory (see sqsq.shard.clock)

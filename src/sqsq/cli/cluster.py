@@ -6,15 +6,17 @@ commands are in ``sqsq.cli.clustercmd``).
     sqsq cluster start-node --dir ./cluster n2                # while `up` runs
     sqsq cluster restart --rolling --dir ./cluster            # while `up` runs
 
-``up`` records the ports in ``DIR/cluster.json``, starts etcd, the nodes and a gateway as
-child processes listening on 127.0.0.1, waits until every shard has a leader and the gateway
-answers, adds the pids to ``cluster.json``, and stays in the foreground, supervising them
-(``sqsq.cli.supervisor``): Ctrl-C (or SIGTERM) stops them all, by pid. Each process logs to
-``DIR/logs/``. The tests start clusters through ``LocalCluster`` too.
+``up`` records the ports in ``DIR/cluster.json`` (``sqsq.cli.clusterdir``), starts etcd, the
+nodes and a gateway as child processes listening on 127.0.0.1, waits until every shard has a
+leader and the gateway answers, adds the pids to ``cluster.json``, and stays in the
+foreground, supervising them (``sqsq.cli.supervisor``): Ctrl-C (or SIGTERM) stops them all,
+by pid. Each process logs to ``DIR/logs/``. The tests start clusters through
+``LocalCluster`` too.
 
 A ``Placement`` puts each process somewhere else instead (the chaos tests: one network
 namespace per process, so links between them can be cut); ``status`` is then read by
-``sqsq cluster status --etcd`` run on the placement's "client" host.
+``sqsq cluster status --etcd`` run on the placement's "client" host
+(``sqsq.cli.clusterstatus``).
 
 ``restart --rolling``: see ``sqsq.cli.rolling``.
 """
@@ -29,12 +31,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from sqsq import admincred
 from sqsq.cli import rolling
+from sqsq.cli.clusterdir import (
+    LOOPBACK,
+    ClusterDirError,
+    GatewayProcess,
+    NodeProcess,
+    read_layout,
+    write_layout,
+)
+from sqsq.cli.clusterstatus import read_status
 from sqsq.cli.localprocs import (
     EtcdProcess,
     Wrap,
@@ -46,7 +56,6 @@ from sqsq.cli.localprocs import (
 )
 
 READY_TIMEOUT_S = 90.0
-LOOPBACK = "127.0.0.1"
 SEED_FILE = "restore-seed.json"  # `sqsq restore --cluster-dir`: records for the new etcd
 
 
@@ -61,94 +70,6 @@ class Placement(Protocol):
     def command(self, name: str, argv: list[str]) -> list[str]:
         """``argv`` made into a command that runs it there (same pid: it must exec)."""
         ...
-
-
-@dataclass
-class NodeProcess:
-    node_id: str
-    root: Path
-    grpc_port: int
-    raft_port: int
-    proc: subprocess.Popen | None = None
-    host: str = LOOPBACK
-    metrics_port: int = field(default_factory=free_port)  # /metrics, /healthz, /readyz
-    host_label: str = ""  # the machine it stands for (--host-label): replicas go to others
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.host}:{self.grpc_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://{self.host}:{self.metrics_port}"
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-
-@dataclass
-class GatewayProcess:
-    grpc_port: int = field(default_factory=free_port)
-    http_port: int = field(default_factory=free_port)
-    proc: subprocess.Popen | None = None
-    host: str = LOOPBACK
-    metrics_port: int = field(default_factory=free_port)
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://{self.host}:{self.metrics_port}"
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.host}:{self.grpc_port}"
-
-    @property
-    def http_url(self) -> str:
-        return f"http://{self.host}:{self.http_port}"
-
-
-class ClusterDirError(OSError):
-    """A ``--dir`` that cannot be started: half-written, another version's, or in use."""
-
-
-#: What ``cluster.json`` looks like; a directory written in another format is refused, not
-#: guessed at (its ports and node ids are what the partition map and Raft groups remember).
-LAYOUT_FORMAT = 1
-
-
-def read_layout(root: Path) -> dict[str, Any] | None:
-    """The cluster a directory holds (its ``cluster.json``), or None for a new one;
-    ``ClusterDirError`` for a directory that cannot be started again as it is."""
-    path = root / "cluster.json"
-    if not path.exists():
-        if (root / "etcd").exists() or (root / "etcd1").exists():
-            raise ClusterDirError(
-                f"{root} has etcd data but no cluster.json: a half-written cluster whose "
-                "node ids and ports are lost; remove it or use another --dir")
-        return None
-    try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ClusterDirError(f"{path} is half-written or damaged ({exc}); remove {root} "
-                              "or use another --dir") from None
-    if not isinstance(info, dict) or info.get("format") != LAYOUT_FORMAT:
-        found = info.get("format") if isinstance(info, dict) else None
-        raise ClusterDirError(
-            f"{path} was written by another version of sqsq (cluster directory format "
-            f"{found!r}, this one starts format {LAYOUT_FORMAT}): start it with that version, "
-            "or use another --dir")
-    try:
-        for n in info["nodes"]:
-            n["id"], n["grpc_port"], n["raft_port"], n["metrics_port"]  # noqa: B018
-        for e in info.get("etcd_members") or [info["etcd"]]:
-            e["client_port"], e["peer_port"]  # noqa: B018
-        info["gateway"]["grpc_port"], info["gateway"]["http_port"]  # noqa: B018
-        info["gateway"]["metrics_port"], info["shards"], info["partitions"]  # noqa: B018
-    except (KeyError, TypeError) as exc:
-        raise ClusterDirError(f"{path} is half-written or damaged (no {exc}); remove "
-                              f"{root} or use another --dir") from None
-    return info
 
 
 class LocalCluster:
@@ -460,11 +381,9 @@ class LocalCluster:
         return rolling_restart(self, timeout_s=timeout_s, report=report)
 
     def write_json(self) -> Path:
-        path = self.root / "cluster.json"
         etcds = [{"name": self.etcd_name(e), "pid": e.proc.pid if e.proc else None,
                   "client_port": e.client_port, "peer_port": e.peer_port} for e in self.etcds]
-        body = {
-            "format": LAYOUT_FORMAT,
+        return write_layout(self.root, {
             "gateway": {"pid": self.gateway.proc.pid if self.gateway.proc else None,
                         "grpc_port": self.gateway.grpc_port,
                         "http_port": self.gateway.http_port,
@@ -479,46 +398,4 @@ class LocalCluster:
             "shards": self.shards,
             "partitions": self.partitions,
             "supervisor_pid": self.supervisor_pid,
-        }
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(body, indent=2) + "\n")
-        os.replace(tmp, path)
-        return path
-
-
-def read_status(etcd_endpoint: str, *, replicas: bool = False) -> dict[str, Any]:
-    """Nodes, shards and queues as the partition map in etcd has them; with ``replicas``,
-    also each live node's replicas as the node reports them."""
-    from sqsq.control.etcd import Etcd
-    from sqsq.control.partition_map import MapSnapshot
-
-    async def read() -> MapSnapshot:
-        async with Etcd(etcd_endpoint, retry_for_s=3.0) as etcd:
-            from sqsq.control import keys
-
-            return MapSnapshot.from_range(await etcd.get_prefix(keys.ROOT))
-
-    snapshot = asyncio.run(read())
-
-    def hint(shard_id: int) -> dict[str, Any]:
-        # The leader's hint, if its node is live; "applied_epoch": the replica set its Raft
-        # membership has caught up with (less than "epoch" while a change is under way).
-        leader = snapshot.leader_hint(shard_id)
-        return {"leader": leader.node_id if leader else None,
-                "applied_epoch": snapshot.leaders[shard_id].epoch if leader else None}
-
-    from sqsq.control.balance import leaders_per_node
-
-    led = leaders_per_node(snapshot)
-    nodes = [{"id": n, "alive": n in snapshot.nodes, "grpc": snapshot.members[n].grpc_address,
-              "leads": led.get(n, []), "host": snapshot.members[n].host_label}
-             for n in sorted(snapshot.members)]
-    return {
-        "nodes": nodes,
-        "shards": [{"id": s.shard_id, "epoch": s.epoch, "replicas": list(s.replicas),
-                    **hint(s.shard_id)}
-                   for s in sorted(snapshot.shards.values(), key=lambda s: s.shard_id)],
-        "queues": [{"name": q.name, "partitions": list(q.partitions)}
-                   for q in sorted(snapshot.queues.values(), key=lambda q: q.name)],
-        **({"replicas": rolling.read_replicas(nodes)} if replicas else {}),
-    }
+        })

@@ -14,7 +14,9 @@ from typing import Any
 
 from sqsq import admincred
 from sqsq.cli import rolling
-from sqsq.cli.cluster import LOOPBACK, ClusterDirError, LocalCluster, read_status
+from sqsq.cli.cluster import LocalCluster
+from sqsq.cli.clusterdir import LOOPBACK, ClusterDirError
+from sqsq.cli.clusterstatus import read_status
 from sqsq.cli.localprocs import port_taken
 
 DEFAULT_GRPC_PORT = 7400  # the gateway's, as `sqsq server`'s

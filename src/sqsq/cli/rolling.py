@@ -24,7 +24,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sqsq.cli.cluster import GatewayProcess, LocalCluster, NodeProcess
+    from sqsq.cli.cluster import LocalCluster
+    from sqsq.cli.clusterdir import GatewayProcess, NodeProcess
 
 READY_TIMEOUT_S = 90.0
 
