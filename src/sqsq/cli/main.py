@@ -7,6 +7,9 @@
 
 Errors print ``error: <Code>: <message>`` to stderr (with --json, ``{"Error": {"Code": ...,
 "Message": ...}}``) and exit 1. JSON output uses SQS's key names (``MessageId``, ``MD5OfBody``).
+The queue and message commands are in ``sqsq.cli.queuecmd``, the cluster's in
+``sqsq.cli.clustercmd``; the processes are composed in ``sqsq.cli.server`` (server, node) and
+``sqsq.gateway.server`` (gateway).
 """
 
 from __future__ import annotations
@@ -16,57 +19,15 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
-from typing import Any
 
 from sqsq.cli import backup as backup_cli
 from sqsq.cli import clustercmd as cluster_cli
 from sqsq.cli import export as export_cli
-from sqsq.client import Client, Message
+from sqsq.cli import queuecmd as queue_cli
+from sqsq.client import Client
 from sqsq.errors import QueueError, ServiceUnavailable
 
 DEFAULT_ENDPOINT = "127.0.0.1:7400"
-
-
-def _pairs(values: Sequence[str] | None, what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in values or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise argparse.ArgumentTypeError(f"{what} must look like NAME=VALUE, got {item!r}")
-        out[key] = value
-    return out
-
-
-def _emit(args: argparse.Namespace, data: Any, text: str | None) -> None:
-    if args.json:
-        print(json.dumps(data, indent=2, sort_keys=True, default=_json_default))
-    elif text:
-        print(text)
-
-
-def _sqs_keys(data: dict[str, Any]) -> dict[str, Any]:
-    """A client dataclass as a dict with SQS's key names: message_id -> MessageId,
-    md5_of_body -> MD5OfBody (nested maps, attribute names, are left as they are)."""
-    def key(name: str) -> str:
-        return "".join("MD5" if w == "md5" else w.capitalize() for w in name.split("_"))
-
-    return {key(k): v for k, v in data.items()}
-
-
-def _body(args: argparse.Namespace) -> str:
-    """The message body: the argument, ``-`` for stdin, or ``--body-file``."""
-    if args.body_file is not None:
-        if args.body is not None:
-            raise argparse.ArgumentTypeError("give the body or --body-file, not both")
-        try:
-            with open(args.body_file, encoding="utf-8") as f:
-                return f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise argparse.ArgumentTypeError(f"--body-file: {e}") from None
-    if args.body is None:
-        raise argparse.ArgumentTypeError("a body is required: BODY, - for stdin, or --body-file")
-    return sys.stdin.read() if args.body == "-" else args.body
 
 
 def _port(text: str) -> int:
@@ -87,12 +48,6 @@ def _ops_flags(p: argparse.ArgumentParser) -> None:
                         "--host (default: off; 0: any free port)")
     p.add_argument("--log-format", choices=("text", "json"), default="text",
                    help="log lines as text (default) or one JSON object per line")
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "backslashreplace")
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
 # -- handlers ------------------------------------------------------------------------------
@@ -178,110 +133,6 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         http_port=args.http_port, credentials_file=args.credentials, account=args.account,
         region=args.region, public_url=args.public_url, metrics_port=args.metrics_port,
         log_format=args.log_format)
-
-
-def cmd_queue_create(args: argparse.Namespace, client: Client) -> int:
-    attributes = _pairs(args.attr, "--attr")
-    name = args.name
-    if args.fifo:
-        attributes.setdefault("FifoQueue", "true")
-        if not name.endswith(".fifo"):
-            name += ".fifo"
-    url = client.create_queue(name, attributes=attributes or None)
-    _emit(args, {"QueueUrl": url}, url)
-    return 0
-
-
-def cmd_queue_list(args: argparse.Namespace, client: Client) -> int:
-    urls = client.list_queues(queue_name_prefix=args.prefix or "")
-    _emit(args, {"QueueUrls": urls}, "\n".join(urls))
-    return 0
-
-
-def cmd_queue_attrs(args: argparse.Namespace, client: Client) -> int:
-    changes = _pairs(args.set, "--set")
-    if changes:
-        client.set_queue_attributes(args.name, changes)
-    attrs = client.get_queue_attributes(args.name, ["All"])
-    width = max((len(k) for k in attrs), default=0)
-    text = "\n".join(f"{k.ljust(width)}  {attrs[k]}" for k in sorted(attrs))
-    _emit(args, {"Attributes": attrs}, text)
-    return 0
-
-
-def cmd_queue_delete(args: argparse.Namespace, client: Client) -> int:
-    client.delete_queue(args.name)
-    _emit(args, {"Deleted": args.name}, f"deleted {args.name}")
-    return 0
-
-
-def cmd_queue_purge(args: argparse.Namespace, client: Client) -> int:
-    client.purge_queue(args.name)
-    _emit(args, {"Purged": args.name}, f"purged {args.name}")
-    return 0
-
-
-def cmd_send(args: argparse.Namespace, client: Client) -> int:
-    attrs = {
-        name: {"DataType": "String", "StringValue": value}
-        for name, value in _pairs(args.attr, "--attr").items()
-    }
-    result = client.send_message(
-        args.queue,
-        _body(args),
-        delay_seconds=args.delay,
-        message_attributes=attrs or None,
-        message_group_id=args.group,
-        message_deduplication_id=args.dedup_id,
-    )
-    _emit(args, _sqs_keys(asdict(result)), result.message_id)
-    return 0
-
-
-def _format_message(m: Message) -> str:
-    lines = [
-        f"message {m.message_id}",
-        f"  receive count:  {m.attributes.get('ApproximateReceiveCount', '?')}",
-    ]
-    group = m.attributes.get("MessageGroupId")
-    if group:
-        lines.append(f"  group:          {group}")
-    for name in sorted(m.message_attributes):
-        value = m.message_attributes[name]
-        shown = value.get("StringValue", value.get("BinaryValue", ""))
-        lines.append(f"  attribute:      {name}={shown!s} ({value.get('DataType', '')})")
-    lines.append(f"  body:           {m.body}")
-    lines.append(f"  receipt handle: {m.receipt_handle}")
-    return "\n".join(lines)
-
-
-def cmd_receive(args: argparse.Namespace, client: Client) -> int:
-    messages = client.receive_message(
-        args.queue,
-        max_number_of_messages=args.n,
-        visibility_timeout=args.visibility_timeout,
-        wait_time_seconds=args.wait,
-        attribute_names=["All"],
-        message_attribute_names=["All"],
-    )
-    if args.json:
-        _emit(args, {"Messages": [_sqs_keys(asdict(m)) for m in messages]}, None)
-    elif not messages:
-        print("no messages", file=sys.stderr)
-    else:
-        print("\n\n".join(_format_message(m) for m in messages))
-    if args.delete:
-        for m in messages:
-            client.delete_message(args.queue, m.receipt_handle)
-        if messages and not args.json:
-            print(f"\ndeleted {len(messages)} message(s)", file=sys.stderr)
-    return 0
-
-
-def cmd_delete(args: argparse.Namespace, client: Client) -> int:
-    client.delete_message(args.queue, args.receipt_handle)
-    _emit(args, {"Deleted": True}, "deleted")
-    return 0
 
 
 # -- parser --------------------------------------------------------------------------------
@@ -414,17 +265,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--attr", action="append", metavar="K=V", help="queue attribute (repeat)")
     p.add_argument("--fifo", action="store_true", help="FIFO queue (adds .fifo to the name)")
-    p.set_defaults(handler=cmd_queue_create)
+    p.set_defaults(handler=queue_cli.cmd_queue_create)
     p = qsub.add_parser("list", help="list queue URLs", parents=[common])
     p.add_argument("--prefix", default="", help="only names starting with this")
-    p.set_defaults(handler=cmd_queue_list)
+    p.set_defaults(handler=queue_cli.cmd_queue_list)
     p = qsub.add_parser("attrs", help="show (and with --set change) attributes", parents=[common])
     p.add_argument("name", help="queue name or URL")
     p.add_argument("--set", action="append", metavar="K=V", help="attribute to set (repeat)")
-    p.set_defaults(handler=cmd_queue_attrs)
+    p.set_defaults(handler=queue_cli.cmd_queue_attrs)
     for action, handler, text in (
-        ("delete", cmd_queue_delete, "delete a queue"),
-        ("purge", cmd_queue_purge, "delete every message of a queue"),
+        ("delete", queue_cli.cmd_queue_delete, "delete a queue"),
+        ("purge", queue_cli.cmd_queue_purge, "delete every message of a queue"),
     ):
         p = qsub.add_parser(action, help=text, parents=[common])
         p.add_argument("name", help="queue name or URL")
@@ -438,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dedup-id", help="MessageDeduplicationId (FIFO)")
     p.add_argument("--delay", type=int, help="DelaySeconds")
     p.add_argument("--attr", action="append", metavar="NAME=VALUE", help="String attribute")
-    p.set_defaults(handler=cmd_send)
+    p.set_defaults(handler=queue_cli.cmd_send)
 
     p = sub.add_parser("receive", help="receive and print messages", parents=[common])
     p.add_argument("queue", help="queue name or URL")
@@ -446,12 +297,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=int, help="long-poll seconds (0-20)")
     p.add_argument("--visibility-timeout", type=int, help="seconds to hide received messages")
     p.add_argument("--delete", action="store_true", help="delete after printing")
-    p.set_defaults(handler=cmd_receive)
+    p.set_defaults(handler=queue_cli.cmd_receive)
 
     p = sub.add_parser("delete", help="delete a message by receipt handle", parents=[common])
     p.add_argument("queue", help="queue name or URL")
     p.add_argument("receipt_handle")
-    p.set_defaults(handler=cmd_delete)
+    p.set_defaults(handler=queue_cli.cmd_delete)
     return parser
 
 
