@@ -12,7 +12,8 @@ import pytest
 
 from sqsq.client import _direct, _ops, _routed
 from sqsq.client._abandon import ABANDONED, Abandon, Waiting
-from sqsq.client._stream import CallError, _SyncCalls
+from sqsq.client._stream import CallError
+from sqsq.client._stream_sync import _SyncCalls
 from sqsq.errors import QueueError
 from sqsq.v1 import queues_pb2 as pb
 

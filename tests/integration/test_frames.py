@@ -19,7 +19,7 @@ import grpc.aio
 import pytest
 
 from serverproc import ServerProcess, free_port
-from sqsq.client import AsyncClient, Client, _frames, _stream
+from sqsq.client import AsyncClient, Client, _frames, _stream, _stream_sync
 from sqsq.errors import QueueError, ServiceUnavailable
 from sqsq.gateway import frames
 from sqsq.gateway.auth import Authenticator
@@ -142,13 +142,13 @@ def test_a_closed_blocking_client_leaves_no_thread_of_its_own(
     """A reader thread still inside gRPC when the interpreter exits can be stopped holding a
     call's lock, and the process then hangs in that call's finalizer (a CLI that printed its
     answer and never exited): closing the client ends its readers first."""
-    end = _stream._SyncCalls._end
+    end = _stream_sync._SyncCalls._end
 
-    def slow_end(self: _stream._SyncCalls, error: Any) -> None:
+    def slow_end(self: _stream_sync._SyncCalls, error: Any) -> None:
         time.sleep(0.3)  # a reader slow to finish: the window the close must not leave open
         end(self, error)
 
-    monkeypatch.setattr(_stream._SyncCalls, "_end", slow_end)
+    monkeypatch.setattr(_stream_sync._SyncCalls, "_end", slow_end)
     before = set(threading.enumerate())
     calls_before = {id(o) for o in gc.get_objects() if isinstance(o, grpc_channel._Rendezvous)}
     gc.disable()  # what is left must be freed by the close, not by a collection at exit

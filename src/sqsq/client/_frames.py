@@ -29,8 +29,8 @@ from sqsq.client._stream import (
     Outgoing,
     _AioCalls,
     _frame,
-    _SyncCalls,
 )
+from sqsq.client._stream_sync import _SyncCalls
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import FRAME_ID_KEY, FRAME_PORT_KEY, FrameError, FrameSplitter, framed
 

@@ -24,12 +24,10 @@ from sqsq.client._stream import (
     Metadata,
     _AioCalls,
     _AioStream,
-    _Closed,
-    _SyncCalls,
-    _SyncStream,
     _token,
     _Unimplemented,
 )
+from sqsq.client._stream_sync import _Closed, _SyncCalls, _SyncStream
 from sqsq.v1 import queues_pb2_grpc
 
 log = logging.getLogger("sqsq.client")
