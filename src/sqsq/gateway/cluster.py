@@ -22,7 +22,8 @@ shard, so every shard answers with the queue's own URL and ARN. What the gateway
   policy set later gives the dead-letter queue partitions on the source's shards. A move
   task runs on every partition (one handle: the gateway draws the task's stamp).
 - Queue creation: the first gateway to write the queue's record in etcd (a transaction that
-  succeeds only if the name is free) decides its partitions; then each shard creates it.
+  succeeds only if the name is free) decides its partitions; then each shard creates it
+  (the records: ``sqsq.gateway.queuerecords``).
 - Regions: a queue is named by its key (``sqsq.core.regions``), in etcd too; a shard is
   told a queue's name and region (``forwarding.about``).
 """
@@ -30,7 +31,6 @@ shard, so every shard answers with the queue's own URL and ARN. What the gateway
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import time
 import uuid
@@ -39,11 +39,9 @@ from typing import Any
 
 from sqsq.api import Endpoint
 from sqsq.client import _call, _ops
-from sqsq.control import keys
-from sqsq.control.etcd import CasConflict, Etcd, EtcdError
+from sqsq.control.etcd import Etcd
 from sqsq.control.keys import QueueRecord
 from sqsq.control.partition_map import PartitionMap
-from sqsq.control.placement import PlacementError, assign_partitions
 from sqsq.core import commands as c
 from sqsq.core import queries, regions
 from sqsq.core.attributes import validate_queue_name
@@ -52,6 +50,7 @@ from sqsq.core.queues import queue_does_not_exist
 from sqsq.core.redrive import parse_task_handle
 from sqsq.errors import QueueError, ServiceUnavailable, from_rejection
 from sqsq.gateway import forwarding as fw
+from sqsq.gateway.queuerecords import QueueRecords
 from sqsq.gateway.routing import ShardCaller, pass_through
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import first_found, group_partition, in_background, shard_of_receipt_handle
@@ -59,8 +58,6 @@ from sqsq.wire import first_found, group_partition, in_background, shard_of_rece
 # Computed per partition: the queue's figure is their sum.
 SUMMED_ATTRIBUTES = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
                      "ApproximateNumberOfMessagesDelayed")
-# What a dead-letter queue's new partition copies from its first one.
-NOT_COPIED = frozenset(queries.COMPUTED_ATTRIBUTE_NAMES) | {"FifoQueue"}
 
 
 def _raise(rejection: Rejection) -> None:
@@ -70,43 +67,18 @@ def _raise(rejection: Rejection) -> None:
 class ClusterApi:
     def __init__(self, etcd: Etcd, partition_map: PartitionMap, endpoint: Endpoint, *,
                  partitions: int = 1, credentials: tuple[str, str] | None = None) -> None:
-        self.etcd = etcd
         self.map = partition_map
         self.endpoint = endpoint
-        self.partitions = partitions
         self.caller = ShardCaller(partition_map, credentials=credentials)
+        self.records = QueueRecords(etcd, partition_map, endpoint, self.caller,
+                                    partitions=partitions)
+        self._about = self.records.about  # a call told which queue it is about
         self._releases: set[asyncio.Future] = set()  # ``in_background``
 
     async def close(self) -> None:
         await self.caller.close()
 
-    def _about(self, key: str, build: Callable[..., _call.Call], *args: Any) -> _call.Call:
-        return fw.about(key, self.endpoint.region, build, *args)
-
-    # -- where a queue lives ---------------------------------------------------------------
-
-    async def _queue(self, name: str) -> QueueRecord:
-        record = await self._lookup(name)
-        if record is None:
-            # Unknown: a shard answers, judging the request's shape first as SQS does, then
-            # saying the queue does not exist.
-            shards = sorted(self.map.snapshot.shards)
-            if not shards:
-                _raise(queue_does_not_exist())
-            return QueueRecord(name, "", (shards[0],))
-        return record
-
-    async def _lookup(self, name: str) -> QueueRecord | None:
-        """The queue's record: from the cached map, else from etcd (created through another
-        gateway just now?)."""
-        return self.map.snapshot.queue(name) or await self._read_queue(name)
-
-    async def _read_queue(self, name: str) -> QueueRecord | None:
-        try:
-            kv = await self.etcd.get(keys.queue_key(name))
-        except (EtcdError, keys.RecordError):
-            return None  # etcd away: the cached map is all there is
-        return keys.decode_queue(kv.value) if kv is not None else None
+    # -- where a queue lives (its record: ``self.records``) ---------------------------------
 
     async def _each(self, record: QueueRecord, call: Callable[[], _call.Call]) -> list[Any]:
         """``call`` on every partition, the first alone (it validates for all)."""
@@ -119,7 +91,7 @@ class ClusterApi:
         """Where the queue's partitions live, for the SDK's direct routing: each shard's
         replicas as this gateway would try them (``ShardCaller.targets``), told the queue as
         a node is told it (``forwarding.about``)."""
-        record = await self._lookup(name)
+        record = await self.records.lookup(name)
         if record is None:
             _raise(queue_does_not_exist())
         assert record is not None
@@ -147,115 +119,23 @@ class ClusterApi:
         invalid = validate_queue_name(regions.name_of(name))
         if invalid is not None:  # before the name becomes an etcd key
             _raise(invalid)
-        record = await self._lookup(name)
+        record = await self.records.lookup(name)
         created = False
         if record is None:
-            record, created = await self._place(
-                name, await self._dead_letter_queue(name, attributes))
+            record, created = await self.records.place(
+                name, await self.records.dead_letter_queue(name, attributes))
         try:
-            await self._cover_dead_letter_queue(record, attributes)
+            await self.records.cover_dead_letter_queue(record, attributes)
             await self._each(record, lambda: self._about(name, _ops.create_queue, attributes,
                                                          tags))
         except QueueError:
             if created:  # the shards refused it: free the name again
-                await self._forget(record)
+                await self.records.forget(record)
             raise
         return self.endpoint.queue_url(name)
 
-    async def _place(self, name: str,
-                     dead_letter_queue: QueueRecord | None) -> tuple[QueueRecord, bool]:
-        """Write the new queue's record: its partitions on the least loaded shards, or, for a
-        queue that redrives to a dead-letter queue, on that queue's shards (redrive stays
-        within a shard)."""
-        snapshot = self.map.snapshot
-        shard_ids = sorted(snapshot.shards)
-        if not shard_ids:
-            raise ServiceUnavailable("the cluster has no shards yet")
-        try:
-            partitions = assign_partitions(shard_ids, snapshot.queues.values(),
-                                           min(self.partitions, len(shard_ids)))
-        except PlacementError as exc:
-            raise ServiceUnavailable(str(exc)) from None
-        if dead_letter_queue is not None:
-            partitions = dead_letter_queue.partitions[:len(partitions)]
-        record = QueueRecord(name, str(uuid.uuid4()), partitions)
-        try:
-            await self.etcd.compare_and_put(keys.queue_key(name), keys.encode(record), 0)
-        except CasConflict as conflict:  # another gateway placed it first: theirs stands
-            assert conflict.current is not None
-            return keys.decode_queue(conflict.current.value), False
-        except EtcdError as exc:
-            raise ServiceUnavailable(f"cannot create a queue while etcd is away: {exc}") from None
-        await self.map.wait_for(lambda s: s.queue(name) is not None)
-        return record, True
-
-    async def _forget(self, record: QueueRecord) -> None:
-        kv = await self.etcd.get(keys.queue_key(record.name))
-        if kv is not None and keys.decode_queue(kv.value) == record:
-            try:
-                await self.etcd.compare_and_delete(kv.key, kv.mod_revision)
-            except CasConflict:
-                pass
-
-    async def _cover_dead_letter_queue(self, source: QueueRecord,
-                                       attributes: Mapping[str, str]) -> None:
-        """Give the dead-letter queue a redrive policy names a partition on every shard of
-        ``source`` (created like its first partition). Unknown targets are left to the
-        shard to refuse."""
-        dlq = await self._dead_letter_queue(source.name, attributes)
-        if dlq is not None:
-            await self._extend(dlq, source)
-
-    async def _dead_letter_queue(self, key: str,
-                                 attributes: Mapping[str, str]) -> QueueRecord | None:
-        """The queue a RedrivePolicy among ``attributes`` names, if there is one in the
-        region of queue ``key`` (another region's is for the shard to refuse)."""
-        try:
-            target = json.loads(attributes.get("RedrivePolicy") or "{}")["deadLetterTargetArn"]
-        except (ValueError, KeyError, TypeError):
-            return None
-        dlq = await self._record_of_arn(str(target))
-        home = self.endpoint.region
-        same = dlq is not None and regions.region_of(dlq.name, home) == regions.region_of(
-            key, home)
-        return dlq if same else None
-
-    async def _record_of_arn(self, arn: str) -> QueueRecord | None:
-        key = self.endpoint.key_of_arn(arn)
-        return None if key is None else await self._lookup(key)
-
-    async def _extend(self, dlq: QueueRecord, source: QueueRecord) -> None:
-        """Give ``dlq`` a partition on every shard of ``source`` (created like its first
-        partition), so a shard can move messages from one to the other itself."""
-        if dlq.name == source.name:
-            return
-        missing = [s for s in source.partitions if s not in dlq.partitions]
-        if not missing:
-            return
-        shown = await self.caller.call(dlq.partitions[0], self._about(
-            dlq.name, _ops.get_queue_attributes, ["All"]))
-        copied = {k: v for k, v in shown.items() if k not in NOT_COPIED}
-        if dlq.name.endswith(".fifo"):
-            copied["FifoQueue"] = "true"
-        tags = await self.caller.call(dlq.partitions[0],
-                                      self._about(dlq.name, _ops.list_queue_tags))
-        for shard in missing:
-            await self.caller.call(shard, self._about(dlq.name, _ops.create_queue, copied,
-                                                      tags))
-
-        def grow(current: Any) -> bytes | None:
-            if current is None:
-                return None
-            now = keys.decode_queue(current.value)
-            extra = tuple(s for s in missing if s not in now.partitions)
-            return keys.encode(QueueRecord(now.name, now.queue_id, now.partitions + extra)) \
-                if extra else None
-
-        revision = await self.etcd.update(keys.queue_key(dlq.name), grow)
-        await self.map.wait_revision(revision)
-
     async def get_queue_url(self, name: str) -> str:
-        record = await self._queue(name)
+        record = await self.records.queue(name)
         await self.caller.call(record.partitions[0], self._about(name, _ops.get_queue_url))
         return self.endpoint.queue_url(name)
 
@@ -270,16 +150,16 @@ class ClusterApi:
         return [self.endpoint.queue_url(n) for n in names], token
 
     async def delete_queue(self, queue: str) -> None:
-        record = await self._queue(queue)
+        record = await self.records.queue(queue)
         await self._each(record, lambda: self._about(queue, _ops.delete_queue))
-        await self._forget(record)
+        await self.records.forget(record)
 
     async def purge_queue(self, queue: str) -> None:
-        await self._each(await self._queue(queue),
+        await self._each(await self.records.queue(queue),
                          lambda: self._about(queue, _ops.purge_queue))
 
     async def get_queue_attributes(self, queue: str, names: list[str]) -> dict[str, str]:
-        record = await self._queue(queue)
+        record = await self.records.queue(queue)
         first, *rest = await self._each(
             record, lambda: self._about(queue, _ops.get_queue_attributes, names))
         for key in SUMMED_ATTRIBUTES:
@@ -288,27 +168,27 @@ class ClusterApi:
         return first
 
     async def set_queue_attributes(self, queue: str, attributes: Mapping[str, str]) -> None:
-        record = await self._queue(queue)
-        await self._cover_dead_letter_queue(record, attributes)
+        record = await self.records.queue(queue)
+        await self.records.cover_dead_letter_queue(record, attributes)
         await self._each(record,
                          lambda: self._about(queue, _ops.set_queue_attributes, attributes))
 
     async def tag_queue(self, queue: str, tags: Mapping[str, str]) -> None:
-        await self._each(await self._queue(queue),
+        await self._each(await self.records.queue(queue),
                          lambda: self._about(queue, _ops.tag_queue, tags))
 
     async def untag_queue(self, queue: str, keys_: Iterable[str]) -> None:
         tag_keys = list(keys_)
-        await self._each(await self._queue(queue),
+        await self._each(await self.records.queue(queue),
                          lambda: self._about(queue, _ops.untag_queue, tag_keys))
 
     async def list_queue_tags(self, queue: str) -> dict[str, str]:
-        record = await self._queue(queue)
+        record = await self.records.queue(queue)
         return await self.caller.call(record.partitions[0],
                                       self._about(queue, _ops.list_queue_tags))
 
     async def list_dead_letter_source_queues(self, queue: str) -> list[str]:
-        found = await self._each(await self._queue(queue), lambda: self._about(
+        found = await self._each(await self.records.queue(queue), lambda: self._about(
             queue, _ops.list_dead_letter_source_queues))
         # A dead-letter queue's sources are in its region (SQS requires it).
         home = self.endpoint.region
@@ -324,10 +204,10 @@ class ClusterApi:
         max_number_of_messages_per_second: int | None = None, task_stamp: str = "",
     ) -> str:
         if destination_arn:  # the messages move shard by shard: it needs a partition on each
-            source = await self._record_of_arn(source_arn)
-            destination = await self._record_of_arn(destination_arn)
+            source = await self.records.record_of_arn(source_arn)
+            destination = await self.records.record_of_arn(destination_arn)
             if source is not None and destination is not None:
-                await self._extend(destination, source)
+                await self.records.extend(destination, source)
         stamp = secrets.token_urlsafe(24)
         handles = await self._on_partitions(source_arn, lambda: _ops.start_message_move_task(
             source_arn, destination_arn, max_number_of_messages_per_second, stamp))
@@ -394,7 +274,7 @@ class ClusterApi:
 
     async def send_message_batch(self, queue: str, entries: list[c.SendEntry],
                                  request_id: str = "") -> c.BatchResult:
-        record = await self._queue(queue)
+        record = await self.records.queue(queue)
         request_id = request_id or str(uuid.uuid4())
         n = len(record.partitions)
         if n == 1 or not queue.endswith(".fifo"):
@@ -418,7 +298,7 @@ class ClusterApi:
         attribute_names: Iterable[str] = (), message_attribute_names: Iterable[str] = (),
         receive_request_attempt_id: str = "",
     ) -> list[c.ReceivedMessage]:
-        record = await self._queue(queue)
+        record = await self.records.queue(queue)
 
         def receive(wait: int | None) -> _call.Call:
             return self._about(queue, fw.receive_call, max_number_of_messages,
@@ -457,14 +337,14 @@ class ClusterApi:
 
     async def delete_message_batch(self, queue: str,
                                    entries: list[tuple[str, str]]) -> c.BatchResult:
-        record = await self._queue(queue)
+        record = await self.records.queue(queue)
         return await self._by_handle(record, entries, lambda part: self._about(
             queue, _ops.delete_message_batch, [{"Id": i, "ReceiptHandle": h} for i, h in part]))
 
     async def change_message_visibility_batch(
         self, queue: str, entries: list[tuple[str, str, int]]
     ) -> c.BatchResult:
-        record = await self._queue(queue)
+        record = await self.records.queue(queue)
         return await self._by_handle(record, entries, lambda part: self._about(
             queue, _ops.change_message_visibility_batch, [
                 {"Id": i, "ReceiptHandle": h, "VisibilityTimeout": t} for i, h, t in part]))
