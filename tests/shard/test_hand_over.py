@@ -9,7 +9,7 @@ from pathlib import Path
 from shardgroup import Group, run, until
 from sqsq.api import Endpoint
 from sqsq.core import commands as c
-from sqsq.shard.readyloop import node_of
+from sqsq.shard.raftclock import node_of
 from sqsq.shard.service import ShardService
 
 

@@ -18,7 +18,6 @@ import asyncio
 import dataclasses
 import functools
 import logging
-import shutil
 import time
 from collections.abc import Sequence
 
@@ -30,9 +29,9 @@ from sqsq.raft import (
     RaftNode,
     Ready,
     Role,
-    SnapshotMeta,
 )
 from sqsq.shard.applier import MAX_APPLY_BACKLOG, Applier, Proposal
+from sqsq.shard.raftclock import RaftClock, node_of
 from sqsq.shard.snapshotting import Snapshotting
 
 log = logging.getLogger("sqsq.raft")
@@ -46,84 +45,17 @@ INLINE_WRITE_S = 0.001
 _EARLY = frozenset({MsgType.APPEND, MsgType.HEARTBEAT})
 
 
-def node_of(member: str, shard_id: int) -> tuple[str, tuple[str, int]]:
-    """The node (its id and its transport's address) behind a group member's address."""
-    host, _, port = member.rpartition(":")
-    base = int(port) - shard_id
-    return f"{host}:{base}", (host, base)
-
-
-class ReadyLoop(Applier, Snapshotting):
+class ReadyLoop(Applier, Snapshotting, RaftClock):
     """Mixed into ``RaftReplica``, whose state it works on."""
 
     # ---- the Ready loop ------------------------------------------------------------------
 
-    # Set while this replica's own clock waits for the Ready loop's next turn.
-    _clock_stopped: asyncio.Event | None = None
     # True while a Ready is being worked on (the Ready loop's turn, or ``_ready_at_once``):
     # the core hands out one Ready at a time, and no other is taken until it is advanced.
     _turning = False
     # A Ready ``_ready_at_once`` took and left to the Ready loop (a write for the worker
     # thread, or a snapshot to install): the loop's next turn takes it first.
     _held: Ready | None = None
-
-    async def _ticker(self) -> None:
-        """The replica's own Raft clock (a replica no node clock ticks: ``sqsq server``'s).
-        A one-member group gone quiet has nothing to time, no one to heartbeat and no leader
-        to watch, and its ticks do nothing: the clock stops until the Ready loop turns again
-        (every proposal, read and change turns it), so an idle server does not wake 20 times
-        a second for nothing."""
-        while True:
-            await asyncio.sleep(self.settings.tick_s)
-            self.tick()
-            if self._alone_and_quiet():
-                self._clock_stopped = stopped = asyncio.Event()
-                await stopped.wait()
-
-    def _alone_and_quiet(self) -> bool:
-        core = self.core
-        return (core is not None and core.quiesced and core.is_leader()
-                and not self._reads.out and core.log.conf().members() <= {self.id})
-
-    def tick(self) -> None:
-        """One tick of the Raft clock. A quiet group does nothing, unless this replica
-        follows a leader whose node has gone silent: then it wakes and counts again."""
-        core = self.core
-        if core is None or self.fatal is not None or self._stopped:
-            return
-        if self._reads.out:
-            self._serve_reads()  # reads the core dropped with its leadership are answered
-        if core.quiesced:
-            leading = core.is_leader()
-            if not self._watched_silent(core, leading):
-                return
-            # leading: a member's node fell silent, check the quorum again; following: the
-            # leader's node did, its lease counts as run out
-            core.wake(leader_silent=not leading)
-        core.tick()
-        self._kick.set()
-
-    def _watched_silent(self, core: RaftNode, leading: bool) -> bool:
-        """Whether a node this quiet replica watches fell silent: its followers' nodes when
-        it leads, its leader's when it follows (no leader known counts as silent). The nodes
-        are worked out once per membership and leader, not on every tick: a node ticks
-        every replica it hosts twenty times a second."""
-        conf, lead = core.log.conf(), core.lead
-        watch = self._watch
-        if watch is None or watch[0] is not conf or watch[1] != lead or watch[2] != leading:
-            members = sorted(core.voters() - {self.id}) if leading else [lead] if lead else []
-            watch = self._watch = (conf, lead, leading,
-                                   tuple(node_of(m, self.shard_id)[0] for m in members))
-        if not (leading or lead):
-            return True
-        if self.heard is None:
-            return bool(watch[3])
-        now = time.monotonic()
-        for node in watch[3]:
-            heard = self.heard(node)
-            if heard is None or now - heard > self.settings.liveness_s:
-                return True
-        return False
 
     async def _run(self) -> None:
         """Each Ready's writes, then its messages. Its committed entries go to the applier
@@ -432,27 +364,3 @@ class ReadyLoop(Applier, Snapshotting):
                 self._kick.set()
 
         sent.add_done_callback(settled)
-
-    # ---- snapshots -----------------------------------------------------------------------
-
-    def _install(self, meta: SnapshotMeta) -> None:
-        """A snapshot the core accepted: durable in the Raft storage first (the log reset
-        behind it), then the state machine swapped to it (worker thread)."""
-        path = self._staged.pop((meta.index, meta.term))
-        # Others received up to this one are superseded (the core never installs a snapshot
-        # behind its commit): their files go too. Newer ones stay for the core to decide.
-        for key in [k for k in list(self._staged) if k[0] <= meta.index]:
-            stale = self._staged.pop(key, None)
-            if stale is not None:
-                stale.unlink(missing_ok=True)
-        with self.storage.snapshots.open_data(path) as src:
-            self.storage.install_snapshot(meta, lambda f: shutil.copyfileobj(src, f, 1 << 20))
-        path.unlink(missing_ok=True)
-        self._restore_state(meta)
-        self._last_snapshot = meta.index
-
-    def _restore_state(self, meta: SnapshotMeta) -> None:
-        latest = self.storage.latest_snapshot()
-        assert latest is not None and latest[0] == meta
-        with self.storage.snapshots.open_data(latest[1]) as f:
-            self.machine.install_from(f)

@@ -33,9 +33,10 @@ from sqsq.raft import (
 from sqsq.shard import writesets
 from sqsq.shard.applier import Done, Proposal
 from sqsq.shard.peers import PeerTransport
+from sqsq.shard.raftclock import node_of
 from sqsq.shard.raftstorage import RaftStorage, Writes
 from sqsq.shard.reads import Confirmed, ReadIndexReads
-from sqsq.shard.readyloop import ReadyLoop, node_of
+from sqsq.shard.readyloop import ReadyLoop
 from sqsq.shard.statemachine import Prepared, ShardMachine
 
 log = logging.getLogger("sqsq.raft")

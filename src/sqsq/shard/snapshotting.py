@@ -1,5 +1,5 @@
-"""A replica's own snapshots, for ``RaftReplica`` (through ``ReadyLoop``): taken beside the
-Ready loop, not in it.
+"""A replica's snapshots, for ``RaftReplica`` (through ``ReadyLoop``): its own, taken beside
+the Ready loop, not in it; and a leader's, installed (``_install``) when the core accepts one.
 
 Every replica of a shard reaches the same applied index at about the same moment, so they
 all take their snapshot together. While the Ready loop waited for one (the state machine's
@@ -127,6 +127,30 @@ class Snapshotting:
         keep = self.settings.keep_entries
         self.core.compact(meta, keep)
         await asyncio.to_thread(self.storage.compact, meta.index - keep)
+
+    # ---- a leader's snapshot, received ------------------------------------------------
+
+    def _install(self, meta: SnapshotMeta) -> None:
+        """A snapshot the core accepted: durable in the Raft storage first (the log reset
+        behind it), then the state machine swapped to it (worker thread)."""
+        path = self._staged.pop((meta.index, meta.term))
+        # Others received up to this one are superseded (the core never installs a snapshot
+        # behind its commit): their files go too. Newer ones stay for the core to decide.
+        for key in [k for k in list(self._staged) if k[0] <= meta.index]:
+            stale = self._staged.pop(key, None)
+            if stale is not None:
+                stale.unlink(missing_ok=True)
+        with self.storage.snapshots.open_data(path) as src:
+            self.storage.install_snapshot(meta, lambda f: shutil.copyfileobj(src, f, 1 << 20))
+        path.unlink(missing_ok=True)
+        self._restore_state(meta)
+        self._last_snapshot = meta.index
+
+    def _restore_state(self, meta: SnapshotMeta) -> None:
+        latest = self.storage.latest_snapshot()
+        assert latest is not None and latest[0] == meta
+        with self.storage.snapshots.open_data(latest[1]) as f:
+            self.machine.install_from(f)
 
 
 def _copy(pack: Callable[[], None], staging: Path, f: BinaryIO) -> None:
