@@ -240,7 +240,7 @@ def test_a_retried_batch_send_is_not_applied_twice(server: ServerProcess) -> Non
     """What the client's retry on UNAVAILABLE does with a batch the SDK made: the same call,
     same request id, again. The server answers it with the first result."""
     from sqsq.client import _ops
-    from sqsq.client.batching import _send_batch
+    from sqsq.client.batchcalls import _send_batch
 
     with Client(server.endpoint) as c:
         url = c.create_queue(_name())

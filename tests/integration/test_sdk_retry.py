@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import grpc
 
-from sqsq.client import _call, _ops, batching
+from sqsq.client import _call, _ops, batchcalls
 
 
 class FakeError(grpc.RpcError):
@@ -52,7 +52,7 @@ def test_deletes_and_receives_are_made_again_on_an_unknown_outcome_visibility_ch
     # message received again meanwhile, answer "expired" for a change that was made.
     again = (_ops.delete_message("q", "h"),
              _ops.delete_message_batch("q", [{"Id": "0", "ReceiptHandle": "h"}]),
-             batching._delete_batch("q", [SimpleNamespace(receipt_handle="h")]),
+             batchcalls._delete_batch("q", [SimpleNamespace(receipt_handle="h")]),
              _ops.receive_message("q", 10, wait_time_seconds=20))
     for call in again:
         assert _call.may_retry(call, OUTCOME_UNKNOWN), call.method
