@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from fakeclock import ModuleClock
-from sqsq.client import _direct, _ops, _routed
+from sqsq.client import _direct, _ops, _routed, _routed_sync
 from sqsq.client._stream import CallError
 from sqsq.core.receipts import ReceiptHandle, encode_receipt_handle
 from sqsq.core.receipts import shard_of_receipt_handle as core_shard_of
@@ -338,9 +338,9 @@ def test_the_blocking_clients_long_poll_after_a_slow_look_at_each_partition_wait
     from sqsq.client import Client
 
     clock = ModuleClock()
-    monkeypatch.setattr(_routed, "time", clock)
+    monkeypatch.setattr(_routed_sync, "time", clock)
     table = _direct.Table(lambda: 0.0, receives=ReceiveSpread(lambda: 0.0, start=0))
-    router = _routed.SyncRouter(table, None, None, None)  # type: ignore[arg-type]
+    router = _routed_sync.SyncRouter(table, None, None, None)  # type: ignore[arg-type]
 
     def at(route, part, call, queue, region, timeout):  # noqa: ANN001, ANN202
         shard, request = part

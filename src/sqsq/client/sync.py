@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 
 from sqsq.client import _auth, _call, _direct, _ops
-from sqsq.client._routed import SyncRouter
+from sqsq.client._routed_sync import SyncRouter
 from sqsq.client.batching import Batcher, BatchSettings, resolve
 from sqsq.client.prefetch import Prefetcher
 from sqsq.client.receive_batching import ThreadReceiveCoalescer
