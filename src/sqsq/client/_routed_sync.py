@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from sqsq.client import _call
+from sqsq.client import _call, _stubs
 from sqsq.client._abandon import STALL_POLL_S
 from sqsq.client._direct import Fallback, Part, QueueRoute, Table, merged, parts, quick_receive
 from sqsq.client._routed import _Hop, _Router
@@ -36,12 +36,7 @@ class SyncRouter(_Router):
     def close(self) -> None:
         with self._watch_lock, self._fetch_lock:
             self._closed = True
-        for channel, stub in self._stubs.values():
-            close = getattr(stub, "close", None)
-            if close is not None:
-                close()
-            channel.close()
-        self._stubs.clear()
+        _stubs.close_all(self._stubs)
 
     def _stub(self, address: str) -> Any:
         target = self.target(address)

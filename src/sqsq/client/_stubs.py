@@ -210,3 +210,14 @@ class StreamStub(_StubBase):
             except _Unimplemented:
                 self.unary_only = True
         return getattr(self._unary, method)(request, timeout=timeout, metadata=metadata)
+
+
+def close_all(stubs: dict[str, tuple[Any, Any]]) -> None:
+    """Close a blocking client's (channel, stub) pairs, each stub first (a stream stub ends
+    its stream and its frame connection), and forget them."""
+    for channel, stub in stubs.values():
+        close = getattr(stub, "close", None)
+        if close is not None:
+            close()
+        channel.close()
+    stubs.clear()

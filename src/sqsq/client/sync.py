@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from sqsq.client import _auth, _call, _direct, _ops
+from sqsq.client import _auth, _call, _direct, _ops, _stubs
 from sqsq.client._routed_sync import SyncRouter
 from sqsq.client.batching import Batcher, BatchSettings, resolve
 from sqsq.client.prefetch import Prefetcher
@@ -75,7 +75,7 @@ class Client:
         return self._routes.stats.as_dict()
 
     def _open(self, target: str) -> tuple[grpc.Channel, queues_pb2_grpc.QueuesStub]:
-        from sqsq.client import _stream, _stubs
+        from sqsq.client import _stream
 
         channel = _auth.signed_channel(target, self._creds)
         # Calls multiplexed over one stream (env SQSQ_STREAM=0: one unary RPC per call).
@@ -93,12 +93,7 @@ class Client:
         """Close the channels (and the stubs' frame connections)."""
         if self._router is not None:  # first: its route watch calls the gateway
             self._router.close()
-        for channel, stub in self._stubs.values():
-            close = getattr(stub, "close", None)
-            if close is not None:
-                close()
-            channel.close()
-        self._stubs.clear()
+        _stubs.close_all(self._stubs)
 
     def __enter__(self) -> Client:
         return self
