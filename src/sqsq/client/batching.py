@@ -225,8 +225,9 @@ class AsyncBatcher:
     once, each would take a slot of its own and the rest would wait for the next: more calls,
     and on a multiplexed stream more frames, each of which costs more than a call in it. So
     a lone call goes out with no timer and no wait for any other call; calls made together
-    go out together. Batches are sent by tasks of their own, so a caller that is cancelled
-    while it waits leaves the others' batch alone (and its own entry, if not sent yet, is
+    go out together. A call that turns out to be alone is sent by its caller, as the single
+    RPC; batches are sent by tasks of their own, so a caller that is cancelled while it
+    waits leaves the others' batch alone (and its own entry, if not sent yet, is
     dropped)."""
 
     def __init__(self, run: Callable[[Call], Awaitable[Any]], settings: BatchSettings) -> None:
@@ -250,13 +251,42 @@ class AsyncBatcher:
             lane = self._lanes[key] = _Lane(_limit(self.settings, queue, call))
         lane.pending.append(me)
         if not lane.launching and lane.in_flight < lane.limit:
-            # The task that sends what this turn's calls make: its first step runs at the
-            # end of the turn (a task, not a callback that starts one: a turn of the loop
-            # less on a lone call's way out).
-            lane.launching = True
-            self._track(loop.create_task(self._send(key, lane, None)))
+            return await self._launch(key, lane, me)
         try:
             return await me.future
+        except asyncio.CancelledError:
+            if me in lane.pending:
+                lane.pending.remove(me)
+                self._tidy(key, lane)
+            raise
+
+    async def _launch(self, key: tuple[str, str, str], lane: _Lane, me: _Waiter) -> Any:
+        """``me`` found a free slot: it sends what this turn's calls make, at the end of the
+        turn. Alone, it sends its own call itself, as the single RPC, and its answer reaches
+        it with no hand-off (a lone send's reply used to wake a batch task that woke the
+        caller: a turn of the loop and a task more, 30 us of a client's CPU per call); with
+        company, each batch goes in a task of its own, as a batch that waits for a slot does,
+        and this caller waits for its own entry's answer like the others."""
+        lane.launching = True
+        try:
+            await asyncio.sleep(0)  # the end of this turn: the calls made in it are in
+        except asyncio.CancelledError:
+            lane.launching = False
+            lane.pending.remove(me)
+            self._spawn(key, lane, lane.start(self.settings))  # the others' calls still go
+            self._tidy(key, lane)
+            raise
+        lane.launching = False
+        started = lane.start(self.settings)
+        if started[0] == [me]:
+            self._spawn(key, lane, started[1:])
+            try:
+                return await self._run(me.call)
+            finally:
+                self._release(key, lane)
+        self._spawn(key, lane, started)
+        try:
+            return await me.future  # type: ignore[misc]
         except asyncio.CancelledError:
             if me in lane.pending:
                 lane.pending.remove(me)
@@ -285,17 +315,8 @@ class AsyncBatcher:
             del self._lanes[key]
 
     async def _send(self, key: tuple[str, str, str], lane: _Lane,
-                    batch: list[_Waiter] | None) -> None:
-        """Send ``batch`` and answer its callers; None: launched by a call that found a free
-        slot, so first take the batches that may go now (this task sends the first)."""
-        if batch is None:
-            lane.launching = False
-            started = lane.start(self.settings)
-            if not started:  # (every caller was cancelled meanwhile)
-                self._tidy(key, lane)
-                return
-            batch = started[0]
-            self._spawn(key, lane, started[1:])
+                    batch: list[_Waiter]) -> None:
+        """Send ``batch`` and answer its callers."""
         try:
             try:
                 if len(batch) == 1:
@@ -314,7 +335,8 @@ class AsyncBatcher:
             self._release(key, lane)
 
     async def wait_idle(self) -> None:
-        """Wait for the batch calls under way (before the channels close)."""
+        """Wait for the batch calls under way (before the channels close); a lone call,
+        sent by its caller, is the caller's to wait for, as an unbatched call is."""
         while self._tasks or any(lane.launching for lane in self._lanes.values()):
             if not self._tasks:
                 await asyncio.sleep(0)  # a launch at the end of this turn starts them

@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 
+from sqsq.gateway.eagercall import EagerCall
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import MAX_FRAME_BYTES, NOT_RUN
 from sqsq.wire import varint as _varint
@@ -120,7 +121,7 @@ class StreamSession:
         self._replies: deque[Any] = deque()
         self._waiter: asyncio.Future | None = None  # reply_frames, waiting for a reply
         self.on_reply: Callable[[], None] | None = None
-        self._tasks: dict[int, asyncio.Task] = {}
+        self._tasks: dict[int, EagerCall] = {}
         # Calls with a deadline (loop time), and the one timer that cancels those past it:
         # set for the nearest deadline (a timer per call would cost a heap entry each).
         self._deadlines: dict[int, float] = {}
@@ -266,14 +267,15 @@ class StreamSession:
         if request.metadata:
             metadata = metadata + tuple(request.metadata.items())
         loop = asyncio.get_running_loop()
-        task = loop.create_task(self._run(request.id, kind, getattr(request, kind),
-                                          CallContext(metadata)))
-        self._tasks[request.id] = task
+        call = EagerCall(loop, self._run(request.id, kind, getattr(request, kind),
+                                         CallContext(metadata)))
+        self._tasks[request.id] = call
         if request.timeout_ms:  # the caller stops waiting then: so does the call
             deadline = loop.time() + request.timeout_ms / 1000
             self._deadlines[request.id] = deadline
             if deadline < self._expiry_at:
                 self._expire_at(loop, deadline)
+        call.start()
 
     def _expire_at(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         if self._expiry is not None:
