@@ -129,6 +129,21 @@ def test_replies_ready_together_leave_in_one_write_each_with_its_own_answer() ->
     asyncio.run(run())
 
 
+def test_calls_reach_their_engine_in_the_turn_of_the_loop_that_read_them() -> None:
+    # (run by a task each, they waited a turn first: on a lone send, a turn of the leader's
+    # loop on every call's way to its proposer)
+    async def run() -> None:
+        engine, connection, transport = await _open()
+        connection.data_received(_sends(range(1, 4)))
+        assert engine.running == 3  # no turn of the loop has passed
+        engine.release.set()
+        await _settle()
+        (frame,) = transport.frames()
+        assert sorted(r.id for r in frame.replies) == [1, 2, 3]
+
+    asyncio.run(run())
+
+
 def test_a_lone_calls_reply_is_written_as_it_is_answered_not_a_loop_turn_later() -> None:
     async def run() -> None:
         engine, connection, transport = await _open()

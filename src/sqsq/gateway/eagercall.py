@@ -25,6 +25,8 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+from sqsq.prompt import PromptFuture
+
 log = logging.getLogger("sqsq.gateway")
 
 
@@ -66,7 +68,10 @@ class EagerCall:
         if getattr(yielded, "_asyncio_future_blocking", None):  # ``await`` of a future
             yielded._asyncio_future_blocking = False
             self._waiting = yielded
-            yielded.add_done_callback(self._step)
+            if type(yielded) is PromptFuture and yielded.prompt is None:
+                yielded.prompt = self._step  # in the call that answers it
+            else:
+                yielded.add_done_callback(self._step)
             if self._cancelled and yielded.cancel():
                 self._cancelled = False
         elif yielded is None:  # a bare yield (``asyncio.sleep(0)``): the next turn

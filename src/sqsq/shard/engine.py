@@ -36,6 +36,7 @@ from sqsq.core.machine import HANDLERS, effective_now, next_sweep_ms, sweep_need
 from sqsq.core.state import ShardConfig, ShardState
 from sqsq.core.txn import KVReader, Txn
 from sqsq.errors import QueueError, from_rejection, not_leader_message
+from sqsq.prompt import PromptFuture
 from sqsq.shard.clock import LeaderClock, Ms, monotonic_ms, wall_clock_ms
 from sqsq.shard.currentstore import Installing
 from sqsq.shard.longpoll import Waiters
@@ -264,7 +265,8 @@ class ShardEngine:
         resume, on every call)."""
         if not self._admitted():
             return self.execute(command)
-        fut: asyncio.Future = self._loop.create_future()  # type: ignore[union-attr]
+        # (a stream call's driver takes its next step as this is answered: ``sqsq.prompt``)
+        fut = PromptFuture(loop=self._loop)
         self.proposer.submit(stamp(command), fut)
         return fut
 
