@@ -1,6 +1,6 @@
 """``EagerCall``: a stream call's coroutine runs its first step at once, then as a task would:
-woken by the future it waits on, in a context of its own, cancellable where it waits and
-between steps."""
+woken by the future it waits on (a ``PromptFuture`` in the call that settles it), in a
+context of its own, cancellable where it waits and between steps."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import logging
 import pytest
 
 from sqsq.gateway.eagercall import EagerCall
+from sqsq.prompt import PromptFuture
 
 _field: contextvars.ContextVar[str] = contextvars.ContextVar("field", default="")
 
@@ -163,3 +164,47 @@ def test_an_escaping_exception_is_logged(caplog: pytest.LogCaptureFixture) -> No
         asyncio.run(run())
     assert any("a stream call failed" in r.message and r.exc_info and
                "boom" in str(r.exc_info[1]) for r in caplog.records)
+
+
+def test_a_prompt_future_wakes_its_eager_call_in_the_call_that_settles_it() -> None:
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        seen: list[object] = []
+        for settle in ("result", "exception", "cancel"):
+            fut = PromptFuture()
+
+            async def call(fut: PromptFuture = fut) -> None:
+                try:
+                    seen.append(await fut)
+                except BaseException as e:  # noqa: BLE001
+                    seen.append(type(e).__name__)
+
+            EagerCall(loop, call()).start()
+            assert fut.prompt is not None
+            if settle == "result":
+                fut.set_result(5)
+            elif settle == "exception":
+                fut.set_exception(ValueError("no"))
+            else:
+                fut.cancel()
+            assert fut.prompt is None  # called once, and let go
+        assert seen == [5, "ValueError", "CancelledError"]  # no turn of the loop passed
+
+    asyncio.run(run())
+
+
+def test_a_task_awaiting_a_prompt_future_is_woken_as_by_any_future() -> None:
+    async def run() -> None:
+        fut = PromptFuture()
+        waiter = asyncio.ensure_future(fut)
+        task = asyncio.get_running_loop().create_task(_wait(fut))
+        await asyncio.sleep(0)
+        fut.set_result(3)
+        assert not task.done()  # a task's wake-up is scheduled, never run inside another
+        assert await task == 3 and waiter.result() == 3
+
+    asyncio.run(run())
+
+
+async def _wait(fut: asyncio.Future[int]) -> int:
+    return await fut

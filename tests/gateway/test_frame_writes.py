@@ -13,6 +13,7 @@ from sqsq.core import commands as c
 from sqsq.gateway.auth import Authenticator
 from sqsq.gateway.frames import FrameServer, _Connection
 from sqsq.gateway.grpc_service import QueuesService
+from sqsq.prompt import PromptFuture
 from sqsq.shard.service import ShardService
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import FrameSplitter, framed
@@ -162,6 +163,45 @@ def test_a_lone_calls_reply_is_written_as_it_is_answered_not_a_loop_turn_later()
         await _settle()
         assert written_when_put == [1]
         assert [r.id for f in transport.frames() for r in f.replies] == [1]
+
+    asyncio.run(run())
+
+
+def test_a_lone_calls_reply_is_written_in_the_call_that_answers_it() -> None:
+    # (a shard engine answers with a PromptFuture: the stream call takes its next step as the
+    # answer is set, not a loop turn later, when the loop would read whatever came meanwhile
+    # first)
+    async def run() -> None:
+        engine, connection, transport = await _open()
+        answers: list[PromptFuture] = []
+
+        def submit(command: Any) -> PromptFuture:
+            answers.append(PromptFuture())
+            return answers[-1]
+        engine.submit = submit  # type: ignore[method-assign]
+        connection.data_received(_sends(range(1, 2)))
+        (answer,) = answers
+        answer.set_result(c.BatchResult((
+            c.SentMessage("0", "id-0", "md5", None, None),
+            c.SentMessage("1", "id-1", "md5", None, None)), ()))
+        (frame,) = transport.frames()  # no turn of the loop has passed
+        assert [r.id for r in frame.replies] == [1]
+        assert [e.message_id for e in frame.replies[0].send_message_batch.successful] == [
+            "id-0", "id-1"]
+
+    asyncio.run(run())
+
+
+def test_calls_of_one_frame_answered_at_once_leave_in_one_write() -> None:
+    async def run() -> None:
+        engine, connection, transport = await _open()
+        engine.release.set()  # each call is answered in its first step
+        connection.data_received(_sends(range(1, 6)))
+        assert transport.writes == []  # (not one write per call as each started)
+        await _settle()
+        assert len(transport.writes) == 1
+        (frame,) = transport.frames()
+        assert sorted(r.id for r in frame.replies) == [1, 2, 3, 4, 5]
 
     asyncio.run(run())
 

@@ -201,8 +201,9 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _reply_ready(self) -> None:
         session = self._session
-        if session is not None and session.in_flight == 1 and self._can_write:
-            # The only call on the connection (its task ends once this returns): no other
+        if session is not None and session.in_flight == 1 and not session.starting and \
+                self._can_write:
+            # The only call on the connection (it ends once this returns): no other
             # reply could share its write, so it leaves now rather than a loop turn later,
             # as a lone caller's call did (that turn is one the caller waits through).
             self._flush()

@@ -122,6 +122,7 @@ class StreamSession:
         self._waiter: asyncio.Future | None = None  # reply_frames, waiting for a reply
         self.on_reply: Callable[[], None] | None = None
         self._tasks: dict[int, EagerCall] = {}
+        self.starting = False  # a frame's calls are being started (``received``)
         # Calls with a deadline (loop time), and the one timer that cancels those past it:
         # set for the nearest deadline (a timer per call would cost a heap entry each).
         self._deadlines: dict[int, float] = {}
@@ -220,9 +221,20 @@ class StreamSession:
         return len(self._tasks)
 
     def received(self, frame: pb.StreamRequestFrame) -> None:
-        """A frame of calls from the client: each starts at once."""
-        for request in frame.calls:
-            self._start(request)
+        """A frame of calls from the client: each starts at once, its first step run now
+        (``EagerCall``). While they start, ``starting`` is set: a reply one of them has at
+        once waits for the end of the turn with the others' (one write for the frame, not
+        one per call)."""
+        calls = frame.calls
+        if len(calls) == 1:
+            self._start(calls[0])
+            return
+        self.starting = True
+        try:
+            for request in calls:
+                self._start(request)
+        finally:
+            self.starting = False
 
     def input_ended(self) -> None:
         """The client half-closed (or the connection broke): the session ends once every
