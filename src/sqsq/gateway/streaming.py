@@ -1,8 +1,9 @@
 """The server side of the multiplexed stream (``Queues.Stream``): many calls, one gRPC stream
 (or one frame connection, ``sqsq.gateway.frames``, which drives a session the same way).
 
-Each request read from the stream runs as a task of its own (a long poll holds only its
-own), through the handler its unary method runs, with a context whose metadata is the
+Each request read from the stream runs as a call of its own, driven like a task that starts
+at once (``EagerCall``: a long poll holds only its own), through the handler its unary
+method runs, with a context whose metadata is the
 stream's (the authorization token, checked once when the stream opened) followed by the
 call's own (region, shard). Its reply carries its id. Replies ready together leave in one
 frame: a gRPC message costs far more here than a protobuf one, so under load many calls
@@ -107,7 +108,8 @@ def too_large(size: int) -> pb.StreamReply:
 
 
 class StreamSession:
-    """One open stream: reads requests, runs each as a task, hands out replies as they come.
+    """One open stream: reads requests, runs each as a call of its own, hands out replies as
+    they come.
 
     Replies wait in a deque. The gRPC stream's side takes them with ``reply_frames``; a frame
     connection sets ``on_reply``, which is called when a reply is queued with none waiting
