@@ -6,7 +6,8 @@ connection spent that turn before it reached its shard's proposer, whose entry w
 the end of the turn after: on a lone replicated send, a turn of the loop on the leader's side
 of every call. Started at once, the call reaches the proposer in the turn that read it. After
 that it is woken as a task is (the future's done callback, a turn after the future's result
-is set), so nothing waits longer than under a task, and no task is made per call.
+is set), or, by a ``sqsq.prompt.PromptFuture`` (the shard engine's answers), in the call
+that sets the result: nothing waits longer than under a task, and no task is made per call.
 
 What a task gives its coroutine, this keeps: one context of its own for every step (a call's
 log fields stay its own), and cancellation (the future it waits on is cancelled, which the
