@@ -109,6 +109,25 @@ def test_a_lone_call_goes_out_alone_at_the_end_of_its_turn() -> None:
     asyncio.run(main())
 
 
+def test_a_lone_call_is_sent_by_its_caller_and_a_cancelled_one_frees_its_slot() -> None:
+    # (no batch task: its answer reaches the caller with no hand-off between tasks)
+    async def main() -> None:
+        fake = FakeAio()
+        batcher = AsyncBatcher(fake.run, BatchSettings(max_in_flight=1))
+        task = asyncio.ensure_future(batcher.call(Q, _ops.send_message(Q, "only")))
+        await _until_sent(fake, 1)
+        assert batcher._tasks == set()  # the caller's own task sends it
+        task.cancel()  # as a deadline would: the RPC is abandoned, its slot freed
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        fake.gate.set()
+        assert await batcher.call(Q, _ops.send_message(Q, "next")) == SendResult(
+            "id-next", "md5")
+        assert [_bodies(c) for c in fake.calls] == [["only"], ["next"]]
+
+    asyncio.run(main())
+
+
 def test_calls_made_together_go_out_together_each_caller_gets_its_own_result() -> None:
     async def main() -> None:
         fake = FakeAio()
