@@ -63,6 +63,8 @@ class EagerCall:
                 yielded = self._context.run(coro.send, None)
         except (StopIteration, asyncio.CancelledError):
             return
+        except (KeyboardInterrupt, SystemExit):
+            raise  # (as a task lets them through to the loop)
         except BaseException:  # noqa: BLE001 - as a task's would, but nobody awaits it
             log.exception("a stream call failed")
             return
