@@ -7,6 +7,7 @@ queue's shards (a shard moves a message to its dead-letter queue locally).
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,6 +25,10 @@ from sqsq.errors import ServiceUnavailable, from_rejection
 from sqsq.gateway import forwarding as fw
 from sqsq.gateway.routing import ShardCaller
 
+log = logging.getLogger("sqsq.gateway")
+
+# How long a delete waits for the gateway's map to let the queue go (``forget``).
+FORGET_WAIT_S = 5.0
 # What a dead-letter queue's new partition copies from its first one.
 NOT_COPIED = frozenset(queries.COMPUTED_ATTRIBUTE_NAMES) | {"FifoQueue"}
 
@@ -94,12 +99,21 @@ class QueueRecords:
         return record, True
 
     async def forget(self, record: QueueRecord) -> None:
+        """Delete the queue's record, if it is still this one, and return once this gateway's
+        map has let it go: a list right after a delete, or after a create the shards refused,
+        must not name the queue (the map learns of the delete from its etcd watch a moment
+        later; on a lone call's fast path the next call came first)."""
         kv = await self.etcd.get(keys.queue_key(record.name))
         if kv is not None and keys.decode_queue(kv.value) == record:
             try:
                 await self.etcd.compare_and_delete(kv.key, kv.mod_revision)
             except CasConflict:
-                pass
+                return  # replaced meanwhile: the new record stands
+        try:
+            await self.map.wait_for(lambda s: s.queue(record.name) != record, FORGET_WAIT_S)
+        except TimeoutError:  # the watch is behind: the delete is done all the same
+            log.warning("the partition map still names queue %s after its delete",
+                        record.name)
 
     async def cover_dead_letter_queue(self, source: QueueRecord,
                                        attributes: Mapping[str, str]) -> None:
