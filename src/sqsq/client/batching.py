@@ -252,8 +252,13 @@ class AsyncBatcher:
         lane.pending.append(me)
         if not lane.launching and lane.in_flight < lane.limit:
             return await self._launch(key, lane, me)
+        return await self._answer_of(key, lane, me)
+
+    async def _answer_of(self, key: tuple[str, str, str], lane: _Lane, me: _Waiter) -> Any:
+        """``me``'s own result, once a batch call has carried it; cancelled before it went
+        out, its entry is dropped."""
         try:
-            return await me.future
+            return await me.future  # type: ignore[misc]
         except asyncio.CancelledError:
             if me in lane.pending:
                 lane.pending.remove(me)
@@ -285,13 +290,7 @@ class AsyncBatcher:
             finally:
                 self._release(key, lane)
         self._spawn(key, lane, started)
-        try:
-            return await me.future  # type: ignore[misc]
-        except asyncio.CancelledError:
-            if me in lane.pending:
-                lane.pending.remove(me)
-                self._tidy(key, lane)
-            raise
+        return await self._answer_of(key, lane, me)
 
     def _track(self, task: asyncio.Task) -> None:
         self._tasks.add(task)
