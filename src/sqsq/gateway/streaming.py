@@ -3,11 +3,11 @@
 
 Each request read from the stream runs as a call of its own, driven like a task that starts
 at once (``EagerCall``: a long poll holds only its own), through the handler its unary
-method runs, with a context whose metadata is the
-stream's (the authorization token, checked once when the stream opened) followed by the
-call's own (region, shard). Its reply carries its id. Replies ready together leave in one
-frame: a gRPC message costs far more here than a protobuf one, so under load many calls
-share one. The session ends when the client half-closes and every call is answered.
+method runs, with a context whose metadata is the stream's (the authorization token, checked
+once when the stream opened) followed by the call's own (region, shard). Its reply carries
+its id. Replies ready together leave in one frame: a gRPC message costs far more here than a
+protobuf one, so under load many calls share one. The session ends when the client
+half-closes and every call is answered.
 
 On shutdown the server drains it: it tells the client (a frame with ``draining``), which
 sends nothing more on it and half-closes; calls under way finish, and a request that was
