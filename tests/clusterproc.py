@@ -125,12 +125,12 @@ class Cluster:
         for node in self.nodes:
             store = RocksStore(str(node.root / "shard-0" / "db"))
             try:
-                from sqsq.core import records
+                from sqsq.core import keys, records
 
                 h = hashlib.sha256()
                 for k, v in store.scan(b"\x00", b"\xff"):
                     h.update(len(k).to_bytes(4, "big") + k + len(v).to_bytes(4, "big") + v)
-                meta = records.Meta.decode(store.get(records.META_KEY))
+                meta = records.Meta.decode(store.get(keys.META_KEY))
                 out.append((h.hexdigest(), meta.applied_index))
             finally:
                 store.close()

@@ -5,13 +5,12 @@ import pytest
 from sqsq.core.attributes import (
     SETTABLE_ATTRIBUTE_NAMES,
     QueueAttributes,
-    RedrivePolicy,
-    parse_queue_arn,
     parse_queue_attributes,
     render_queue_attributes,
-    validate_queue_name,
 )
 from sqsq.core.errors import ErrorCode, Rejection
+from sqsq.core.names import parse_queue_arn, validate_queue_name
+from sqsq.core.redrivepolicy import RedrivePolicy
 
 DLQ_ARN = "arn:aws:sqs:us-east-1:123456789012:dlq"
 

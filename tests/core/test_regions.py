@@ -9,7 +9,7 @@ import pytest
 
 from coresupport import CONFIG, Core
 from sqsq.core import commands as c
-from sqsq.core import queries, records, regions
+from sqsq.core import keys, queries, regions
 from sqsq.core.errors import ErrorCode, Rejection
 
 HOME = CONFIG.region  # us-east-1
@@ -18,7 +18,7 @@ EU = "eu-west-1/"
 
 def test_keys_map_one_to_one_and_keep_the_configured_regions_names() -> None:
     assert regions.queue_key(HOME, "jobs", HOME) == "jobs"
-    assert records.queue_key("jobs") == b"qjobs"  # the key every existing store holds
+    assert keys.queue_key("jobs") == b"qjobs"  # the key every existing store holds
     assert regions.queue_key("eu-west-1", "jobs", HOME) == "eu-west-1/jobs"
     for region, name in ((HOME, "jobs"), ("eu-west-1", "jobs.fifo"), (HOME, "a/b")):
         assert regions.split_key(regions.queue_key(region, name, HOME), HOME) == (region, name)

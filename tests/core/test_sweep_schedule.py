@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from coresupport import CONFIG, Core
 from sqsq.core import commands as c
+from sqsq.core import keys
 from sqsq.core import records as r
 from sqsq.core.machine import next_sweep_ms, sweep_needed
 from sqsq.core.state import ShardState
@@ -137,11 +138,11 @@ def test_state_written_before_the_schedule_is_scheduled_by_the_first_sweep() -> 
             writes[key] = None
         elif key.startswith(b"c"):
             counters = r.Counters.decode(raw)
-            counters.sweep_at = r.NO_FLOOR
+            counters.sweep_at = keys.NO_FLOOR
             writes[key] = counters.encode()
-    meta = r.Meta.decode(store.get(r.META_KEY))
+    meta = r.Meta.decode(store.get(keys.META_KEY))
     meta.sweep_scheduled = 0
-    writes[r.META_KEY] = meta.encode()
+    writes[keys.META_KEY] = meta.encode()
     store.write(writes, sync=False)
     core.advance(6)
     assert _needed(core)
@@ -154,7 +155,7 @@ def test_state_written_before_the_schedule_is_scheduled_by_the_first_sweep() -> 
     assert core.depth("old") == (1, 0, 0)
     # Only "old" stays in the schedule: at its message's end of retention, four days on.
     [(key, name)] = core.state().scan_prefix(b"S")
-    assert name == b"old" and r.read_u64(key, 1) > core.now_ms + 3 * 86_400_000
+    assert name == b"old" and keys.read_u64(key, 1) > core.now_ms + 3 * 86_400_000
 
 
 def _needed_at(core: Core, now: int) -> bool:

@@ -13,7 +13,7 @@ import pytest
 from shardgroup import Group, run, until
 from sqsq.api import Endpoint
 from sqsq.core import commands as c
-from sqsq.core import records
+from sqsq.core import keys
 from sqsq.core.entry import Entry, encode_entry
 from sqsq.core.state import ShardConfig
 from sqsq.shard import applier, readyloop, writesets
@@ -204,7 +204,7 @@ def test_a_write_set_of_another_entry_is_refused(tmp_path: Path) -> None:
         writesets.unpack(blob[:-3], 2)
     with pytest.raises(ValueError, match="not a map"):
         writesets.unpack(writesets._PACKER.pack([1, 2]), 2)
-    without_meta = {k: v for k, v in applied[1].items() if k != records.META_KEY}
+    without_meta = {k: v for k, v in applied[1].items() if k != keys.META_KEY}
     with pytest.raises(ValueError, match="not the one of entry 2"):
         writesets.unpack(writesets._PACKER.pack(without_meta), 2)
     for key, value in (("text", b"v"), (b"k", "text"), (b"k", 1), (b"k", [b"v"]),
@@ -213,7 +213,7 @@ def test_a_write_set_of_another_entry_is_refused(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="not a byte string"):
             writesets.unpack(writesets._PACKER.pack(tampered), 2)
     for meta in (writesets._PACKER.pack(5), b"\xc1", writesets._PACKER.pack([1] * 9)):
-        tampered = {**applied[1], records.META_KEY: meta}  # a Meta that does not decode
+        tampered = {**applied[1], keys.META_KEY: meta}  # a Meta that does not decode
         with pytest.raises(ValueError, match="not the one of entry 2"):
             writesets.unpack(writesets._PACKER.pack(tampered), 2)
 

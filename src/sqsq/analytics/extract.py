@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqsq.core import keys, regions
 from sqsq.core import records as r
-from sqsq.core import regions
 from sqsq.core.attributes import render_queue_attributes
 from sqsq.core.delivery import due_ms
 from sqsq.core.records import Delivery, MessageRecord, QueueRecord
@@ -58,7 +58,7 @@ def logical_state(q: QueueRecord, d: Delivery, as_of_ms: int) -> int:
 
 
 def queues_by_qid(src: SnapshotSource) -> dict[int, QueueRecord]:
-    start = r.queue_key("")
+    start = keys.queue_key("")
     return {q.qid: q for q in (QueueRecord.decode(v) for _, v in src.store.scan(start,
                                                                              prefix_end(start)))}
 
@@ -116,11 +116,11 @@ def message_and_delivery_rows(
     """
     start = b"d"
     for key, raw in src.store.scan(start, prefix_end(start)):
-        qid, seq = r.read_u64(key, 1), r.read_u64(key, 9)
+        qid, seq = keys.read_u64(key, 1), keys.read_u64(key, 9)
         q = queues.get(qid)
         if q is None:  # a deleted queue's incarnation awaiting garbage collection
             continue
-        m_raw = src.store.get(r.message_key(qid, seq))
+        m_raw = src.store.get(keys.message_key(qid, seq))
         if m_raw is None:
             raise ValueError(f"delivery {qid}/{seq} has no message record")
         d, m = Delivery.decode(raw), MessageRecord.decode(m_raw)
@@ -152,5 +152,5 @@ def message_and_delivery_rows(
 
 
 def read_meta(src: SnapshotSource) -> r.Meta:
-    return r.Meta.decode(src.store.get(r.META_KEY))
+    return r.Meta.decode(src.store.get(keys.META_KEY))
 

@@ -1,4 +1,4 @@
-"""Queue names and queue attributes: parsing, validation and rendering, as SQS does them.
+"""Queue attributes: parsing, validation and rendering, as SQS does them.
 
 Pure: no I/O, no clock. Failures are returned as ``Rejection`` values.
 """
@@ -6,15 +6,19 @@ Pure: no I/O, no clock. Failures are returned as ``Rejection`` values.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from sqsq.core import limits
 from sqsq.core.errors import ErrorCode, Rejection, reject
-
-FIFO_SUFFIX = ".fifo"
+from sqsq.core.names import FIFO_SUFFIX, NAME_MESSAGE
+from sqsq.core.redrivepolicy import (
+    INT_RE,
+    RedrivePolicy,
+    parse_redrive_allow_policy,
+    parse_redrive_policy,
+)
 
 # Names whose values are kept verbatim and echoed back, but not acted on.
 _EXTRA_NAMES = frozenset(
@@ -54,38 +58,11 @@ _INT_ATTRIBUTES: tuple[tuple[str, str, tuple[int, ...]], ...] = (
 )
 # SQS's bounds for the KMS data key reuse period (seconds); echoed only, but still validated.
 _KMS_REUSE_PERIOD_S = (60, 86_400)
-_REDRIVE_ALLOW_SOURCE_ARNS_MAX = 10
 
-# re.ASCII so that non-ASCII digits/letters (which \d and \w would accept) are rejected.
-_QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_-]+", re.ASCII)
-_INT_RE = re.compile(r"[+-]?[0-9]+", re.ASCII)
-_ARN_RE = re.compile(
-    r"arn:(aws(?:-[a-z]+)*):sqs:([a-z0-9-]+):([0-9]{12}):([A-Za-z0-9_.-]+)", re.ASCII
-)
-
-_NAME_MESSAGE = (
-    "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
-)
 _FIFO_NAME_MESSAGE = (
     "The name of a FIFO queue can only include alphanumeric characters, hyphens, or "
     "underscores, must end with .fifo suffix and be 1 to 80 in length."
 )
-
-
-@dataclass(frozen=True)
-class RedrivePolicy:
-    dead_letter_target_arn: str
-    max_receive_count: int
-
-    def to_json(self) -> str:
-        # SQS renders the count as a JSON number, keys in this order, no spaces.
-        return json.dumps(
-            {
-                "deadLetterTargetArn": self.dead_letter_target_arn,
-                "maxReceiveCount": self.max_receive_count,
-            },
-            separators=(",", ":"),
-        )
 
 
 @dataclass(frozen=True)
@@ -108,22 +85,6 @@ class QueueAttributes:
     extra: tuple[tuple[str, str], ...] = ()
 
 
-def validate_queue_name(name: str) -> Rejection | None:
-    """1-80 chars of [A-Za-z0-9_-]; a FIFO name adds ".fifo", which counts toward the 80."""
-    base = name[: -len(FIFO_SUFFIX)] if name.endswith(FIFO_SUFFIX) else name
-    if len(name) > limits.QUEUE_NAME_MAX_LEN or not _QUEUE_NAME_RE.fullmatch(base):
-        return reject(ErrorCode.INVALID_PARAMETER_VALUE, _NAME_MESSAGE)
-    return None
-
-
-def parse_queue_arn(arn: str) -> tuple[str, str, str] | None:
-    """(region, account, name) of an SQS queue ARN, or None if it is not one."""
-    m = _ARN_RE.fullmatch(arn)
-    if m is None or validate_queue_name(m.group(4)) is not None:
-        return None
-    return m.group(2), m.group(3), m.group(4)
-
-
 def _invalid_value(name: str, reason: str | None = None) -> Rejection:
     msg = f"Invalid value for the parameter {name}."
     if reason:
@@ -131,16 +92,8 @@ def _invalid_value(name: str, reason: str | None = None) -> Rejection:
     return reject(ErrorCode.INVALID_ATTRIBUTE_VALUE, msg)
 
 
-def _invalid_parameter(name: str, value: str, reason: str) -> Rejection:
-    # SQS's wording for policies that parse but make no sense.
-    return reject(
-        ErrorCode.INVALID_PARAMETER_VALUE,
-        f"Value {value} for parameter {name} is invalid. Reason: {reason}",
-    )
-
-
 def _parse_int(name: str, value: str, lo: int, hi: int) -> int | Rejection:
-    if not _INT_RE.fullmatch(value):
+    if not INT_RE.fullmatch(value):
         return _invalid_value(name)
     n = int(value)
     if not lo <= n <= hi:
@@ -153,98 +106,6 @@ def _parse_bool(name: str, value: str) -> bool | Rejection:
     if lowered not in ("true", "false"):
         return _invalid_value(name)
     return lowered == "true"
-
-
-def _parse_redrive_policy(value: str) -> RedrivePolicy | None | Rejection:
-    if value == "":
-        return None  # "" removes the policy
-    name = "RedrivePolicy"
-    try:
-        doc: Any = json.loads(value)
-    except ValueError:
-        return _invalid_parameter(name, value, "Redrive policy is not a dict or valid json.")
-    if not isinstance(doc, dict):
-        return _invalid_parameter(name, value, "Redrive policy is not a dict or valid json.")
-    for key in ("deadLetterTargetArn", "maxReceiveCount"):
-        if key not in doc:
-            return _invalid_parameter(
-                name, value, f"Redrive policy does not contain mandatory attribute: {key}."
-            )
-    arn = doc["deadLetterTargetArn"]
-    if not isinstance(arn, str) or parse_queue_arn(arn) is None:
-        return _invalid_parameter(name, value, f"Invalid value for deadLetterTargetArn: {arn}.")
-    raw_count = doc["maxReceiveCount"]
-    count: int | None = None
-    # bool is an int subclass in Python; JSON true is not a count.
-    if isinstance(raw_count, int) and not isinstance(raw_count, bool):
-        count = raw_count
-    elif isinstance(raw_count, str) and _INT_RE.fullmatch(raw_count):
-        count = int(raw_count)
-    lo, hi = limits.MAX_RECEIVE_COUNT
-    if count is None or not lo <= count <= hi:
-        return _invalid_parameter(
-            name,
-            value,
-            f"Invalid value for maxReceiveCount: {raw_count}, valid values are from "
-            f"{lo} to {hi} both inclusive.",
-        )
-    return RedrivePolicy(arn, count)
-
-
-def redrive_allows(allow_policy: str | None, source_arn: str) -> bool:
-    """Whether a dead-letter queue's RedriveAllowPolicy lets ``source_arn`` name it."""
-    if allow_policy is None:
-        return True
-    doc = json.loads(allow_policy)  # stored only after _parse_redrive_allow_policy checked it
-    permission = doc["redrivePermission"]
-    if permission == "byQueue":
-        return source_arn in doc["sourceQueueArns"]
-    return permission == "allowAll"
-
-
-def _parse_redrive_allow_policy(value: str) -> str | None | Rejection:
-    if value == "":
-        return None
-    name = "RedriveAllowPolicy"
-    try:
-        doc: Any = json.loads(value)
-    except ValueError:
-        return _invalid_parameter(name, value, "Redrive allow policy is not a dict or valid json.")
-    if not isinstance(doc, dict):
-        return _invalid_parameter(name, value, "Redrive allow policy is not a dict or valid json.")
-    unknown = sorted(set(doc) - {"redrivePermission", "sourceQueueArns"})
-    if unknown:
-        return _invalid_parameter(name, value, f"Unknown attribute {unknown[0]}.")
-    permission = doc.get("redrivePermission")
-    if permission not in ("allowAll", "denyAll", "byQueue"):
-        return _invalid_parameter(
-            name, value, "redrivePermission must be one of allowAll, denyAll, byQueue."
-        )
-    arns = doc.get("sourceQueueArns")
-    if permission != "byQueue":
-        if arns is not None:
-            return _invalid_parameter(
-                name,
-                value,
-                "sourceQueueArns can be specified only when redrivePermission is byQueue.",
-            )
-        return json.dumps({"redrivePermission": permission}, separators=(",", ":"))
-    if not isinstance(arns, list) or not arns:
-        return _invalid_parameter(
-            name, value, "sourceQueueArns is required when redrivePermission is byQueue."
-        )
-    if len(arns) > _REDRIVE_ALLOW_SOURCE_ARNS_MAX:
-        return _invalid_parameter(
-            name,
-            value,
-            f"Maximum number of sourceQueueArns is {_REDRIVE_ALLOW_SOURCE_ARNS_MAX}.",
-        )
-    for arn in arns:
-        if not isinstance(arn, str) or parse_queue_arn(arn) is None:
-            return _invalid_parameter(name, value, f"Invalid value for sourceQueueArns: {arn}.")
-    return json.dumps(
-        {"redrivePermission": permission, "sourceQueueArns": arns}, separators=(",", ":")
-    )
 
 
 def _parse_extra(name: str, value: str) -> str | None | Rejection:
@@ -301,7 +162,7 @@ def parse_queue_attributes(
             return reject(ErrorCode.INVALID_PARAMETER_VALUE, _FIFO_NAME_MESSAGE)
         if not fifo and queue_name.endswith(FIFO_SUFFIX):
             # SQS answers a ".fifo" standard queue with the plain name message.
-            return reject(ErrorCode.INVALID_PARAMETER_VALUE, _NAME_MESSAGE)
+            return reject(ErrorCode.INVALID_PARAMETER_VALUE, NAME_MESSAGE)
         if fifo_raw is not None and not fifo:
             return _unknown_on_standard("FifoQueue")
         attrs = QueueAttributes(fifo_queue=fifo)
@@ -337,12 +198,12 @@ def parse_queue_attributes(
             changes[field] = n
 
     if "RedrivePolicy" in raw:
-        policy = _parse_redrive_policy(raw["RedrivePolicy"])
+        policy = parse_redrive_policy(raw["RedrivePolicy"])
         if isinstance(policy, Rejection):
             return policy
         changes["redrive_policy"] = policy
     if "RedriveAllowPolicy" in raw:
-        allow = _parse_redrive_allow_policy(raw["RedriveAllowPolicy"])
+        allow = parse_redrive_allow_policy(raw["RedriveAllowPolicy"])
         if isinstance(allow, Rejection):
             return allow
         changes["redrive_allow_policy"] = allow

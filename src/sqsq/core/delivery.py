@@ -18,12 +18,12 @@ changes, fenced by the receipt handle, are in ``fencing.py``.
 
 from __future__ import annotations
 
+from sqsq.core import keys
 from sqsq.core import records as r
+from sqsq.core.keys import TIMER_DELAYED, TIMER_IN_FLIGHT
 from sqsq.core.records import (
     DELAYED,
     IN_FLIGHT,
-    TIMER_DELAYED,
-    TIMER_IN_FLIGHT,
     VISIBLE,
     Delivery,
     GroupRecord,
@@ -86,11 +86,11 @@ def place(
     group = group_id if fifo else None
     state = DELAYED if visible_at > now else VISIBLE
     put = st.txn.put
-    put(r.message_key(qid, seq), message)
-    put(r.delivery_key(qid, seq), r.pack([state, visible_at if state == DELAYED else now,
+    put(keys.message_key(qid, seq), message)
+    put(keys.delivery_key(qid, seq), r.pack([state, visible_at if state == DELAYED else now,
                                           receive_count, first_receive_ms, group, enqueued,
                                           0]))  # Delivery.encode, without the record
-    put(r.retention_key(qid, enqueued, seq), b"")
+    put(keys.retention_key(qid, enqueued, seq), b"")
     counters = st.counters(qid)  # the index floors below: each only ever lowered here
     if enqueued < counters.r_floor:
         counters.r_floor = enqueued
@@ -98,22 +98,22 @@ def place(
         # A FIFO queue's delay is retroactive in SQS: index by send time, and let the queue's
         # delay as it is when the timer is looked at decide when that is due.
         assert enqueued == now, "only a send delays a FIFO message"
-        put(r.fifo_delay_key(qid, now, seq), b"")
+        put(keys.fifo_delay_key(qid, now, seq), b"")
         if now < counters.y_floor:
             counters.y_floor = now
     elif state == DELAYED:
-        put(r.timer_key(qid, visible_at, seq), TIMER_DELAYED)
+        put(keys.timer_key(qid, visible_at, seq), TIMER_DELAYED)
         if visible_at < counters.w_floor:
             counters.w_floor = visible_at
     elif not fifo:
-        put(r.visible_key(qid, now, seq), b"")
+        put(keys.visible_key(qid, now, seq), b"")
         if now < counters.v_floor:
             counters.v_floor = now
     if fifo:
         new_group = st.txn.get(st.group_key(qid, group)) is None
         if new_group:  # an empty group starts here
             st.put_group(qid, group, GroupRecord(floor=seq))
-        put(r.group_message_key(qid, group, seq), b"")
+        put(keys.group_message_key(qid, group, seq), b"")
         if state == VISIBLE and new_group:
             # Only a message that starts its group is its head: seqs only grow, so any other
             # is the group's last, and the head (and whether the group is ready) is as it was.
@@ -132,16 +132,16 @@ def remove(st: ShardState, q: QueueRecord, seq: int, d: Delivery, now: int) -> N
     if d.group_id is not None:
         was_head = st.group_head(qid, d.group_id) == seq
     delete = st.txn.delete
-    delete(r.message_key(qid, seq))
-    delete(r.delivery_key(qid, seq))
-    delete(r.retention_key(qid, d.sent_ms, seq))
+    delete(keys.message_key(qid, seq))
+    delete(keys.delivery_key(qid, seq))
+    delete(keys.retention_key(qid, d.sent_ms, seq))
     if d.state == VISIBLE:
         if d.group_id is None:
-            delete(r.visible_key(qid, d.visible_at_ms, seq))
+            delete(keys.visible_key(qid, d.visible_at_ms, seq))
     elif d.state == DELAYED and d.group_id is not None:
-        delete(r.fifo_delay_key(qid, d.sent_ms, seq))
+        delete(keys.fifo_delay_key(qid, d.sent_ms, seq))
     else:
-        delete(r.timer_key(qid, d.visible_at_ms, seq))
+        delete(keys.timer_key(qid, d.visible_at_ms, seq))
     counters = st.counters(qid)
     if d.state == VISIBLE:  # Counters.add, inline: one call fewer for every message deleted
         counters.visible -= 1
@@ -150,7 +150,7 @@ def remove(st: ShardState, q: QueueRecord, seq: int, d: Delivery, now: int) -> N
     else:
         counters.delayed -= 1
     if d.group_id is not None:
-        delete(r.group_message_key(qid, d.group_id, seq))
+        delete(keys.group_message_key(qid, d.group_id, seq))
         g = st.group(qid, d.group_id)
         if d.state == IN_FLIGHT:
             g.in_flight -= 1
@@ -176,7 +176,7 @@ def make_visible(st: ShardState, q: QueueRecord, seq: int, d: Delivery, at: int)
     counters.add(was, -1)
     counters.add(VISIBLE, 1)
     if d.group_id is None:
-        st.txn.put(r.visible_key(q.qid, at, seq), b"")
+        st.txn.put(keys.visible_key(q.qid, at, seq), b"")
         st.lower_floor(q.qid, "v_floor", at)
         return
     if was == IN_FLIGHT:
@@ -190,10 +190,10 @@ def hide(st: ShardState, q: QueueRecord, seq: int, d: Delivery, deadline: int) -
     """A visible standard message is in flight again until ``deadline``, its receive count
     unchanged (ChangeMessageVisibility with the latest handle after the timeout ran out)."""
     assert d.state == VISIBLE and d.group_id is None
-    st.txn.delete(r.visible_key(q.qid, d.visible_at_ms, seq))
+    st.txn.delete(keys.visible_key(q.qid, d.visible_at_ms, seq))
     d.state, d.visible_at_ms = IN_FLIGHT, deadline
     st.put_delivery(q.qid, seq, d)
-    st.txn.put(r.timer_key(q.qid, deadline, seq), TIMER_IN_FLIGHT)
+    st.txn.put(keys.timer_key(q.qid, deadline, seq), TIMER_IN_FLIGHT)
     st.lower_floor(q.qid, "w_floor", deadline)
     counters = st.counters(q.qid)
     counters.add(VISIBLE, -1)
@@ -215,11 +215,11 @@ def refresh_group(st: ShardState, qid: int, group: str, since_ms: int) -> bool:
     if head_seq is not None:
         head = st.delivery(qid, head_seq)
         if head is not None and head.state == VISIBLE:
-            if g.ready_key is not None and r.ready_group_of(g.ready_key)[0] == head_seq:
+            if g.ready_key is not None and keys.ready_group_of(g.ready_key)[0] == head_seq:
                 want = g.ready_key
             else:
                 since = max(since_ms, g.head_since_ms)
-                want = r.ready_group_key(qid, since, head_seq, group)
+                want = keys.ready_group_key(qid, since, head_seq, group)
                 st.lower_floor(qid, "k_floor", since)
     if g.ready_key != want:
         if g.ready_key is not None:
@@ -271,7 +271,7 @@ def _fire(st: ShardState, q: QueueRecord, index: str, until: int, offset_ms: int
     for key, _ in st.scan_index(index, q.qid, until):
         if n >= budget:
             break
-        seq, at = r.seq_of(key), r.read_u64(key, 9)
+        seq, at = keys.seq_of(key), keys.read_u64(key, 9)
         st.txn.delete(key)
         d = st.delivery(q.qid, seq)
         if d is not None:
@@ -296,7 +296,7 @@ def drop_expired(st: ShardState, q: QueueRecord, now: int, budget: int) -> int:
     for key, _ in st.scan_index("r", q.qid, cutoff):
         if n >= budget:
             break
-        seq = r.seq_of(key)
+        seq = keys.seq_of(key)
         d = st.delivery(q.qid, seq)
         if d is None:
             st.txn.delete(key)
@@ -308,8 +308,8 @@ def drop_expired(st: ShardState, q: QueueRecord, now: int, budget: int) -> int:
 
 def move_deadline(st: ShardState, q: QueueRecord, seq: int, d: Delivery, deadline: int) -> None:
     """An in-flight message comes back at ``deadline`` instead."""
-    st.txn.delete(r.timer_key(q.qid, d.visible_at_ms, seq))
+    st.txn.delete(keys.timer_key(q.qid, d.visible_at_ms, seq))
     d.visible_at_ms = deadline
     st.put_delivery(q.qid, seq, d)
-    st.txn.put(r.timer_key(q.qid, deadline, seq), TIMER_IN_FLIGHT)
+    st.txn.put(keys.timer_key(q.qid, deadline, seq), TIMER_IN_FLIGHT)
     st.lower_floor(q.qid, "w_floor", deadline)

@@ -12,8 +12,7 @@ standard queue the latest handle still changes its visibility (hiding it again).
 
 from __future__ import annotations
 
-from sqsq.core import limits
-from sqsq.core import records as r
+from sqsq.core import keys, limits
 from sqsq.core.commands import (
     BatchResult,
     ChangeVisibilities,
@@ -123,7 +122,7 @@ def change_visibility(st: ShardState, q: QueueRecord, cmd: ChangeVisibilities, n
             if timeout_s > 0:
                 hide(st, q, seq, d, now + timeout_s * 1000)
         elif timeout_s == 0:
-            st.txn.delete(r.timer_key(q.qid, d.visible_at_ms, seq))
+            st.txn.delete(keys.timer_key(q.qid, d.visible_at_ms, seq))
             # Timed out but not yet swept: visible since its deadline, as the sweep would say.
             make_visible(st, q, seq, d, min(now, d.visible_at_ms))
             effects.append(WakeReceivers(q.name))

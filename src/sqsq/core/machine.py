@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Callable, Iterable
 
 from sqsq.core import commands as c
-from sqsq.core import delivery, fencing, limits, queues, receiving, redrive, sending
+from sqsq.core import delivery, fencing, keys, limits, queues, receiving, redrive, sending
 from sqsq.core import records as r
 from sqsq.core.errors import ErrorCode, reject
 from sqsq.core.state import ShardConfig, ShardState, Writer
@@ -66,14 +66,14 @@ def sweep(st: ShardState, cmd: c.Sweep, now: int) -> c.Outcome:
         woken.extend(c.WakeReceivers(n) for n in sorted(queues_woken))
     budget -= sending.expire_dedup(st, now, budget)
     for key, deleted_at in list(st.scan_prefix(b"x")):
-        if now - r.read_u64(deleted_at) >= limits.QUEUE_DELETED_RECENTLY_MS:
+        if now - keys.read_u64(deleted_at) >= limits.QUEUE_DELETED_RECENTLY_MS:
             st.txn.delete(key)
     for gkey, resume in list(st.scan_prefix(b"z")):
         # Resume after the last key deleted: rescanning from the prefix would wade through
         # this queue's own fresh tombstones on every sweep.
-        qid = r.read_u64(gkey, 1)
-        for prefix in r.QUEUE_SCOPED_PREFIXES:
-            start = prefix + r.u64(qid)
+        qid = keys.read_u64(gkey, 1)
+        for prefix in keys.QUEUE_SCOPED_PREFIXES:
+            start = prefix + keys.u64(qid)
             if resume and resume[:1] > prefix[:1]:
                 continue
             for key, _ in st.scan_prefix(start, max(start, resume or b"")):
@@ -96,7 +96,7 @@ def sweep_needed(st: ShardState, now: int) -> bool:
     if redrive.running(st):
         return True
     return any(
-        now - r.read_u64(deleted_at) >= limits.QUEUE_DELETED_RECENTLY_MS
+        now - keys.read_u64(deleted_at) >= limits.QUEUE_DELETED_RECENTLY_MS
         for _, deleted_at in st.scan_prefix(b"x")
     )
 
@@ -108,10 +108,10 @@ def next_sweep_ms(st: ShardState) -> int | None:
     if not st.meta.sweep_scheduled or redrive.running(st) or \
             any(True for _ in st.scan_prefix(b"z")):
         return 0
-    due = [r.read_u64(key, 1) for key, _ in itertools.islice(st.scan_prefix(b"S"), 1)]
-    due += [r.read_u64(key, 1) for key, _ in itertools.islice(
+    due = [keys.read_u64(key, 1) for key, _ in itertools.islice(st.scan_prefix(b"S"), 1)]
+    due += [keys.read_u64(key, 1) for key, _ in itertools.islice(
         st.scan_floored(b"e", st.meta.e_floor, None, lambda floor: None), 1)]
-    due += [r.read_u64(deleted_at) + limits.QUEUE_DELETED_RECENTLY_MS
+    due += [keys.read_u64(deleted_at) + limits.QUEUE_DELETED_RECENTLY_MS
             for _, deleted_at in st.scan_prefix(b"x")]
     return min(due, default=None)
 
@@ -119,9 +119,9 @@ def next_sweep_ms(st: ShardState) -> int | None:
 def configure(st: ShardState, cmd: c.Configure, now: int) -> c.Outcome:
     """The first fingerprint recorded stays; a different one is refused (and the replica
     that proposed or applies it sees the mismatch and stops)."""
-    recorded = st.txn.get(r.CONFIG_KEY)
+    recorded = st.txn.get(keys.CONFIG_KEY)
     if recorded is None:
-        st.txn.put(r.CONFIG_KEY, cmd.fingerprint.encode())
+        st.txn.put(keys.CONFIG_KEY, cmd.fingerprint.encode())
     elif recorded.decode() != cmd.fingerprint:
         return c.Outcome(reject(ErrorCode.INVALID_PARAMETER_VALUE,
                                 "The cluster configuration differs from the recorded one."))
@@ -195,5 +195,5 @@ def apply_commands(txn: Writer, config: ShardConfig, commands: Iterable[c.Comman
 
 def effective_now(txn: Writer, now_ms: int) -> int:
     """The time ``apply`` would use: queries read state as of the same clock."""
-    return max(now_ms, r.Meta.decode(txn.get(r.META_KEY)).last_now_ms)
+    return max(now_ms, r.Meta.decode(txn.get(keys.META_KEY)).last_now_ms)
 

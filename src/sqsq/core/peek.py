@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqsq.core import records as r
+from sqsq.core import keys
 from sqsq.core.delivery import due_ms
 from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.queues import queue_does_not_exist
@@ -68,7 +68,7 @@ def peek_messages(st: ShardState, name: str, max_messages: int, now: int) -> Pee
     for looked, (key, _) in enumerate(st.scan_index("r", q.qid)):
         if looked >= PEEK_SCAN_BUDGET or len(out) >= max_messages and oldest is not None:
             break
-        seq = r.seq_of(key)
+        seq = keys.seq_of(key)
         d = st.delivery(q.qid, seq)
         m = st.message(q.qid, seq) if d is not None else None
         if d is None or m is None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from sqsq.core import limits, regions
-from sqsq.core import records as r
+from sqsq.core import keys, limits, regions
 from sqsq.core.attributes import SETTABLE_ATTRIBUTE_NAMES, render_queue_attributes
 from sqsq.core.delivery import fifo_delay_cutoff
 from sqsq.core.errors import ErrorCode, Rejection, reject
+from sqsq.core.keys import TIMER_DELAYED
 from sqsq.core.queues import queue_does_not_exist
-from sqsq.core.records import TIMER_DELAYED, Counters, QueueRecord
+from sqsq.core.records import Counters, QueueRecord
 from sqsq.core.state import ShardState
 
 COMPUTED_ATTRIBUTE_NAMES = frozenset({
@@ -50,7 +50,7 @@ def oldest_enqueued_ms(st: ShardState, q: QueueRecord) -> int | None:
     """When the queue's oldest message was enqueued (None: the queue is empty): the first key
     of its retention index, found by one seek from the index's floor."""
     for key, _ in st.scan_index("r", q.qid):
-        return r.read_u64(key, 9)  # b"r", qid, then enqueued_ms
+        return keys.read_u64(key, 9)  # b"r", qid, then enqueued_ms
     return None
 
 

@@ -2,16 +2,8 @@
 
 from __future__ import annotations
 
-from sqsq.core import limits, regions
-from sqsq.core import records as r
-from sqsq.core.attributes import (
-    QueueAttributes,
-    parse_queue_arn,
-    parse_queue_attributes,
-    redrive_allows,
-    render_queue_attributes,
-    validate_queue_name,
-)
+from sqsq.core import keys, limits, regions
+from sqsq.core.attributes import QueueAttributes, parse_queue_attributes, render_queue_attributes
 from sqsq.core.commands import (
     CreateQueue,
     DeleteQueue,
@@ -24,7 +16,9 @@ from sqsq.core.commands import (
     UntagQueue,
 )
 from sqsq.core.errors import ErrorCode, Rejection, reject
+from sqsq.core.names import parse_queue_arn, validate_queue_name
 from sqsq.core.records import QueueRecord
+from sqsq.core.redrivepolicy import redrive_allows
 from sqsq.core.state import ShardState
 
 
@@ -100,8 +94,8 @@ def create(st: ShardState, cmd: CreateQueue, now: int) -> Outcome:
                     f"attribute {name}",
                 ))
         return Outcome(QueueCreated(cmd.name))
-    deleted = st.txn.get(r.deleted_key(cmd.name))
-    if deleted is not None and now - r.read_u64(deleted) < limits.QUEUE_DELETED_RECENTLY_MS:
+    deleted = st.txn.get(keys.deleted_key(cmd.name))
+    if deleted is not None and now - keys.read_u64(deleted) < limits.QUEUE_DELETED_RECENTLY_MS:
         return Outcome(reject(
             ErrorCode.QUEUE_DELETED_RECENTLY,
             "You must wait 60 seconds after deleting a queue before you can create another "
@@ -114,22 +108,22 @@ def create(st: ShardState, cmd: CreateQueue, now: int) -> Outcome:
     q = QueueRecord(st.next_qid(), cmd.name, attrs, now, now, tags)
     st.put_queue(q)
     st.start_counters(q.qid)
-    st.txn.delete(r.deleted_key(cmd.name))
+    st.txn.delete(keys.deleted_key(cmd.name))
     return Outcome(QueueCreated(cmd.name))
 
 
 def _retire(st: ShardState, q: QueueRecord) -> None:
     """Hand a queue incarnation's data to the sweep, which deletes it in bounded steps."""
     st.drop_counters(q.qid)
-    st.txn.put(r.garbage_key(q.qid), b"")
+    st.txn.put(keys.garbage_key(q.qid), b"")
 
 
 def delete_queue(st: ShardState, cmd: DeleteQueue, now: int) -> Outcome:
     q = st.queue(cmd.name)
     if q is None:
         return Outcome(queue_does_not_exist())
-    st.txn.delete(r.queue_key(q.name))
-    st.txn.put(r.deleted_key(q.name), r.u64(now))
+    st.txn.delete(keys.queue_key(q.name))
+    st.txn.put(keys.deleted_key(q.name), keys.u64(now))
     _retire(st, q)
     return Outcome(Ok())
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from sqsq.core import limits, regions
+from sqsq.core import keys, limits, regions
 from sqsq.core import records as r
 from sqsq.core.commands import (
     Outcome,
@@ -26,16 +26,10 @@ from sqsq.core.delivery import (
     sequence_number,
 )
 from sqsq.core.errors import ErrorCode, reject
+from sqsq.core.keys import TIMER_IN_FLIGHT
 from sqsq.core.messages import message_size, utf8_len
 from sqsq.core.receipts import encode_receipt, queue_name_hash
-from sqsq.core.records import (
-    IN_FLIGHT,
-    TIMER_IN_FLIGHT,
-    VISIBLE,
-    Delivery,
-    MessageRecord,
-    QueueRecord,
-)
+from sqsq.core.records import IN_FLIGHT, VISIBLE, Delivery, MessageRecord, QueueRecord
 from sqsq.core.sending import expire_window_at
 from sqsq.core.state import ShardState
 
@@ -74,8 +68,8 @@ def _claim(
     deadline = now + timeout_s * 1000
     d.state, d.visible_at_ms = IN_FLIGHT, deadline
     put = st.txn.put
-    put(r.delivery_key(qid, seq), d.encode())
-    put(r.timer_key(qid, deadline, seq), TIMER_IN_FLIGHT)
+    put(keys.delivery_key(qid, seq), d.encode())
+    put(keys.timer_key(qid, deadline, seq), TIMER_IN_FLIGHT)
     counters = st.counters(qid)
     if deadline < counters.w_floor:
         counters.w_floor = deadline
@@ -185,7 +179,7 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
             if len(out) >= want or budget <= 0:
                 break
             budget -= 1
-            seq = r.seq_of(key)
+            seq = keys.seq_of(key)
             got = _deliverable(st, q, dlq, seq, now, effects)
             if got is not None:
                 if not size.fits(got[1]):
@@ -199,12 +193,12 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
     for rkey, _ in st.scan_index("k", q.qid):
         if len(out) >= want or budget <= 0:
             break
-        group = r.ready_group_of(rkey)[1]
+        group = keys.ready_group_of(rkey)[1]
         for fkey in st.group_messages(q.qid, group):
             if len(out) >= want or budget <= 0:
                 break
             budget -= 1
-            seq = r.seq_of(fkey)
+            seq = keys.seq_of(fkey)
             d = st.delivery(q.qid, seq)
             if d is None or d.state != VISIBLE:
                 break  # strict order: nothing behind a delayed or in-flight message
@@ -224,7 +218,7 @@ def receive(st: ShardState, q: QueueRecord, cmd: ReceiveMessages, now: int) -> O
         if len(out) >= want or budget <= 0:
             break  # likewise
     if attempt_id and claimed:
-        key = r.attempt_key(q.qid, attempt_id)
+        key = keys.attempt_key(q.qid, attempt_id)
         expires = now + limits.DEDUPLICATION_WINDOW_MS
         st.txn.put(key, r.ReceiveAttempt(cmd.nonce, claimed, expires,
                                          now + timeout_s * 1000).encode())
@@ -238,7 +232,7 @@ def _retried_attempt(
     """SQS's ReceiveRequestAttemptId: within 5 minutes, and while none of the first answer's
     messages was deleted, changed or timed out, a retry gets that answer again (same handles)
     and its visibility timeout starts over. Otherwise the retry is a new receive."""
-    raw = st.txn.get(r.attempt_key(q.qid, attempt_id))
+    raw = st.txn.get(keys.attempt_key(q.qid, attempt_id))
     if raw is None:
         return None
     attempt = r.ReceiveAttempt.decode(raw)
@@ -252,7 +246,7 @@ def _retried_attempt(
             return None  # deleted, received again, visibility changed, or timed out
         held.append((seq, d))
     attempt.deadline_ms = now + timeout_s * 1000
-    st.txn.put(r.attempt_key(q.qid, attempt_id), attempt.encode())
+    st.txn.put(keys.attempt_key(q.qid, attempt_id), attempt.encode())
     out = []
     for seq, d in held:
         move_deadline(st, q, seq, d, attempt.deadline_ms)

@@ -15,6 +15,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from sqsq.core import keys
 from sqsq.core import records as r
 from sqsq.core.commands import Outcome
 from sqsq.core.delivery import enqueue, promote_due, remove
@@ -80,7 +81,7 @@ class MoveTask:
 
 
 def task_key(source: str, started_ms: int, handle: str) -> bytes:
-    return b"t" + source.encode() + b"\x00" + r.u64(started_ms) + handle.encode()
+    return b"t" + source.encode() + b"\x00" + keys.u64(started_ms) + handle.encode()
 
 
 def handle_key(handle: str) -> bytes:
@@ -240,7 +241,7 @@ def _next_visible(st: ShardState, q: QueueRecord) -> tuple[int, r.Delivery] | No
     """The oldest visible message (for FIFO queues: the head of any receivable group)."""
     for key, _ in st.scan_index("k" if q.attributes.fifo_queue else "v", q.qid):
         # FIFO: the ready index holds (since, head seq, group); standard: (visible_at, seq).
-        seq = r.ready_group_of(key)[0] if q.attributes.fifo_queue else r.seq_of(key)
+        seq = keys.ready_group_of(key)[0] if q.attributes.fifo_queue else keys.seq_of(key)
         d = st.delivery(q.qid, seq)
         if d is not None and d.state == VISIBLE:
             return seq, d

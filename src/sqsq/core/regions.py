@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
-from sqsq.core.attributes import parse_queue_arn
+from sqsq.core.names import parse_queue_arn
 
 SEPARATOR = "/"
 # The region names botocore accepts, lower case (ARNs are): "us-east-1", "local", ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
-from sqsq.core import limits
+from sqsq.core import keys, limits
 from sqsq.core import records as r
 from sqsq.core.commands import (
     BatchResult,
@@ -148,9 +148,9 @@ def send(st: ShardState, q: QueueRecord, cmd: SendMessages, now: int) -> Outcome
         ukey = None
         if fifo:
             scope, dedup_id = _dedup_scope(q, e)  # type: ignore[misc]  # checked above
-            ukey = r.dedup_key(q.qid, scope, dedup_id)  # a purge starts a new window
+            ukey = keys.dedup_key(q.qid, scope, dedup_id)  # a purge starts a new window
         elif cmd.request_id:
-            ukey = r.dedup_key(q.dedup_scope_qid, _REQUEST_SCOPE,
+            ukey = keys.dedup_key(q.dedup_scope_qid, _REQUEST_SCOPE,
                                f"{cmd.request_id}/{e.entry_id}")
         if ukey is not None:
             raw = st.txn.get(ukey)
@@ -186,7 +186,7 @@ def send(st: ShardState, q: QueueRecord, cmd: SendMessages, now: int) -> Outcome
 
 def expire_window_at(st: ShardState, key: bytes, expires_ms: int) -> None:
     """Index a windowed record (a dedup record or a receive attempt) for expire_dedup."""
-    st.txn.put(r.dedup_expiry_key(expires_ms, key), b"")
+    st.txn.put(keys.dedup_expiry_key(expires_ms, key), b"")
     meta = st.meta
     if expires_ms < meta.e_floor:
         meta.e_floor = expires_ms

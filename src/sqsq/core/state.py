@@ -6,8 +6,8 @@ import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from sqsq.core import keys, regions
 from sqsq.core import records as r
-from sqsq.core import regions
 from sqsq.core.records import Counters, Delivery, GroupRecord, MessageRecord, Meta, QueueRecord
 from sqsq.core.txn import KVReader, prefix_end
 
@@ -44,11 +44,11 @@ def sweep_due(q: QueueRecord, c: Counters) -> int:
     timer (delay, visibility timeout) coming due, a FIFO message passing the queue's delay,
     a message reaching the retention period. ``NO_FLOOR`` when its timer indexes are empty."""
     due = c.w_floor
-    if q.attributes.fifo_queue and c.y_floor != r.NO_FLOOR:
+    if q.attributes.fifo_queue and c.y_floor != keys.NO_FLOOR:
         due = min(due, c.y_floor + q.attributes.delay_seconds * 1000)
-    if c.r_floor != r.NO_FLOOR:
+    if c.r_floor != keys.NO_FLOOR:
         due = min(due, c.r_floor + q.attributes.message_retention_period_s * 1000)
-    return min(due, r.NO_FLOOR)
+    return min(due, keys.NO_FLOOR)
 
 
 class Writer(KVReader):
@@ -90,8 +90,8 @@ class ShardState:
     @property
     def meta(self) -> Meta:
         if self._meta is None:
-            raw = self.txn.get(r.META_KEY)
-            held = self._memo.pop(r.META_KEY, None)
+            raw = self.txn.get(keys.META_KEY)
+            held = self._memo.pop(keys.META_KEY, None)
             self._meta = held[1] if held is not None and held[0] is raw else Meta.decode(raw)  # type: ignore[assignment]
         return self._meta
 
@@ -111,17 +111,17 @@ class ShardState:
         memo, put = self._memo, self.txn.put
         if self._meta is not None:
             raw = self._meta.encode()
-            put(r.META_KEY, raw)
-            memo[r.META_KEY] = (raw, self._meta)
+            put(keys.META_KEY, raw)
+            memo[keys.META_KEY] = (raw, self._meta)
             self._meta = None
         for qid, c in self._counters.items():
             self._reschedule(qid, c)
-            key, raw = r.counters_key(qid), c.encode()
+            key, raw = keys.counters_key(qid), c.encode()
             put(key, raw)
             memo[key] = (raw, c)
         self._counters.clear()
 
-    # ---- the sweep schedule (records.sweep_key) ----
+    # ---- the sweep schedule (keys.sweep_key) ----
     def _reschedule(self, qid: int, c: Counters) -> None:
         """Keep the queue's place in the sweep schedule at its earliest possible due time. The
         floors are lower bounds, so the place is never late; a visit that finds nothing due
@@ -131,12 +131,12 @@ class ShardState:
             # Every command reads the record of a queue whose timers it touches; should one
             # not have, find it rather than leave the queue out of the schedule.
             q = next((x for x in self.queues() if x.qid == qid), None)
-        due = r.NO_FLOOR if q is None else sweep_due(q, c)
+        due = keys.NO_FLOOR if q is None else sweep_due(q, c)
         if due != c.sweep_at:
-            if c.sweep_at != r.NO_FLOOR:
-                self.txn.delete(r.sweep_key(c.sweep_at, qid))
-            if q is not None and due != r.NO_FLOOR:
-                self.txn.put(r.sweep_key(due, qid), q.name.encode())
+            if c.sweep_at != keys.NO_FLOOR:
+                self.txn.delete(keys.sweep_key(c.sweep_at, qid))
+            if q is not None and due != keys.NO_FLOOR:
+                self.txn.put(keys.sweep_key(due, qid), q.name.encode())
             c.sweep_at = due
 
     def schedule(self, q: QueueRecord) -> None:
@@ -146,15 +146,15 @@ class ShardState:
 
     def due_queues(self, now: int) -> Iterator[tuple[bytes, int, str]]:
         """(schedule key, qid, name) of queues whose sweep is due at ``now``, earliest first."""
-        for key, name in self.txn.scan(b"S", b"S" + r.u64(now + 1)):
-            yield key, r.read_u64(key, 9), name.decode()
+        for key, name in self.txn.scan(b"S", b"S" + keys.u64(now + 1)):
+            yield key, keys.read_u64(key, 9), name.decode()
 
     # ---- queues ----
     def queue(self, name: str) -> QueueRecord | None:
         named = self._named
         if named is not None and name in named:
             return named[name]
-        raw = self.txn.get(r.queue_key(name))
+        raw = self.txn.get(keys.queue_key(name))
         q = QueueRecord.decode(raw) if raw else None
         if q is not None:
             self._queues[q.qid] = q
@@ -169,11 +169,11 @@ class ShardState:
         self._named = {}
 
     def put_queue(self, q: QueueRecord) -> None:
-        self.txn.put(r.queue_key(q.name), q.encode())
+        self.txn.put(keys.queue_key(q.name), q.encode())
         self.schedule(q)  # its delay or retention may have changed when it is due
 
     def queues(self, prefix: str = "") -> Iterator[QueueRecord]:
-        start = r.queue_key(prefix)
+        start = keys.queue_key(prefix)
         for _, raw in self.txn.scan(start, prefix_end(start)):
             q = QueueRecord.decode(raw)
             self._queues[q.qid] = q
@@ -182,7 +182,7 @@ class ShardState:
     def counters(self, qid: int) -> Counters:
         c = self._counters.get(qid)
         if c is None:
-            key = r.counters_key(qid)
+            key = keys.counters_key(qid)
             raw = self.txn.get(key)
             held = self._memo.pop(key, None)
             c = held[1] if held is not None and held[0] is raw else Counters.decode(raw)  # type: ignore[assignment]
@@ -193,31 +193,31 @@ class ShardState:
         """A new queue incarnation's counters: every index is empty, so no floor holds it in
         the sweep schedule."""
         c = self.counters(qid)
-        c.v_floor = c.w_floor = c.r_floor = c.k_floor = c.y_floor = r.NO_FLOOR
+        c.v_floor = c.w_floor = c.r_floor = c.k_floor = c.y_floor = keys.NO_FLOOR
 
     def drop_counters(self, qid: int) -> None:
         c = self.counters(qid)
-        if c.sweep_at != r.NO_FLOOR:
-            self.txn.delete(r.sweep_key(c.sweep_at, qid))
+        if c.sweep_at != keys.NO_FLOOR:
+            self.txn.delete(keys.sweep_key(c.sweep_at, qid))
         self._counters.pop(qid, None)
-        self.txn.delete(r.counters_key(qid))
+        self.txn.delete(keys.counters_key(qid))
 
     # ---- messages ----
     def message(self, qid: int, seq: int) -> MessageRecord | None:
-        raw = self.txn.get(r.message_key(qid, seq))
+        raw = self.txn.get(keys.message_key(qid, seq))
         return MessageRecord.decode(raw) if raw else None
 
     def delivery(self, qid: int, seq: int) -> Delivery | None:
-        raw = self.txn.get(r.delivery_key(qid, seq))
+        raw = self.txn.get(keys.delivery_key(qid, seq))
         return Delivery.decode(raw) if raw else None
 
     def put_delivery(self, qid: int, seq: int, d: Delivery) -> None:
-        self.txn.put(r.delivery_key(qid, seq), d.encode())
+        self.txn.put(keys.delivery_key(qid, seq), d.encode())
 
     def group_key(self, qid: int, group: str) -> bytes:
         key = self._group_keys.get((qid, group))
         if key is None:
-            key = self._group_keys[qid, group] = r.group_key(qid, group)
+            key = self._group_keys[qid, group] = keys.group_key(qid, group)
         return key
 
     def group(self, qid: int, group: str) -> GroupRecord:
@@ -268,7 +268,7 @@ class ShardState:
         """
         c = self.counters(qid)
         field = f"{index}_floor"
-        return self.scan_floored(index.encode() + r.u64(qid), getattr(c, field), until,
+        return self.scan_floored(index.encode() + keys.u64(qid), getattr(c, field), until,
                                  lambda floor: setattr(c, field, floor))
 
     def scan_floored(
@@ -276,35 +276,35 @@ class ShardState:
     ) -> Iterator[tuple[bytes, bytes]]:
         """Keys ``prefix + u64(n) + ...`` with ``floor <= n (<= until)``, raising the floor:
         to the first live key's ``n``, or past ``until`` when a bounded scan finds nothing."""
-        end = prefix_end(prefix) if until is None else prefix + r.u64(until + 1)
-        start = prefix + r.u64(floor)
+        end = prefix_end(prefix) if until is None else prefix + keys.u64(until + 1)
+        start = prefix + keys.u64(floor)
         first = True
         for key, value in self.txn.scan(start, end) if start < end else ():
             if first:
                 first = False
-                set_floor(r.read_u64(key, len(prefix)))
+                set_floor(keys.read_u64(key, len(prefix)))
             yield key, value
         if first:
-            set_floor(r.NO_FLOOR if until is None else max(floor, until + 1))
+            set_floor(keys.NO_FLOOR if until is None else max(floor, until + 1))
 
     def group_head(self, qid: int, group: str) -> int | None:
         """The seq of a FIFO group's oldest message (None: it has none), as the first key of
         ``group_messages`` gives it. The group's floor is at or below every message of the
         group, so when the floor's own message is there it is the head: one point read, not
         a scan (the head is asked for on every send, receive and delete of a group)."""
-        prefix = r.group_prefix(qid, group)
+        prefix = keys.group_prefix(qid, group)
         floor = self._group_floor(qid, group)
-        start = prefix + r.u64(floor)
+        start = prefix + keys.u64(floor)
         if self.txn.get(start) is not None:
             return floor
         key = next(self._group_scan(qid, group, prefix, floor, start), None)
-        return None if key is None else r.seq_of(key)
+        return None if key is None else keys.seq_of(key)
 
     def group_messages(self, qid: int, group: str) -> Iterator[bytes]:
         """Keys of a FIFO group's messages in send order, from the group's floor."""
-        prefix = r.group_prefix(qid, group)
+        prefix = keys.group_prefix(qid, group)
         floor = self._group_floor(qid, group)
-        start = prefix + r.u64(floor)
+        start = prefix + keys.u64(floor)
         if self.txn.get(start) is not None:
             # The floor's message is there, so it is the first: one point read, and a scan
             # only for a caller that wants more (a receive of one message does not).
@@ -319,7 +319,7 @@ class ShardState:
         unless ``floor`` is None (the floor's message was there)."""
         for key, _ in self.txn.scan(start, prefix_end(prefix)):
             if floor is not None:
-                seq = r.seq_of(key)
+                seq = keys.seq_of(key)
                 if seq != floor:  # written at once: callers re-read the group record
                     g = self.group(qid, group)
                     g.floor = seq

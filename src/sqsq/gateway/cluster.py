@@ -44,8 +44,8 @@ from sqsq.control.keys import QueueRecord
 from sqsq.control.partition_map import PartitionMap
 from sqsq.core import commands as c
 from sqsq.core import queries, regions
-from sqsq.core.attributes import validate_queue_name
 from sqsq.core.errors import Rejection
+from sqsq.core.names import validate_queue_name
 from sqsq.core.queues import queue_does_not_exist
 from sqsq.core.redrive import parse_task_handle
 from sqsq.errors import QueueError, ServiceUnavailable, from_rejection

@@ -36,7 +36,7 @@ import grpc
 
 from sqsq import admincred
 from sqsq.api import SHARD_METADATA_KEY
-from sqsq.core import peek, records, regions
+from sqsq.core import keys, peek, records, regions
 from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.errors import not_leader_message
 from sqsq.shard.engine import ShardEngine
@@ -55,7 +55,7 @@ def checkpoint_meta(path: Path) -> records.Meta:
     """The Meta record inside a checkpoint (a RocksDB directory or a MemoryStore file)."""
     store = RocksStore(str(path)) if path.is_dir() else MemoryStore.load(str(path))
     try:
-        return records.Meta.decode(store.get(records.META_KEY))
+        return records.Meta.decode(store.get(keys.META_KEY))
     finally:
         store.close()
 

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from sqsq.core import commands as c
-from sqsq.core import records
+from sqsq.core import keys, records
 from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.machine import HANDLERS, effective_now, next_sweep_ms, sweep_needed
 from sqsq.core.state import ShardConfig, ShardState
@@ -364,13 +364,13 @@ class ShardEngine(HandOver):
 def _counted_visible(store: KVReader, queue: str) -> bool:
     """Two records read as they are stored (no transaction or state to build around them:
     this is asked for every receive, on the event loop)."""
-    raw = store.get(records.queue_key(queue))
+    raw = store.get(keys.queue_key(queue))
     if not raw:
         return False
     q = records.QueueRecord.decode(raw)
     if q.attributes.fifo_queue:
         return False
-    counters = store.get(records.counters_key(q.qid))
+    counters = store.get(keys.counters_key(q.qid))
     return counters is not None and records.Counters.decode(counters).visible > 0
 
 

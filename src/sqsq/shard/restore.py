@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqsq.core import records
+from sqsq.core import keys, records
 from sqsq.core.state import ShardConfig
 from sqsq.shard.durable import fsync_path
 from sqsq.shard.replica import MEMBER_FILE
@@ -154,13 +154,13 @@ def _reset_store(db: Path, config: ShardConfig) -> None:
     index back to 0 for the new group's log (durably: the write-ahead log is synced)."""
     store = RocksStore(str(db))
     try:
-        recorded = store.get(records.CONFIG_KEY)
+        recorded = store.get(keys.CONFIG_KEY)
         if recorded is not None and recorded.decode() != config.fingerprint():
             raise RestoreError(f"shard {config.shard_id}: the checkpoint was written under "
                                f"another secret, region or account than the backup records")
-        meta = records.Meta.decode(store.get(records.META_KEY))
+        meta = records.Meta.decode(store.get(keys.META_KEY))
         meta.applied_index = 0
-        store.write({records.META_KEY: meta.encode()}, sync=True)
+        store.write({keys.META_KEY: meta.encode()}, sync=True)
     finally:
         store.close()
 

@@ -39,7 +39,7 @@ from typing import BinaryIO
 import msgpack
 
 from sqsq.core import commands as c
-from sqsq.core import records
+from sqsq.core import keys, records
 from sqsq.core.entry import decode_entry
 from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.machine import apply, apply_commands
@@ -114,7 +114,7 @@ class ShardMachine:
         return self.directory / ("db.mem" if self.memory else "db")
 
     def meta(self) -> records.Meta:
-        return records.Meta.decode(self.store.get(records.META_KEY))
+        return records.Meta.decode(self.store.get(keys.META_KEY))
 
     def _read_progress(self) -> None:
         """The applied index and time, kept here so the leader stamps entries without a read."""
@@ -122,7 +122,7 @@ class ShardMachine:
         self.applied_index, self.last_now_ms = meta.applied_index, meta.last_now_ms
 
     def recorded_fingerprint(self) -> str | None:
-        raw = self.store.get(records.CONFIG_KEY)
+        raw = self.store.get(keys.CONFIG_KEY)
         return None if raw is None else raw.decode()
 
     def check_configuration(self) -> None:
@@ -196,10 +196,10 @@ class ShardMachine:
         the same store as ``apply_entry`` would leave, without running the commands."""
         if index <= self.applied_index:
             return
-        meta = records.Meta.decode(writes[records.META_KEY])
+        meta = records.Meta.decode(writes[keys.META_KEY])
         self.store.write(writes, sync=False)
         self.applied_index, self.last_now_ms = index, meta.last_now_ms
-        if records.CONFIG_KEY in writes:
+        if keys.CONFIG_KEY in writes:
             self.check_configuration()
 
     def _apply_each(self, txn: Txn, index: int, commands: tuple[c.Command, ...],
@@ -310,12 +310,12 @@ class Prepared:
 
 def _sealed(txn: Txn, index: int, now_ms: int) -> tuple[dict[bytes, bytes | None], int]:
     """An entry's writes with the store's meta (applied index, last time) moved to it."""
-    raw = txn.get(records.META_KEY)
-    held = txn.memo.get(records.META_KEY)  # the meta the last command wrote, if any
+    raw = txn.get(keys.META_KEY)
+    held = txn.memo.get(keys.META_KEY)  # the meta the last command wrote, if any
     meta = held[1] if held is not None and held[0] is raw else records.Meta.decode(raw)
     meta.applied_index = index
     meta.last_now_ms = max(meta.last_now_ms, now_ms)
-    txn.put(records.META_KEY, meta.encode())
+    txn.put(keys.META_KEY, meta.encode())
     return txn.writes(), meta.last_now_ms
 
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 import msgpack
 
-from sqsq.core import records
+from sqsq.core import keys, records
 
 # Entries this small have their write set shared; a follower expects one for each.
 SHARED_ENTRY_BYTES = 64 << 10
@@ -71,7 +71,7 @@ def unpack(blob: bytes, index: int) -> dict[bytes, bytes | None]:
     if not _KEY_TYPES.issuperset(map(type, writes)) or \
             not _VALUE_TYPES.issuperset(map(type, writes.values())):
         raise ValueError("write set: a key or value is not a byte string")
-    meta = writes.get(records.META_KEY)
+    meta = writes.get(keys.META_KEY)
     try:
         applied = None if meta is None else records.Meta.decode(meta).applied_index
     except Exception:  # noqa: BLE001 - untrusted bytes: a Meta record that does not decode

@@ -12,8 +12,8 @@ from typing import Any
 
 from sqsq.api import QueueService
 from sqsq.core import commands as c
-from sqsq.core.attributes import FIFO_SUFFIX
 from sqsq.core.messages import MessageAttributeValue
+from sqsq.core.names import FIFO_SUFFIX
 from sqsq.errors import from_rejection
 from sqsq.gateway.http import through
 from sqsq.gateway.http.wire import Params, b64decode, invalid
