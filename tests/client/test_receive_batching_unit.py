@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from sqsq.client import _ops
 from sqsq.client._call import Call
-from sqsq.client.receive_batching import ReceiveCoalescer, ThreadReceiveCoalescer, _deal
+from sqsq.client.receive_batching import ReceiveCoalescer, deal
+from sqsq.client.receive_batching_sync import ThreadReceiveCoalescer
 from sqsq.client.types import Message
 from sqsq.errors import OverLimit, ServiceUnavailable
 from sqsq.v1 import queues_pb2 as pb
@@ -228,7 +229,7 @@ def test_a_caller_waiting_for_a_slot_gets_nothing_once_its_long_poll_ends() -> N
 def test_dealing_gives_each_at_most_what_it_asked_and_loses_nothing(
         wants: list[int], available: int) -> None:
     messages = [Message(f"m{i}", f"rh{i}", f"m{i}", "md5") for i in range(available)]
-    shares = _deal(messages, wants)
+    shares = deal(messages, wants)
     dealt = [m for share in shares for m in share]
     assert all(len(share) <= want for share, want in zip(shares, wants, strict=True))
     assert len(dealt) == min(available, sum(wants))

@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqsq.client import _ops
+from sqsq.client import _convert
 from sqsq.client._call import Call
 from sqsq.client.types import BatchResult, SendResult
 from sqsq.errors import InternalError, QueueError, error_for
@@ -40,7 +40,7 @@ def _add_send_entry(entries: Any, i: int, req: pb.SendMessageRequest) -> None:
 def _send_batch(queue_url: str, reqs: list[Any]) -> Call:
     # One request id for every attempt of this batch: a retry is answered, entry by entry,
     # with the first result (the server keys it by request id and entry id).
-    req = pb.SendMessageBatchRequest(queue_url=queue_url, request_id=_ops.request_id())
+    req = pb.SendMessageBatchRequest(queue_url=queue_url, request_id=_convert.request_id())
     entries = req.entries
     for i, r in enumerate(reqs):
         _add_send_entry(entries, i, r)
@@ -50,7 +50,8 @@ def _send_batch(queue_url: str, reqs: list[Any]) -> Call:
 def _parse_sent(resp: pb.SendMessageBatchResponse) -> BatchResult:
     """A batch of single sends' answer, its entries left as they came: each caller's
     ``SendResult`` is made from its own (``_sent``), with no entry object in between."""
-    return BatchResult(successful=list(resp.successful), failed=_ops._batch_errors(resp.failed))
+    return BatchResult(successful=list(resp.successful),
+                       failed=_convert._batch_errors(resp.failed))
 
 
 def _delete_batch(queue_url: str, reqs: list[Any]) -> Call:
@@ -58,7 +59,7 @@ def _delete_batch(queue_url: str, reqs: list[Any]) -> Call:
     add = req.entries.add  # (in place, as the sends' entries)
     for i, r in enumerate(reqs):
         add(id=_IDS[i] if i < SQS_MAX_ENTRIES else str(i), receipt_handle=r.receipt_handle)
-    return Call("DeleteMessageBatch", req, _ops._parse_batch, retry=True)  # (as _ops says)
+    return Call("DeleteMessageBatch", req, _convert.parse_batch, retry=True)  # (as _ops says)
 
 
 def _change_batch(queue_url: str, reqs: list[Any]) -> Call:
@@ -67,7 +68,7 @@ def _change_batch(queue_url: str, reqs: list[Any]) -> Call:
     for i, r in enumerate(reqs):
         add(id=_IDS[i] if i < SQS_MAX_ENTRIES else str(i), receipt_handle=r.receipt_handle,
             visibility_timeout=r.visibility_timeout)
-    return Call("ChangeMessageVisibilityBatch", req, _ops._parse_batch)
+    return Call("ChangeMessageVisibilityBatch", req, _convert.parse_batch)
 
 
 def _sent(entry: pb.SendMessageBatchResultEntry) -> SendResult:

@@ -13,8 +13,9 @@ waits for the next, but never past its own long poll (the queue's, at most 20 s,
 none): then it gets an empty list, as an expired long poll would. A short poll waits only
 behind other short polls. So a lone receive goes out at once, calls grow with load, and
 nothing is received before a caller asks for it (unlike prefetch). The blocking ``Client``
-does the same with threads (``ThreadReceiveCoalescer``): a receive that finds a free slot is
-sent at once by its own thread, and the first waiting caller of a batch sends it.
+does the same with threads (``ThreadReceiveCoalescer``, in ``receive_batching_sync``): a
+receive that finds a free slot is sent at once by its own thread, and the first waiting
+caller of a batch sends it.
 
 A caller that gets nothing from a call that returned messages to others (the queue had fewer
 visible than were asked for) joins the next coalesced call while its own long poll has time
@@ -32,15 +33,17 @@ from __future__ import annotations
 
 import asyncio
 import math
-import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqsq.client._call import Call
 from sqsq.client.batching import fail_all
 from sqsq.client.types import Message
 from sqsq.v1 import queues_pb2 as pb
+
+if TYPE_CHECKING:
+    from sqsq.client.receive_batching_sync import _Caller
 
 MAX_MESSAGES = 10  # one ReceiveMessage returns at most 10
 MAX_WAIT_S = 20
@@ -61,10 +64,10 @@ class _Receiver:
         self.long_poll = long_poll  # it gave a wait time above 0
         self.future = future
         self.timer: asyncio.TimerHandle | None = None  # ends its wait for a free slot
-        self.lane: _Lane | None = None
+        self.lane: Lane | None = None
 
 
-class _Lane:
+class Lane:
     """The receives of one queue with one set of options: waiting, and calls in flight."""
 
     __slots__ = ("queue", "key", "pending", "in_flight", "launching")
@@ -99,7 +102,7 @@ def _options(call: Call) -> tuple[str, bytes]:
     return call.region or "", req.SerializeToString(deterministic=True)
 
 
-def _limits(call: Call, clock: Callable[[], float]) -> tuple[int, float | None, bool]:
+def receive_limits(call: Call, clock: Callable[[], float]) -> tuple[int, float | None, bool]:
     """A receive's count, how long it may wait for a free slot (its long poll: the queue's,
     at most SQS's longest, if it gives none; None for a short poll, which waits only behind
     other short polls), and whether it asked for a long poll."""
@@ -109,17 +112,17 @@ def _limits(call: Call, clock: Callable[[], float]) -> tuple[int, float | None, 
     return _wanted(req), deadline, bool(wait)
 
 
-def _lane_of(lanes: dict[tuple[str, tuple[str, bytes]], _Lane], queue: str, call: Call
-             ) -> _Lane:
+def lane_of(lanes: dict[tuple[str, tuple[str, bytes]], Lane], queue: str, call: Call
+             ) -> Lane:
     """The lane of ``call``'s queue and options, made if there is none."""
     key = (queue, _options(call))
     lane = lanes.get(key)
     if lane is None:
-        lane = lanes[key] = _Lane(queue, key)
+        lane = lanes[key] = Lane(queue, key)
     return lane
 
 
-def _take(pending: list[Any]) -> tuple[list[Any], int]:
+def take_batch(pending: list[Any]) -> tuple[list[Any], int]:
     """The next batch from the front of ``pending``: at most 10 messages asked in all."""
     batch, total = [], 0
     while pending and total + pending[0].want <= MAX_MESSAGES:
@@ -128,13 +131,13 @@ def _take(pending: list[Any]) -> tuple[list[Any], int]:
     return batch, total
 
 
-def _merged(batch: list[Any], total: int) -> Call:
+def merged_call(batch: list[Any], total: int) -> Call:
     """The call a batch makes: its one caller's own, or one asking for all of them."""
     first = batch[0].call
-    return first if len(batch) == 1 else _with(first, count=total)
+    return first if len(batch) == 1 else call_with(first, count=total)
 
 
-def _with(call: Call, *, count: int | None = None, wait_s: int | None = None) -> Call:
+def call_with(call: Call, *, count: int | None = None, wait_s: int | None = None) -> Call:
     req = pb.ReceiveMessageRequest()
     req.CopyFrom(call.request)
     if count is not None:
@@ -143,6 +146,31 @@ def _with(call: Call, *, count: int | None = None, wait_s: int | None = None) ->
         req.wait_time_seconds = wait_s
     return Call(call.method, req, call.parse, retry=call.retry, min_timeout=call.min_timeout,
                 region=call.region)
+
+
+def long_poll_left(r: _Receiver | _Caller, now: float) -> int | None:
+    """Whole seconds a receive's own long poll has left, if it asked for one."""
+    if not r.long_poll or r.deadline is None:
+        return None
+    left = math.floor(r.deadline - now)
+    return left if left >= 1 else None
+
+
+def deal(messages: list[Message], wants: list[int]) -> list[list[Message]]:
+    """The messages dealt in turn, one at a time, to callers that want more."""
+    shares: list[list[Message]] = [[] for _ in wants]
+    it = iter(messages)
+    while True:
+        dealt = False
+        for share, want in zip(shares, wants, strict=True):
+            if len(share) < want:
+                m = next(it, None)
+                if m is None:
+                    return shares
+                share.append(m)
+                dealt = True
+        if not dealt:
+            return shares
 
 
 class ReceiveCoalescer:
@@ -155,14 +183,14 @@ class ReceiveCoalescer:
         self._release = release
         self._limit = max_in_flight
         self._clock = clock
-        self._lanes: dict[tuple[str, tuple[str, bytes]], _Lane] = {}
+        self._lanes: dict[tuple[str, tuple[str, bytes]], Lane] = {}
         self._tasks: set[asyncio.Task] = set()
         self.calls = 0  # ReceiveMessage calls made for coalesced receives (tests)
 
     async def call(self, queue: str, call: Call) -> list[Message]:
         if not coalescible(queue, call):
             return await self._run(call)
-        me = _Receiver(call, *_limits(call, self._clock),
+        me = _Receiver(call, *receive_limits(call, self._clock),
                        asyncio.get_running_loop().create_future())
         self._enqueue(queue, me)
         try:
@@ -172,23 +200,23 @@ class ReceiveCoalescer:
             raise
 
     def _enqueue(self, queue: str, r: _Receiver) -> None:
-        r.lane = lane = _lane_of(self._lanes, queue, r.call)
+        r.lane = lane = lane_of(self._lanes, queue, r.call)
         lane.pending.append(r)
         self._schedule(lane)
         if not lane.launching:
             self._arm(r)  # every slot is busy
 
-    def _schedule(self, lane: _Lane) -> None:
+    def _schedule(self, lane: Lane) -> None:
         if not lane.launching and lane.in_flight < self._limit:
             # At the end of this turn, after the tasks already woken in it: those that
             # receive too join this call.
             lane.launching = True
             asyncio.get_running_loop().call_soon(self._launch, lane)
 
-    def _launch(self, lane: _Lane) -> None:
+    def _launch(self, lane: Lane) -> None:
         lane.launching = False
         while lane.pending and lane.in_flight < self._limit:
-            batch, total = _take(lane.pending)
+            batch, total = take_batch(lane.pending)
             for r in batch:
                 if r.timer is not None:
                     r.timer.cancel()
@@ -220,12 +248,12 @@ class ReceiveCoalescer:
                 r.timer.cancel()
             self._tidy(lane)
 
-    def _tidy(self, lane: _Lane) -> None:
+    def _tidy(self, lane: Lane) -> None:
         if not lane.pending and not lane.in_flight and not lane.launching \
                 and self._lanes.get(lane.key) is lane:
             del self._lanes[lane.key]
 
-    async def _send(self, lane: _Lane, batch: list[_Receiver], total: int) -> None:
+    async def _send(self, lane: Lane, batch: list[_Receiver], total: int) -> None:
         try:
             await self._call(lane.queue, batch, total)
         finally:
@@ -236,7 +264,7 @@ class ReceiveCoalescer:
                 self._tidy(lane)
 
     async def _call(self, queue: str, batch: list[_Receiver], total: int) -> None:
-        call = _merged(batch, total)
+        call = merged_call(batch, total)
         self.calls += 1
         try:
             messages: list[Message] = await self._run(call)
@@ -249,15 +277,15 @@ class ReceiveCoalescer:
                 else:
                     r.future.set_exception(error)  # type: ignore[arg-type]
             return
-        shares = _deal(messages, [r.want for r in batch])
+        shares = deal(messages, [r.want for r in batch])
         unclaimed = messages[sum(len(share) for share in shares):]  # more than asked: none
         for r, share in zip(batch, shares, strict=True):
             if r.future.done():  # its caller was cancelled: the messages go back
                 unclaimed += share
             elif share:
                 r.future.set_result(share)
-            elif messages and (left := _left(r, self._clock())) is not None:
-                r.call = _with(r.call, wait_s=left)  # the queue ran short: try again
+            elif messages and (left := long_poll_left(r, self._clock())) is not None:
+                r.call = call_with(r.call, wait_s=left)  # the queue ran short: try again
                 self._enqueue(queue, r)
             else:
                 r.future.set_result([])
@@ -268,137 +296,3 @@ class ReceiveCoalescer:
         """Wait for the coalesced calls under way (before the channels close)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-
-class _Caller:
-    """One thread's receive (``ThreadReceiveCoalescer``); its fields change under the lock."""
-
-    __slots__ = ("call", "want", "deadline", "long_poll", "lane", "event", "batch", "done",
-                 "result", "error")
-
-    def __init__(self, call: Call, want: int, deadline: float | None, long_poll: bool) -> None:
-        self.call = call
-        self.want = want
-        self.deadline = deadline
-        self.long_poll = long_poll
-        self.lane: _Lane | None = None
-        self.event = threading.Event()  # set when it must send a batch, or is answered
-        self.batch: tuple[list[_Caller], int] | None = None  # what this caller sends
-        self.done = False
-        self.result: list[Message] = []
-        self.error: BaseException | None = None
-
-
-class ThreadReceiveCoalescer:
-    """``call(queue, call)`` from any thread (the blocking ``Client``): the rules above."""
-
-    def __init__(self, run: Callable[[Call], Any], max_in_flight: int = 2,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._run = run
-        self._limit = max_in_flight
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._lanes: dict[tuple[str, tuple[str, bytes]], _Lane] = {}
-        self.calls = 0  # ReceiveMessage calls made for coalesced receives (tests)
-
-    def waiting(self) -> int:
-        """How many receives wait for a slot (all queues)."""
-        with self._lock:
-            return sum(len(lane.pending) for lane in self._lanes.values())
-
-    def call(self, queue: str, call: Call) -> list[Message]:
-        if not coalescible(queue, call):
-            return self._run(call)
-        me = _Caller(call, *_limits(call, self._clock))
-        with self._lock:
-            self._enter(queue, me)
-        expired = False
-        while True:
-            timeout = None if me.deadline is None or expired else \
-                max(0.0, me.deadline - self._clock())
-            if not me.event.wait(timeout):
-                with self._lock:
-                    lane = me.lane
-                    if lane is not None and me in lane.pending:  # still waiting for a slot
-                        lane.pending.remove(me)
-                        self._tidy(lane)
-                        return []
-                expired = True  # taken into a batch meanwhile: its answer is coming
-                continue
-            with self._lock:
-                me.event.clear()
-                batch, me.batch = me.batch, None
-            if batch is not None:
-                self._send(queue, *batch)
-            if me.done:
-                if me.error is not None:
-                    raise me.error
-                return me.result
-
-    def _enter(self, queue: str, r: _Caller) -> None:
-        """(Under the lock.) Queue ``r`` and start what may go now."""
-        r.lane = lane = _lane_of(self._lanes, queue, r.call)
-        lane.pending.append(r)
-        self._start(lane)
-
-    def _start(self, lane: _Lane) -> None:
-        """(Under the lock.) Hand each batch that may go now to its first caller."""
-        while lane.pending and lane.in_flight < self._limit:
-            batch, total = _take(lane.pending)
-            lane.in_flight += 1
-            batch[0].batch = batch, total
-            batch[0].event.set()
-
-    def _tidy(self, lane: _Lane) -> None:
-        if not lane.pending and not lane.in_flight and self._lanes.get(lane.key) is lane:
-            del self._lanes[lane.key]
-
-    def _send(self, queue: str, batch: list[_Caller], total: int) -> None:
-        call = _merged(batch, total)
-        self.calls += 1
-        messages: list[Message] = []
-        errors: list[BaseException | None] = [None] * len(batch)
-        try:
-            messages = self._run(call)
-        except BaseException as err:  # every caller gets it, the sender too
-            errors = [e for _, e in fail_all(batch, err)]
-        shares = _deal(messages, [r.want for r in batch])
-        lane = batch[0].lane
-        assert lane is not None
-        with self._lock:
-            for r, share, error in zip(batch, shares, errors, strict=True):
-                if error is None and not share and messages and \
-                        (left := _left(r, self._clock())) is not None:
-                    r.call = _with(r.call, wait_s=left)  # the queue ran short: try again
-                    self._enter(queue, r)
-                    continue
-                r.result, r.error, r.done = share, error, True
-                r.event.set()
-            lane.in_flight -= 1
-            self._start(lane)
-            self._tidy(lane)
-
-
-def _left(r: _Receiver | _Caller, now: float) -> int | None:
-    """Whole seconds a receive's own long poll has left, if it asked for one."""
-    if not r.long_poll or r.deadline is None:
-        return None
-    left = math.floor(r.deadline - now)
-    return left if left >= 1 else None
-
-
-def _deal(messages: list[Message], wants: list[int]) -> list[list[Message]]:
-    """The messages dealt in turn, one at a time, to callers that want more."""
-    shares: list[list[Message]] = [[] for _ in wants]
-    it = iter(messages)
-    while True:
-        dealt = False
-        for share, want in zip(shares, wants, strict=True):
-            if len(share) < want:
-                m = next(it, None)
-                if m is None:
-                    return shares
-                share.append(m)
-                dealt = True
-        if not dealt:
-            return shares

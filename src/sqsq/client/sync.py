@@ -14,7 +14,7 @@ from sqsq.client import _auth, _call, _direct, _ops, _stubs
 from sqsq.client._routed_sync import SyncRouter
 from sqsq.client.batching import Batcher, BatchSettings, resolve
 from sqsq.client.prefetch import Prefetcher
-from sqsq.client.receive_batching import ThreadReceiveCoalescer
+from sqsq.client.receive_batching_sync import ThreadReceiveCoalescer
 from sqsq.client.types import BatchResult, Message, MessageAttributes, SendResult
 from sqsq.v1 import queues_pb2_grpc
 
