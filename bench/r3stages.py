@@ -40,7 +40,7 @@ def _serve(argv: list[str], out: Path) -> None:
     from sqsq.gateway import frames, streaming
     from sqsq.raft import node as raftnode
     from sqsq.raft.types import MsgType
-    from sqsq.shard import engine, peers, raftstorage, replica, statemachine
+    from sqsq.shard import engine, peers, raftstorage, replica, replicas, statemachine
 
     events: list[tuple[str, float]] = []
     note = events.append
@@ -159,14 +159,14 @@ def _serve(argv: list[str], out: Path) -> None:
             note((f"sent {kind}", t))
     peers.PeerTransport._flush = timed_flush  # type: ignore[method-assign]
 
-    on_messages = replica.Replicas.on_messages
+    on_messages = replicas.Replicas.on_messages
 
     def timed_on_messages(self: Any, peer: str, batch: Any) -> None:
         t = pc()
         for kind, (_, m) in zip(kinds(batch), batch, strict=False):
             note((f"got {kind}", t, m.index))  # (an answer's index: the entry it matched)
         on_messages(self, peer, batch)
-    replica.Replicas.on_messages = timed_on_messages  # type: ignore[method-assign]
+    replicas.Replicas.on_messages = timed_on_messages  # type: ignore[method-assign]
 
     # Pauses: the cyclic garbage collector's runs and the node's tick (every replica's Raft
     # tick, heartbeats, the sweep check), each as (name, start, seconds): the tail's suspects.

@@ -35,7 +35,8 @@ from sqsq.core.entry import Entry, encode_entry
 from sqsq.core.state import ShardConfig
 from sqsq.shard.peers import PeerTransport
 from sqsq.shard.raftstorage import Writes
-from sqsq.shard.replica import HostSettings, Proposal, RaftReplica, Replicas
+from sqsq.shard.replica import HostSettings, Proposal, RaftReplica
+from sqsq.shard.replicas import Replicas
 from sqsq.shard.statemachine import ShardMachine
 
 SHARD = 1

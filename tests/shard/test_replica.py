@@ -19,7 +19,8 @@ from sqsq.core.state import ShardConfig
 from sqsq.raft import MsgType
 from sqsq.shard.host import TICK_S, Peer, PeerNetwork
 from sqsq.shard.peers import PeerTransport
-from sqsq.shard.replica import HostSettings, Proposal, RaftReplica, Replicas
+from sqsq.shard.replica import HostSettings, Proposal, RaftReplica
+from sqsq.shard.replicas import Replicas
 from sqsq.shard.statemachine import ShardMachine
 
 SHARD = 1

@@ -24,7 +24,8 @@ from sqsq.gateway import logs
 from sqsq.gateway.auth import Authenticator, GrpcAuthInterceptor
 from sqsq.gateway.console import ConsoleSource
 from sqsq.gateway.frames import FrameServer
-from sqsq.gateway.grpc_service import GRPC_ACTIONS, QueuesService
+from sqsq.gateway.grpc_calls import GRPC_ACTIONS
+from sqsq.gateway.grpc_service import QueuesService
 from sqsq.gateway.http import AppRunner, make_app
 from sqsq.gateway.http.actions import ACTIONS
 from sqsq.gateway.metrics import ApiMetrics

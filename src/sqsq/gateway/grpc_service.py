@@ -8,21 +8,14 @@ from the error table, with the SQS error code in the trailing metadata key
 
 from __future__ import annotations
 
-import functools
-import itertools
-import logging
-import re
-import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry
 
-from sqsq.api import REGION_METADATA_KEY, QueueService
-from sqsq.core import regions
-from sqsq.core.errors import ErrorCode
-from sqsq.errors import InvalidParameterValue, QueueError, from_rejection
+from sqsq.api import QueueService
+from sqsq.errors import from_rejection
 from sqsq.gateway import logs
 from sqsq.gateway.convert import (
     add_messages,
@@ -31,6 +24,16 @@ from sqsq.gateway.convert import (
     failed_to_pb,
     opt,
     sent_response,
+)
+from sqsq.gateway.grpc_calls import (
+    GRPC_ACTIONS,
+    KEY_CACHE_SIZE,
+    STREAM_CALLS,
+    about_call,
+    caller_region,
+    failure_of,
+    relayed,
+    rpc,
 )
 from sqsq.gateway.metrics import ApiMetrics
 from sqsq.gateway.streaming import (
@@ -44,107 +47,6 @@ from sqsq.gateway.streaming import (
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.v1 import queues_pb2_grpc as pb_grpc
 from sqsq.wire import ERROR_CODE_KEY, NOT_RUN, task_to_pb
-
-log = logging.getLogger("sqsq.gateway")
-GRPC_ACTIONS = frozenset(pb.DESCRIPTOR.services_by_name["Queues"].methods_by_name)
-# A call on the stream names its unary method in snake case (StreamRequest's oneof member).
-STREAM_CALLS = {re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower(): name
-                for name in pb.DESCRIPTOR.services_by_name["Queues"].methods_by_name
-                if name != "Stream"}
-
-
-KEY_CACHE_SIZE = 4096  # queue URLs whose key a service remembers
-
-
-def caller_region(context: grpc.aio.ServicerContext) -> str | None:
-    """The region the caller names in its metadata; None when it names none."""
-    for key, value in context.invocation_metadata() or ():
-        if key == REGION_METADATA_KEY:
-            region = value if isinstance(value, str) else value.decode()
-            if not regions.valid_region(region):
-                raise InvalidParameterValue(f"Value {region} for {REGION_METADATA_KEY} is "
-                                            "invalid. Reason: not a region name.")
-            return region
-    return None
-
-
-def _status(code: ErrorCode) -> grpc.StatusCode:
-    return getattr(grpc.StatusCode, code.spec.grpc_status)
-
-
-# A call without a request id of its own gets this process's random prefix and a count: as
-# unique in the logs as a random UUID, without a syscall per receive and delete.
-_ID_PREFIX = secrets.token_hex(8)
-_ID_COUNT = itertools.count(1)
-
-
-def _about(request: object, action: str) -> tuple[str, str, str]:
-    """A call's request id (the caller's, or a new one), action and queue, for its logs."""
-    request_id_field, queue_field = _ABOUT_FIELDS.get(action, ("", ""))
-    request_id = (getattr(request, request_id_field) if request_id_field else "") or \
-        f"{_ID_PREFIX}{next(_ID_COUNT):016x}"
-    queue = getattr(request, queue_field) if queue_field else ""
-    return request_id, action, _queue_named(queue)
-
-
-@functools.lru_cache(maxsize=KEY_CACHE_SIZE)  # a client names the same few queues
-def _queue_named(queue: str) -> str:
-    return queue.rstrip("/").rsplit("/", 1)[-1][:80]
-
-
-def _about_fields(method: Any) -> tuple[str, str]:
-    """The fields of a method's request that name its request id and its queue ("": none),
-    looked up once: asking a protobuf message for a field it lacks raises (and costs)."""
-    fields = method.input_type.fields_by_name
-    queue = next((f for f in ("queue_url", "queue_name") if f in fields), "")
-    return ("request_id" if "request_id" in fields else ""), queue
-
-
-_ABOUT_FIELDS = {name: _about_fields(method) for name, method in
-                 pb.DESCRIPTOR.services_by_name["Queues"].methods_by_name.items()}
-
-
-def _rpc(method):  # noqa: ANN001, ANN202 - a decorator over servicer methods
-    action = method.__name__
-
-    @functools.wraps(method)
-    async def run(self, request, context):  # noqa: ANN001, ANN202
-        token = logs.bind(*_about(request, action))  # the request's line names it too
-        metrics = self.metrics
-        label = metrics.action_label(action)
-        started = metrics.begin(label)  # (metrics.request's counting, without its objects)
-        code = ""
-        try:
-            return await method(self, request, context)
-        except Exception as e:  # noqa: BLE001 - every failure leaves with an SQS code
-            if isinstance(e, (grpc.aio.AbortError, Aborted)):  # the method's own
-                raise
-            status, code, message = _failure(e, action)
-            await context.abort(status, message, trailing_metadata=((ERROR_CODE_KEY, code),))
-        finally:
-            metrics.end(label, "grpc", started, code)
-            logs.unbind(token)
-
-    return run
-
-
-def _failure(e: Exception, action: str) -> tuple[grpc.StatusCode, str, str]:
-    """What a handler's exception ends its call with: the status, the SQS error code and
-    the message (called in the ``except`` that caught it: an internal error is logged with
-    its traceback)."""
-    if isinstance(e, QueueError):
-        return _status(e.error_code), e.code, e.message
-    log.exception("internal error in %s", action)
-    return grpc.StatusCode.INTERNAL, "InternalError", f"internal error: {e}"
-
-
-def _passed(api: QueueService, method: str, request: Any, key: str) -> Awaitable[Any] | None:
-    """A cluster gateway's answer to a message call for one shard, passed through to the
-    shard as it came (``routing.pass_through``; awaited, None means decode and route it
-    here); None at once, with no coroutine to run, for a service that passes nothing
-    through (a node's shard)."""
-    through = getattr(api, "pass_through", None)
-    return None if through is None else through(method, request, key)
 
 
 class QueuesService(pb_grpc.QueuesServicer):
@@ -201,13 +103,13 @@ class QueuesService(pb_grpc.QueuesServicer):
             session.drain()
 
     async def _stream_call(self, kind: str, request: Any, context: CallContext) -> bytes:
-        """One call off a stream, through its unary method's body with what ``_rpc`` wraps
+        """One call off a stream, through its unary method's body with what ``rpc`` wraps
         around it done here: the same logs, metrics and errors (``context.abort`` raises
         ``Aborted`` here). Its reply, serialized. (Through the wrapper, each call cost a
         coroutine more, resumed at every await, and each failure an abort raised and caught.)
         """
         action = STREAM_CALLS[kind]
-        token = logs.bind(*_about(request, action))
+        token = logs.bind(*about_call(request, action))
         metrics = self.metrics
         label = metrics.action_label(action)
         started = metrics.begin(label)
@@ -217,7 +119,7 @@ class QueuesService(pb_grpc.QueuesServicer):
         except Aborted as e:  # the method's own
             return e.reply(ERROR_CODE_KEY).SerializeToString()
         except Exception as e:  # noqa: BLE001 - every failure leaves with an SQS code
-            status, code, message = _failure(e, action)
+            status, code, message = failure_of(e, action)
             return error_reply(status, code, message).SerializeToString()
         finally:
             metrics.end(label, "grpc", started, code)
@@ -248,77 +150,77 @@ class QueuesService(pb_grpc.QueuesServicer):
         api = self.api_for(context)
         return api, api.endpoint.named_key(name, caller_region(context))
 
-    @_rpc
+    @rpc
     async def CreateQueue(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._named(context, request.queue_name)
         url = await api.create_queue(key, dict(request.attributes), dict(request.tags))
         return pb.CreateQueueResponse(queue_url=url)
 
-    @_rpc
+    @rpc
     async def GetQueueUrl(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._named(context, request.queue_name)
         url = await api.get_queue_url(key)
         return pb.GetQueueUrlResponse(queue_url=url)
 
-    @_rpc
+    @rpc
     async def ListQueues(self, request, context):  # noqa: ANN001, ANN201, N802
         api, prefix = self._named(context, request.queue_name_prefix)
         urls, token = await api.list_queues(prefix, opt(request, "max_results"),
                                             request.next_token)
         return pb.ListQueuesResponse(queue_urls=urls, next_token=token)
 
-    @_rpc
+    @rpc
     async def DeleteQueue(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
         await api.delete_queue(key)
         return pb.Empty()
 
-    @_rpc
+    @rpc
     async def PurgeQueue(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
         await api.purge_queue(key)
         return pb.Empty()
 
-    @_rpc
+    @rpc
     async def GetQueueAttributes(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
         attrs = await api.get_queue_attributes(key, list(request.attribute_names))
         return pb.GetQueueAttributesResponse(attributes=attrs)
 
-    @_rpc
+    @rpc
     async def SetQueueAttributes(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
         await api.set_queue_attributes(key, dict(request.attributes))
         return pb.Empty()
 
-    @_rpc
+    @rpc
     async def TagQueue(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
         await api.tag_queue(key, dict(request.tags))
         return pb.Empty()
 
-    @_rpc
+    @rpc
     async def UntagQueue(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
         await api.untag_queue(key, list(request.tag_keys))
         return pb.Empty()
 
-    @_rpc
+    @rpc
     async def ListQueueTags(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
         tags = await api.list_queue_tags(key)
         return pb.ListQueueTagsResponse(tags=tags)
 
-    @_rpc
+    @rpc
     async def ListDeadLetterSourceQueues(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
         urls = await api.list_dead_letter_source_queues(key)
         return pb.ListQueuesResponse(queue_urls=urls)
 
-    @_rpc
+    @rpc
     async def SendMessage(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (through := _passed(api, "SendMessage", request, key)) is not None and \
+        if (through := relayed(api, "SendMessage", request, key)) is not None and \
                 (passed := await through) is not None:
             return passed
         result = await api.send_message_batch(
@@ -327,10 +229,10 @@ class QueuesService(pb_grpc.QueuesServicer):
             raise from_rejection(result.failed[0].rejection)
         return sent_response(result.successful[0])
 
-    @_rpc
+    @rpc
     async def SendMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (through := _passed(api, "SendMessageBatch", request, key)) is not None and \
+        if (through := relayed(api, "SendMessageBatch", request, key)) is not None and \
                 (passed := await through) is not None:
             return passed
         entries = [entry_from_pb(e, e.id) for e in request.entries]
@@ -341,10 +243,10 @@ class QueuesService(pb_grpc.QueuesServicer):
             response.failed.extend(failed_to_pb(result.failed))
         return response
 
-    @_rpc
+    @rpc
     async def ReceiveMessage(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (through := _passed(api, "ReceiveMessage", request, key)) is not None and \
+        if (through := relayed(api, "ReceiveMessage", request, key)) is not None and \
                 (passed := await through) is not None:
             return passed
         messages = await api.receive_message(
@@ -360,10 +262,10 @@ class QueuesService(pb_grpc.QueuesServicer):
         add_messages(response.messages, messages)
         return response
 
-    @_rpc
+    @rpc
     async def DeleteMessage(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (through := _passed(api, "DeleteMessage", request, key)) is not None and \
+        if (through := relayed(api, "DeleteMessage", request, key)) is not None and \
                 (passed := await through) is not None:
             return passed
         result = await api.delete_message_batch(key, [("0", request.receipt_handle)])
@@ -371,10 +273,10 @@ class QueuesService(pb_grpc.QueuesServicer):
             raise from_rejection(result.failed[0].rejection)
         return pb.Empty()
 
-    @_rpc
+    @rpc
     async def DeleteMessageBatch(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (through := _passed(api, "DeleteMessageBatch", request, key)) is not None and \
+        if (through := relayed(api, "DeleteMessageBatch", request, key)) is not None and \
                 (passed := await through) is not None:
             return passed
         result = await api.delete_message_batch(
@@ -382,10 +284,10 @@ class QueuesService(pb_grpc.QueuesServicer):
         return pb.BatchResponse(successful=list(result.successful),
                                 failed=failed_to_pb(result.failed))
 
-    @_rpc
+    @rpc
     async def ChangeMessageVisibility(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (through := _passed(api, "ChangeMessageVisibility", request, key)) is not None and \
+        if (through := relayed(api, "ChangeMessageVisibility", request, key)) is not None and \
                 (passed := await through) is not None:
             return passed
         result = await api.change_message_visibility_batch(
@@ -394,10 +296,10 @@ class QueuesService(pb_grpc.QueuesServicer):
             raise from_rejection(result.failed[0].rejection)
         return pb.Empty()
 
-    @_rpc
+    @rpc
     async def ChangeMessageVisibilityBatch(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
-        if (through := _passed(api, "ChangeMessageVisibilityBatch", request, key)) is not None and \
+        if (through := relayed(api, "ChangeMessageVisibilityBatch", request, key)) is not None and \
                 (passed := await through) is not None:
             return passed
         result = await api.change_message_visibility_batch(
@@ -408,26 +310,26 @@ class QueuesService(pb_grpc.QueuesServicer):
 
 
     # ---- dead-letter redrive ----
-    @_rpc
+    @rpc
     async def StartMessageMoveTask(self, request, context):  # noqa: ANN001, ANN201, N802
         handle = await self.api_for(context).start_message_move_task(
             request.source_arn, request.destination_arn or None,
             opt(request, "max_number_of_messages_per_second"), request.task_stamp)
         return pb.StartMessageMoveTaskResponse(task_handle=handle)
 
-    @_rpc
+    @rpc
     async def ListMessageMoveTasks(self, request, context):  # noqa: ANN001, ANN201, N802
         tasks = await self.api_for(context).list_message_move_tasks(request.source_arn,
                                                        opt(request, "max_results"))
         return pb.ListMessageMoveTasksResponse(results=[task_to_pb(t) for t in tasks])
 
-    @_rpc
+    @rpc
     async def CancelMessageMoveTask(self, request, context):  # noqa: ANN001, ANN201, N802
         moved = await self.api_for(context).cancel_message_move_task(request.task_handle)
         return pb.CancelMessageMoveTaskResponse(approximate_number_of_messages_moved=moved)
 
     # ---- direct routing (a cluster's gateway) ----
-    @_rpc
+    @rpc
     async def DescribeQueueRoute(self, request, context):  # noqa: ANN001, ANN201, N802
         api, key = self._queue(context, request.queue_url)
         describe = getattr(api, "describe_queue_route", None)
@@ -436,5 +338,5 @@ class QueuesService(pb_grpc.QueuesServicer):
         return await describe(key)
 
 
-# action -> the body of its handler (what ``_rpc`` wraps), for calls off a stream
+# action -> the body of its handler (what ``rpc`` wraps), for calls off a stream
 _BODIES = {name: getattr(QueuesService, name).__wrapped__ for name in STREAM_CALLS.values()}

@@ -26,7 +26,8 @@ from sqsq.shard.durable import fsync_path
 from sqsq.shard.engine import ShardEngine
 from sqsq.shard.peers import PeerTransport
 from sqsq.shard.raftstorage import Writes
-from sqsq.shard.replica import HostSettings, RaftReplica, Replicas
+from sqsq.shard.replica import HostSettings, RaftReplica
+from sqsq.shard.replicas import Replicas
 from sqsq.shard.statemachine import ShardMachine
 from sqsq.shard.sweeps import SweepScheduler
 

@@ -389,39 +389,3 @@ class RaftReplica(ReadyLoop):
     def behind(self) -> int:
         return 0 if self.core is None else self.core.log.commit - self._applied
 
-
-class Replicas:
-    """A node's replicas by shard, behind its one transport: what arrives is routed here."""
-
-    def __init__(self) -> None:
-        self.by_shard: dict[int, RaftReplica] = {}
-
-    def on_messages(self, peer: str, batch: list[tuple[int, Message]]) -> None:
-        """Each replica steps its messages of the batch, then acts on them once: two appends
-        to one shard in a frame make one Ready, one write."""
-        stepped: dict[int, RaftReplica] = {}
-        for shard_id, message in batch:
-            replica = self.by_shard.get(shard_id)
-            if replica is not None:
-                replica.step(message, settle=False)
-                stepped[shard_id] = replica
-        for replica in stepped.values():
-            replica.settle()
-
-    def on_refused(self, node: str) -> None:
-        for replica in self.by_shard.values():
-            replica.refused_by(node)
-
-    def on_write_sets(self, peer: str,
-                      sets: list[tuple[int, int, int, int, bytes | None]]) -> None:
-        for shard_id, index, term, entry_check, blob in sets:
-            replica = self.by_shard.get(shard_id)
-            if replica is not None:
-                replica.on_write_set(index, term, entry_check, blob)
-
-    def on_snapshot(self, peer: str, shard_id: int, message: Message, path: Path) -> None:
-        replica = self.by_shard.get(shard_id)
-        if replica is None:
-            path.unlink(missing_ok=True)
-            return
-        replica.on_snapshot(message, path)

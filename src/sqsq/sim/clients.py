@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sqsq.core import commands as c
-from sqsq.sim.replica import Reply, Request
+from sqsq.sim.wire import Reply, Request
 
 if TYPE_CHECKING:
     from sqsq.sim.world import World

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqsq.core import commands as c
@@ -27,6 +26,7 @@ from sqsq.raft import Message, MsgType, RaftConfig, RaftNode, Ready, Role, Safeg
 from sqsq.shard.writesets import check as entry_check
 from sqsq.sim.disk import ReplicaUnrecoverable, SimDisk
 from sqsq.sim.machine import CONFIG, MachineSnapshot, Prepared, SimMachine
+from sqsq.sim.wire import NodePing, Reply, Request, SnapshotChunk, WriteSet
 
 if TYPE_CHECKING:
     from sqsq.sim.world import World
@@ -37,47 +37,6 @@ PING_EVERY_MS = 100  # the node's own heartbeat, one per peer node for all its g
 LIVENESS_MS = 400  # a quiet follower wakes when the leader's node is silent this long
 SNAPSHOT_CHUNK = 4  # items per chunk: a snapshot crosses the network in pieces
 MAX_WRITE_SETS = 256  # what a follower keeps of the leader's write sets not applied yet
-
-
-@dataclass(frozen=True)
-class Request:
-    client: str
-    req_id: int
-    command: object  # a core command, or None for a read
-    issued_ms: int
-
-
-@dataclass(frozen=True)
-class Reply:
-    req_id: int
-    status: str  # "ok", "read", "not-leader", "unknown"
-    index: int = 0
-    term: int = 0
-    outcome: c.Outcome | None = None
-    hint: str | None = None
-    issued_ms: int = 0  # a read's: when the attempt answered was asked
-
-
-@dataclass(frozen=True)
-class NodePing:
-    frm: str
-
-
-@dataclass(frozen=True)
-class SnapshotChunk:
-    message: Message
-    part: int
-    parts: int
-    data: MachineSnapshot
-
-
-@dataclass(frozen=True)
-class WriteSet:
-    frm: str
-    index: int
-    term: int
-    check: int
-    writes: dict[bytes, bytes | None]
 
 
 def _sweep_needed(txn: object, now_ms: int) -> bool:
