@@ -8,9 +8,9 @@ from sqsq.core.attributes import (
     parse_queue_attributes,
     render_queue_attributes,
 )
-from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.names import parse_queue_arn, validate_queue_name
 from sqsq.core.redrivepolicy import RedrivePolicy
+from sqsq.errors import ErrorCode, Rejection
 
 DLQ_ARN = "arn:aws:sqs:us-east-1:123456789012:dlq"
 

@@ -9,8 +9,8 @@ import pytest
 from coresupport import Core
 from sqsq.core import commands as c
 from sqsq.core import limits
-from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.messages import MessageAttributeValue, md5_of_message_attributes
+from sqsq.errors import ErrorCode, Rejection
 
 Q = "jobs"
 

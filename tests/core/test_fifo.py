@@ -7,7 +7,7 @@ import pytest
 from coresupport import Core
 from sqsq.core import commands as c
 from sqsq.core import limits
-from sqsq.core.errors import ErrorCode, Rejection
+from sqsq.errors import ErrorCode, Rejection
 
 F = "orders.fifo"
 

@@ -10,8 +10,8 @@ import pytest
 
 from sqsq.core import commands as c
 from sqsq.core.entry import Entry
-from sqsq.core.frozen import quick_init
 from sqsq.core.messages import MessageAttributeValue
+from sqsq.frozen import quick_init
 
 
 def twin(cls: type) -> type:

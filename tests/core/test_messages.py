@@ -5,7 +5,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.messages import (
     MessageAttributeValue,
     check_message,
@@ -18,6 +17,7 @@ from sqsq.core.messages import (
     validate_fifo_id,
     validate_message_attributes,
 )
+from sqsq.errors import ErrorCode, Rejection
 
 S = MessageAttributeValue
 

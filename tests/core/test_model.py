@@ -43,7 +43,7 @@ from hypothesis.stateful import (
 
 from coresupport import Core
 from sqsq.core import commands as c
-from sqsq.core.errors import ErrorCode, Rejection
+from sqsq.errors import ErrorCode, Rejection
 
 STD, STD_DLQ, FIFO, FIFO_DLQ = "s", "s-dlq", "f.fifo", "f-dlq.fifo"
 ALL_QUEUES = (STD, STD_DLQ, FIFO, FIFO_DLQ)

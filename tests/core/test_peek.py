@@ -7,10 +7,10 @@ import json
 from coresupport import CONFIG, Core
 from sqsq.core import commands as c
 from sqsq.core import peek
-from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.machine import effective_now
 from sqsq.core.state import ShardState
 from sqsq.core.txn import Txn
+from sqsq.errors import ErrorCode, Rejection
 
 Q = "jobs"
 

@@ -2,39 +2,19 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
 import sqsq.core
 import sqsq.raft
+from importwalk import imported_modules
 
 FORBIDDEN = {
     "grpc", "rocksdict", "pysyncobj", "etcd3", "aetcd", "time", "random", "uuid", "secrets",
     "threading", "asyncio", "socket", "os", "subprocess", "datetime", "sqsq.shard",
     "sqsq.gateway", "sqsq.client", "sqsq.control", "sqsq.cli",
 }
-
-
-def imported_modules(path: Path, runtime_only: bool = False) -> set[str]:
-    """The modules ``path`` imports (with ``runtime_only``, not those imported only for type
-    checking, under ``if TYPE_CHECKING:``)."""
-    tree = ast.parse(path.read_text())
-    skipped: set[int] = set()
-    if runtime_only:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-                skipped.update(id(n) for child in node.body for n in ast.walk(child))
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
 
 
 @pytest.mark.parametrize("package", [sqsq.core, sqsq.raft], ids=["core", "raft"])

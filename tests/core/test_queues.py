@@ -6,7 +6,7 @@ import json
 
 from coresupport import Core
 from sqsq.core import commands as c
-from sqsq.core.errors import ErrorCode, Rejection
+from sqsq.errors import ErrorCode, Rejection
 
 
 def code(res: c.Result) -> ErrorCode:

@@ -8,7 +8,7 @@ import json
 from coresupport import Core
 from sqsq.core import commands as c
 from sqsq.core import redrive
-from sqsq.core.errors import Rejection
+from sqsq.errors import Rejection
 
 
 def arn(name: str) -> str:

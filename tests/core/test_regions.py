@@ -10,7 +10,7 @@ import pytest
 from coresupport import CONFIG, Core
 from sqsq.core import commands as c
 from sqsq.core import keys, queries, regions
-from sqsq.core.errors import ErrorCode, Rejection
+from sqsq.errors import ErrorCode, Rejection
 
 HOME = CONFIG.region  # us-east-1
 EU = "eu-west-1/"

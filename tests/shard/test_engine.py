@@ -11,9 +11,8 @@ import pytest
 from serverproc import free_port
 from sqsq.api import Endpoint
 from sqsq.core import commands as c
-from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.state import ShardConfig
-from sqsq.errors import QueueDoesNotExist
+from sqsq.errors import ErrorCode, QueueDoesNotExist, Rejection
 from sqsq.shard.engine import ShardEngine
 from sqsq.shard.host import Peer, ReplicaOptions, open_replica
 from sqsq.shard.service import ShardService

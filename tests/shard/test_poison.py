@@ -14,8 +14,8 @@ from sqsq.api import Endpoint
 from sqsq.core import commands as c
 from sqsq.core import machine
 from sqsq.core.entry import Entry, encode_entry
-from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.state import ShardConfig
+from sqsq.errors import ErrorCode, Rejection
 from sqsq.shard.host import ReplicaOptions
 from sqsq.shard.service import ShardService
 from sqsq.shard.statemachine import PoisonEntry, ShardMachine

@@ -11,8 +11,8 @@ from typing import Any
 
 import grpc
 
-from sqsq.core.frozen import quick_init
 from sqsq.errors import NotLeader, QueueError, ServiceUnavailable, error_for, leader_of
+from sqsq.frozen import quick_init
 from sqsq.v1 import queues_pb2 as pb
 from sqsq.wire import ERROR_CODE_KEY, NOT_RUN, REGION_METADATA_KEY
 

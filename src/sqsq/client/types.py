@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqsq.core.frozen import quick_init
+from sqsq.frozen import quick_init
 
 # boto3's shape of one message attribute: {"DataType": "String", "StringValue": "x"}
 # or {"DataType": "Binary", "BinaryValue": b"..."}.

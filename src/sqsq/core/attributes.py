@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sqsq.core import limits
-from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.names import FIFO_SUFFIX, NAME_MESSAGE
 from sqsq.core.redrivepolicy import (
     INT_RE,
@@ -19,6 +18,7 @@ from sqsq.core.redrivepolicy import (
     parse_redrive_allow_policy,
     parse_redrive_policy,
 )
+from sqsq.errors import ErrorCode, Rejection, reject
 
 # Names whose values are kept verbatim and echoed back, but not acted on.
 _EXTRA_NAMES = frozenset(

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqsq.core.errors import Rejection
-from sqsq.core.frozen import quick_init
 from sqsq.core.messages import MessageAttributeValue
+from sqsq.errors import Rejection
+from sqsq.frozen import quick_init
 
 Pairs = tuple[tuple[str, str], ...]
 MessageAttributes = tuple[tuple[str, MessageAttributeValue], ...]

@@ -58,9 +58,9 @@ from sqsq.core.entryfields import (
     tuple_of,
 )
 from sqsq.core.fastcodec import Slow
-from sqsq.core.frozen import quick_init
 from sqsq.core.messages import MessageAttributeValue
 from sqsq.core.redrive import CancelMoveTask, StartMoveTask
+from sqsq.frozen import quick_init
 
 ENTRY_VERSION = 1
 

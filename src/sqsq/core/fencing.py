@@ -22,10 +22,10 @@ from sqsq.core.commands import (
     WakeReceivers,
 )
 from sqsq.core.delivery import hide, make_visible, move_deadline, remove
-from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.receipts import decode_receipt, queue_name_hash
 from sqsq.core.records import IN_FLIGHT, VISIBLE, QueueRecord
 from sqsq.core.state import ShardState
+from sqsq.errors import ErrorCode, Rejection, reject
 
 
 def _handle_for(st: ShardState, q: QueueRecord, text: str, name_hash: int | None = None,

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable
 from sqsq.core import commands as c
 from sqsq.core import delivery, fencing, keys, limits, queues, receiving, redrive, sending
 from sqsq.core import records as r
-from sqsq.core.errors import ErrorCode, reject
 from sqsq.core.state import ShardConfig, ShardState, Writer
+from sqsq.errors import ErrorCode, reject
 
 
 def _on_queue(

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from sqsq.core import limits
-from sqsq.core.errors import ErrorCode, Rejection, reject
-from sqsq.core.frozen import quick_init
+from sqsq.errors import ErrorCode, Rejection, reject
+from sqsq.frozen import quick_init
 
 _BASE_TYPES = ("String", "Number", "Binary")
 # SQS's Number: up to 38 significant digits, magnitude between 10^-128 and 10^126.

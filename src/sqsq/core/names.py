@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from sqsq.core import limits
-from sqsq.core.errors import ErrorCode, Rejection, reject
+from sqsq.errors import ErrorCode, Rejection, reject
 
 FIFO_SUFFIX = ".fifo"
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 from sqsq.core import keys
 from sqsq.core.delivery import due_ms
-from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.queues import queue_does_not_exist
 from sqsq.core.records import DELAYED, IN_FLIGHT
 from sqsq.core.state import ShardState
+from sqsq.errors import ErrorCode, Rejection, reject
 
 PEEK_MAX_MESSAGES = 10
 # Bodies are cut here: a page of ten 1 MiB bodies helps no one and would pass gRPC's 4 MiB.

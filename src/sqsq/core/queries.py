@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from sqsq.core import keys, limits, regions
 from sqsq.core.attributes import SETTABLE_ATTRIBUTE_NAMES, render_queue_attributes
 from sqsq.core.delivery import fifo_delay_cutoff
-from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.keys import TIMER_DELAYED
 from sqsq.core.queues import queue_does_not_exist
 from sqsq.core.records import Counters, QueueRecord
 from sqsq.core.state import ShardState
+from sqsq.errors import ErrorCode, Rejection, reject
 
 COMPUTED_ATTRIBUTE_NAMES = frozenset({
     "QueueArn",

@@ -15,11 +15,11 @@ from sqsq.core.commands import (
     TagQueue,
     UntagQueue,
 )
-from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.names import parse_queue_arn, validate_queue_name
 from sqsq.core.records import QueueRecord
 from sqsq.core.redrivepolicy import redrive_allows
 from sqsq.core.state import ShardState
+from sqsq.errors import ErrorCode, Rejection, reject
 
 
 def queue_does_not_exist() -> Rejection:

@@ -25,13 +25,13 @@ from sqsq.core.delivery import (
     remove,
     sequence_number,
 )
-from sqsq.core.errors import ErrorCode, reject
 from sqsq.core.keys import TIMER_IN_FLIGHT
 from sqsq.core.messages import message_size, utf8_len
 from sqsq.core.receipts import encode_receipt, queue_name_hash
 from sqsq.core.records import IN_FLIGHT, VISIBLE, Delivery, MessageRecord, QueueRecord
 from sqsq.core.sending import expire_window_at
 from sqsq.core.state import ShardState
+from sqsq.errors import ErrorCode, reject
 
 
 def _dead_letter_queue(st: ShardState, q: QueueRecord) -> QueueRecord | None:

@@ -19,10 +19,10 @@ from sqsq.core import keys
 from sqsq.core import records as r
 from sqsq.core.commands import Outcome
 from sqsq.core.delivery import enqueue, promote_due, remove
-from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.records import VISIBLE, QueueRecord, pack, unpack
 from sqsq.core.state import ShardState
 from sqsq.core.txn import prefix_end
+from sqsq.errors import ErrorCode, Rejection, reject
 
 RUNNING, COMPLETED, CANCELLED, FAILED = "RUNNING", "COMPLETED", "CANCELLED", "FAILED"
 DEFAULT_RATE = 500  # messages per second when the caller names none ("system optimized")

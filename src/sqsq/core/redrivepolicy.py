@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqsq.core import limits
-from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.names import parse_queue_arn
+from sqsq.errors import ErrorCode, Rejection, reject
 
 _REDRIVE_ALLOW_SOURCE_ARNS_MAX = 10
 # An integer as SQS reads one in an attribute value (re.ASCII: no non-ASCII digits).

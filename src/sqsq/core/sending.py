@@ -17,7 +17,6 @@ from sqsq.core.commands import (
     WakeReceivers,
 )
 from sqsq.core.delivery import place, sequence_number
-from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.messages import (
     MessageAttributeValue,
     check_message,
@@ -32,6 +31,7 @@ from sqsq.core.messages import (
 )
 from sqsq.core.records import DedupRecord, MessageRecord, QueueRecord
 from sqsq.core.state import ShardState
+from sqsq.errors import ErrorCode, Rejection, reject
 
 # Scope marker for client request ids on standard queues; group ids are printable, never \x01.
 _REQUEST_SCOPE = "\x01"

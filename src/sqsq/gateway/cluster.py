@@ -44,11 +44,10 @@ from sqsq.control.keys import QueueRecord
 from sqsq.control.partition_map import PartitionMap
 from sqsq.core import commands as c
 from sqsq.core import queries, regions
-from sqsq.core.errors import Rejection
 from sqsq.core.names import validate_queue_name
 from sqsq.core.queues import queue_does_not_exist
 from sqsq.core.redrive import parse_task_handle
-from sqsq.errors import QueueError, ServiceUnavailable, from_rejection
+from sqsq.errors import QueueError, Rejection, ServiceUnavailable, from_rejection
 from sqsq.gateway import forwarding as fw
 from sqsq.gateway.queuerecords import QueueRecords
 from sqsq.gateway.routing import ShardCaller, pass_through

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from sqsq.core import commands as c
-from sqsq.core.errors import BY_SQS_CODE, ErrorCode, Rejection
 from sqsq.core.messages import MessageAttributeValue
+from sqsq.errors import BY_SQS_CODE, ErrorCode, Rejection
 from sqsq.v1 import queues_pb2 as pb
 
 

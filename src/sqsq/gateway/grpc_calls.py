@@ -17,8 +17,7 @@ import grpc
 
 from sqsq.api import REGION_METADATA_KEY, QueueService
 from sqsq.core import regions
-from sqsq.core.errors import ErrorCode
-from sqsq.errors import InvalidParameterValue, QueueError
+from sqsq.errors import ErrorCode, InvalidParameterValue, QueueError
 from sqsq.gateway import logs
 from sqsq.gateway.streaming import Aborted
 from sqsq.v1 import queues_pb2 as pb

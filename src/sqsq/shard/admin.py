@@ -37,8 +37,7 @@ import grpc
 from sqsq import admincred
 from sqsq.api import SHARD_METADATA_KEY
 from sqsq.core import keys, peek, records, regions
-from sqsq.core.errors import ErrorCode, Rejection
-from sqsq.errors import not_leader_message
+from sqsq.errors import ErrorCode, Rejection, not_leader_message
 from sqsq.shard.engine import ShardEngine
 from sqsq.shard.store import MemoryStore, RocksStore
 from sqsq.v1 import admin_pb2 as pb

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqsq.api import SHARD_METADATA_KEY
-from sqsq.core.errors import ErrorCode, reject
-from sqsq.errors import from_rejection, not_leader_message
+from sqsq.errors import ErrorCode, from_rejection, not_leader_message, reject
 from sqsq.shard.service import ShardService
 
 

@@ -31,11 +31,10 @@ from typing import Any, TypeVar
 
 from sqsq.core import commands as c
 from sqsq.core import keys, records
-from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.machine import HANDLERS, effective_now, next_sweep_ms, sweep_needed
 from sqsq.core.state import ShardConfig, ShardState
 from sqsq.core.txn import KVReader, Txn
-from sqsq.errors import QueueError, from_rejection, not_leader_message
+from sqsq.errors import ErrorCode, QueueError, Rejection, from_rejection, not_leader_message
 from sqsq.prompt import PromptFuture
 from sqsq.shard.clock import LeaderClock, Ms, monotonic_ms, wall_clock_ms
 from sqsq.shard.currentstore import Installing

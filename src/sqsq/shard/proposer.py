@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sqsq.core.entry import Entry, encode_entry
-from sqsq.core.errors import ErrorCode, Rejection
+from sqsq.errors import ErrorCode, Rejection
 from sqsq.shard.replica import Proposal, RaftReplica
 
 MAX_GROUP = 512  # commands per entry: bounds one entry's size and apply time

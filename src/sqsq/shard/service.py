@@ -14,13 +14,12 @@ from collections.abc import Iterable, Mapping
 from sqsq.api import SYSTEM_ATTRIBUTE_NAMES, Endpoint, wants_attribute
 from sqsq.core import commands as c
 from sqsq.core import limits, peek, queries, redrive, sending
-from sqsq.core.errors import ErrorCode, Rejection, reject
 from sqsq.core.messages import (
     md5_of_message_attributes,
     validate_batch_entry_ids,
     validate_fifo_id,
 )
-from sqsq.errors import QueueDoesNotExist, QueueError, from_rejection
+from sqsq.errors import ErrorCode, QueueDoesNotExist, QueueError, Rejection, from_rejection, reject
 from sqsq.shard.engine import ShardEngine
 
 

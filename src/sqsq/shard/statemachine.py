@@ -41,10 +41,10 @@ import msgpack
 from sqsq.core import commands as c
 from sqsq.core import keys, records
 from sqsq.core.entry import decode_entry
-from sqsq.core.errors import ErrorCode, Rejection
 from sqsq.core.machine import apply, apply_commands
 from sqsq.core.state import ShardConfig
 from sqsq.core.txn import Txn
+from sqsq.errors import ErrorCode, Rejection
 from sqsq.shard import store as store_module
 from sqsq.shard.currentstore import CurrentStore, Installing, open_store
 from sqsq.shard.durable import fsync_path

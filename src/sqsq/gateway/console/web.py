@@ -29,9 +29,8 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
-from sqsq.core.errors import ErrorCode
 from sqsq.core.peek import PEEK_MAX_MESSAGES
-from sqsq.errors import QueueError
+from sqsq.errors import ErrorCode, QueueError
 from sqsq.gateway.auth import Authenticator
 from sqsq.gateway.console.chart import depth_chart
 from sqsq.gateway.console.sampler import HISTORY_S, DepthHistory

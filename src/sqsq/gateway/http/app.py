@@ -15,8 +15,7 @@ from urllib.parse import parse_qsl
 from aiohttp import web
 
 from sqsq.api import QueueService
-from sqsq.core.errors import ErrorCode
-from sqsq.errors import QueueError
+from sqsq.errors import ErrorCode, QueueError
 from sqsq.gateway import logs
 from sqsq.gateway.auth import Authenticator, AuthError, SignedRequest, signing_region
 from sqsq.gateway.console import ConsoleSource

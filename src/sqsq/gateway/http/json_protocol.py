@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sqsq.core.errors import ErrorCode
+from sqsq.errors import ErrorCode
 from sqsq.gateway.http.wire import WireError, invalid
 
 CONTENT_TYPE = "application/x-amz-json-1.0"

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqsq.api import Endpoint
-from sqsq.core.errors import ErrorCode
-from sqsq.errors import QueueError, error_for
+from sqsq.errors import ErrorCode, QueueError, error_for
 
 # The JSON protocol's __type names the error shape, which for a few codes is not the code
 # itself (as Amazon SQS answers, recorded).
