@@ -44,16 +44,24 @@ def _invalid_parameter(name: str, value: str, reason: str) -> Rejection:
     )
 
 
+def _json_object(name: str, value: str, what: str) -> dict[str, Any] | Rejection:
+    """A policy's JSON object, or SQS's answer to one that is not."""
+    try:
+        doc: Any = json.loads(value)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        return _invalid_parameter(name, value, f"{what} is not a dict or valid json.")
+    return doc
+
+
 def parse_redrive_policy(value: str) -> RedrivePolicy | None | Rejection:
     if value == "":
         return None  # "" removes the policy
     name = "RedrivePolicy"
-    try:
-        doc: Any = json.loads(value)
-    except ValueError:
-        return _invalid_parameter(name, value, "Redrive policy is not a dict or valid json.")
-    if not isinstance(doc, dict):
-        return _invalid_parameter(name, value, "Redrive policy is not a dict or valid json.")
+    doc = _json_object(name, value, "Redrive policy")
+    if isinstance(doc, Rejection):
+        return doc
     for key in ("deadLetterTargetArn", "maxReceiveCount"):
         if key not in doc:
             return _invalid_parameter(
@@ -95,12 +103,9 @@ def parse_redrive_allow_policy(value: str) -> str | None | Rejection:
     if value == "":
         return None
     name = "RedriveAllowPolicy"
-    try:
-        doc: Any = json.loads(value)
-    except ValueError:
-        return _invalid_parameter(name, value, "Redrive allow policy is not a dict or valid json.")
-    if not isinstance(doc, dict):
-        return _invalid_parameter(name, value, "Redrive allow policy is not a dict or valid json.")
+    doc = _json_object(name, value, "Redrive allow policy")
+    if isinstance(doc, Rejection):
+        return doc
     unknown = sorted(set(doc) - {"redrivePermission", "sourceQueueArns"})
     if unknown:
         return _invalid_parameter(name, value, f"Unknown attribute {unknown[0]}.")
