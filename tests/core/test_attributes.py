@@ -272,6 +272,17 @@ def test_bad_redrive_allow_policy(doc: object) -> None:
     assert code(create({"RedriveAllowPolicy": raw})) is ErrorCode.INVALID_PARAMETER_VALUE
 
 
+
+@pytest.mark.parametrize("attribute,what", [("RedrivePolicy", "Redrive policy"),
+                                            ("RedriveAllowPolicy", "Redrive allow policy")])
+@pytest.mark.parametrize("raw", ["{", "[1]", '"text"'])
+def test_a_policy_that_is_no_json_object_is_refused_as_sqs_words_it(
+        attribute: str, what: str, raw: str) -> None:
+    refused = create({attribute: raw})
+    assert isinstance(refused, Rejection)
+    assert refused.message == (f"Value {raw} for parameter {attribute} is invalid. Reason: "
+                               f"{what} is not a dict or valid json.")
+
 # --- extras ------------------------------------------------------------------------------
 
 
