@@ -1,10 +1,10 @@
 """One replica in the simulator: the real consensus core and the real delivery core, hosted
 the way a node hosts them: for every ``Ready``, persist, then send, then apply.
 
-The host also plays the shard's leader: it stamps client commands (time, message ids,
-receipt nonces) into log entries, answers a client once its entry is applied at the index
-and term it was proposed at, serves reads after a ReadIndex round, and proposes sweeps. As a
-node's host does, a leader shares what applying each entry wrote, and a follower writes that
+The host also plays the shard's leader (``sqsq.sim.leading``): it stamps client commands
+into log entries, answers a client once its entry is applied at the index and term it was
+proposed at, serves reads after a ReadIndex round, and proposes sweeps. As a node's host
+does, a leader shares what applying each entry wrote, and a follower writes that
 write set instead of running the entry's commands when it has it (``sqsq.shard.writesets``):
 only for the entry of its index, term and checksum.
 """
@@ -17,14 +17,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sqsq.core import commands as c
-from sqsq.core.entry import Entry as LogEntry
-from sqsq.core.entry import encode_entry
 from sqsq.core.machine import effective_now, sweep_needed
 from sqsq.core.state import ShardState
 from sqsq.raft import Entry as RaftEntry
 from sqsq.raft import Message, MsgType, RaftConfig, RaftNode, Ready, Role, Safeguards
 from sqsq.shard.writesets import check as entry_check
 from sqsq.sim.disk import ReplicaUnrecoverable, SimDisk
+from sqsq.sim.leading import Leading
 from sqsq.sim.machine import CONFIG, MachineSnapshot, Prepared, SimMachine
 from sqsq.sim.wire import NodePing, Reply, Request, SnapshotChunk, WriteSet
 
@@ -43,7 +42,7 @@ def _sweep_needed(txn: object, now_ms: int) -> bool:
     return sweep_needed(ShardState(txn, CONFIG), effective_now(txn, now_ms))  # type: ignore[arg-type]
 
 
-class SimReplica:
+class SimReplica(Leading):
     def __init__(self, world: World, node_id: str, disk: SimDisk, config: RaftConfig,
                  safeguards: Safeguards) -> None:
         self.world = world
@@ -175,44 +174,6 @@ class SimReplica:
             self.staged[key[1:]] = chunk.data  # by (index, term): installed if the core asks
             assert self.core is not None
             self.core.step(m)
-
-    def _on_request(self, req: Request) -> None:
-        assert self.core is not None
-        if not self.core.is_leader():
-            self._reply(req, Reply(req.req_id, "not-leader", hint=self.core.lead))
-        elif req.command is None:
-            # Unique per attempt: an answer to an earlier round must not confirm this one.
-            self.read_seq += 1
-            ctx = b"%s:%d:%d" % (self.id.encode(), self.incarnation, self.read_seq)
-            self.reads[ctx] = req
-            self.core.read_index(ctx)
-        else:
-            self._propose(req, req.command)
-
-    def _propose(self, req: Request | None, command: object) -> None:
-        assert self.core is not None
-        now = max(self.wall_ms(), self.machine.last_now_ms())
-        data = encode_entry(LogEntry(now, (self._stamp(command),)))
-        placed = self.core.propose(data)
-        if placed is None:
-            if req is not None:
-                self._reply(req, Reply(req.req_id, "not-leader", hint=self.core.lead))
-            return
-        term, index = placed
-        if req is not None:
-            self.proposals[index] = (term, req)
-
-    def _stamp(self, command: object) -> object:
-        rng = self.world.rng
-        if isinstance(command, c.SendMessages):
-            ids = tuple(f"{rng.getrandbits(128):032x}" for _ in command.entries)
-            return dataclasses.replace(command, message_ids=ids)
-        if isinstance(command, c.ReceiveMessages):
-            return dataclasses.replace(command, nonce=rng.getrandbits(63))
-        return command
-
-    def _reply(self, req: Request, reply: Reply) -> None:
-        self.world.send_to_client(self.id, req.client, reply)
 
     # ---- the Ready loop ----------------------------------------------------------------
 
