@@ -71,17 +71,6 @@ def _entry(p: Params, entry_id: str) -> c.SendEntry:
                        p.text("MessageDeduplicationId"), _trace_header(p))
 
 
-def _sent(s: c.SentMessage) -> Result:
-    out: Result = {"MessageId": s.message_id, "MD5OfMessageBody": s.md5_of_message_body}
-    if s.md5_of_message_attributes:
-        out["MD5OfMessageAttributes"] = s.md5_of_message_attributes
-    if s.md5_of_message_system_attributes:
-        out["MD5OfMessageSystemAttributes"] = s.md5_of_message_system_attributes
-    if s.sequence_number:
-        out["SequenceNumber"] = s.sequence_number
-    return out
-
-
 def _failed(failed: tuple[c.EntryFailed, ...]) -> list[Result]:
     return [{"Id": f.entry_id, "SenderFault": f.rejection.code.spec.sender_fault,
              "Code": f.rejection.sqs_code, "Message": f.rejection.message} for f in failed]
@@ -114,7 +103,7 @@ async def send_message(api: QueueService, p: Params) -> Result:
         return through.sent(reply)
     result = await api.send_message_batch(key, [_entry(p, "0")])
     _single(result)
-    return _sent(result.successful[0])
+    return through.sent(result.successful[0])
 
 
 async def _check_fifo_batch(api: QueueService, queue: str, entries: list[Params]) -> None:
@@ -150,7 +139,7 @@ async def send_message_batch(api: QueueService, p: Params) -> Result:
     entries = [_entry(e, e.text("Id") or "") for e in given]
     await _check_fifo_batch(api, p.queue(), given)
     result = await api.send_message_batch(p.queue(), entries)
-    return _batch(result, [{"Id": s.entry_id, **_sent(s)} for s in result.successful])
+    return _batch(result, [{"Id": s.entry_id, **through.sent(s)} for s in result.successful])
 
 
 async def receive_message(api: QueueService, p: Params) -> Result:

@@ -56,7 +56,8 @@ def fill_send(p: Params, out: Any, attributes: Any, trace_header: Any) -> None:
 
 
 def sent(s: Any) -> Result:
-    """A SendMessageResponse or SendMessageBatchResultEntry as SQS's result."""
+    """A send's result as SQS answers it: a node's SendMessageResponse or
+    SendMessageBatchResultEntry, or a single server's ``SentMessage`` (same fields)."""
     out: Result = {"MessageId": s.message_id, "MD5OfMessageBody": s.md5_of_message_body}
     if s.md5_of_message_attributes:
         out["MD5OfMessageAttributes"] = s.md5_of_message_attributes
