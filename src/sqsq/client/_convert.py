@@ -104,7 +104,7 @@ def send_fields(
     return fields
 
 
-def _batch_errors(failed: Iterable[pb.BatchResultErrorEntry]) -> list[BatchError]:
+def batch_errors(failed: Iterable[pb.BatchResultErrorEntry]) -> list[BatchError]:
     return [BatchError(f.id, f.code, f.message, f.sender_fault) for f in failed]
 
 
@@ -125,13 +125,13 @@ def parse_send_batch(resp: pb.SendMessageBatchResponse) -> BatchResult:
             s.sequence_number or None, s.md5_of_message_system_attributes or None)
         for s in resp.successful
     ]
-    return BatchResult(successful=successful, failed=_batch_errors(resp.failed))
+    return BatchResult(successful=successful, failed=batch_errors(resp.failed))
 
 
 def parse_batch(resp: pb.BatchResponse) -> BatchResult:
     return BatchResult(
         successful=[BatchResultEntry(i) for i in resp.successful],
-        failed=_batch_errors(resp.failed),
+        failed=batch_errors(resp.failed),
     )
 
 

@@ -51,7 +51,7 @@ def _parse_sent(resp: pb.SendMessageBatchResponse) -> BatchResult:
     """A batch of single sends' answer, its entries left as they came: each caller's
     ``SendResult`` is made from its own (``_sent``), with no entry object in between."""
     return BatchResult(successful=list(resp.successful),
-                       failed=_convert._batch_errors(resp.failed))
+                       failed=_convert.batch_errors(resp.failed))
 
 
 def _delete_batch(queue_url: str, reqs: list[Any]) -> Call:
