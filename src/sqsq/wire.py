@@ -16,7 +16,7 @@ import hmac
 import random
 import struct
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 from sqsq.v1 import queues_pb2 as pb
@@ -162,11 +162,42 @@ def group_partition(group_id: str, partitions: int) -> int:
     return int.from_bytes(digest, "big") % partitions
 
 
+def home_partition(queue_key: str, partitions: int) -> int:
+    """The partition a standard queue's sends go to while its leader keeps up (``send_width``
+    says how many more they take): the same for every client and gateway, so that their
+    calls meet in one shard's Raft entries, and different for different queues, so that a
+    cluster's queues spread their load over its shards."""
+    digest = hashlib.blake2b(b"home:" + queue_key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % partitions
+
+
+def send_width(home: int, busy: Sequence[bool]) -> int:
+    """How many partitions, from ``home`` on, a standard queue's sends take: up to and
+    including the first whose leader is not busy (``busy[p]``: partition p's leader's node
+    says its event loop is near full), all of them when every one is."""
+    n = len(busy)
+    for k in range(n):
+        if not busy[(home + k) % n]:
+            return k + 1
+    return n
+
+
+def send_partition(turn: int, home: int, width: int, partitions: int) -> int:
+    """The partition of a send made at ``turn`` (``SendSpread``): one of the ``width`` from
+    ``home`` on; a width of 0 (a route from a gateway that gives none) means all of them."""
+    if width <= 0 or width > partitions:
+        return turn % partitions
+    return (home + turn % width) % partitions
+
+
 # A standard queue's sends stay on one partition for this many calls, or this long, whichever
-# ends first (``SendSpread``); a receive looks first where messages were last found for as
-# long (``ReceiveSpread``).
+# ends first (``SendSpread``), when they take more than one (``send_width``).
 BURST_CALLS = 32
 BURST_S = 0.01
+# A receive looks first where messages were last found, and at the next partition once this
+# long has passed (``ReceiveSpread``), so that messages in a partition sends no longer reach
+# are found while the others still have some.
+RECEIVE_STAY_S = 1.0
 MAX_SPREAD_QUEUES = 1024  # queues whose last partition with messages a ReceiveSpread keeps
 
 
@@ -198,14 +229,15 @@ def _start_turn(start: int | None) -> int:
 
 
 class SendSpread:
-    """The turn a standard queue's next send takes (its partition: ``turn % partitions``).
-    Calls made close together share a turn: the shard they reach commits them in one Raft
-    entry, where spreading them call by call gave each of four shards a quarter of every
-    burst, four times the entries (and the Readys, fsyncs and frames) per message. A new
-    turn starts after ``calls`` calls or ``window_s`` seconds, so the partitions still share
-    the load, and a client that sends now and then takes them in turn call by call. Each
-    client starts at a random turn, so that clients started together do not move in step.
-    Threads of a blocking client may race on it: a burst a call longer or shorter, no more."""
+    """The turn a standard queue's next send takes (its partition: ``send_partition``).
+    While a send takes more than one partition, calls made close together share a turn: the
+    shard they reach commits them in one Raft entry, where spreading them call by call gave
+    each of four shards a quarter of every burst, four times the entries (and the Readys,
+    fsyncs and frames) per message. A new turn starts after ``calls`` calls or ``window_s``
+    seconds, so the partitions still share the load, and a client that sends now and then
+    takes them in turn call by call. Each client starts at a random turn, so that clients
+    started together do not move in step. Threads of a blocking client may race on it: a
+    burst a call longer or shorter, no more."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, *,
                  calls: int = BURST_CALLS, window_s: float = BURST_S,
@@ -221,15 +253,16 @@ class ReceiveSpread:
     """Where a receive from a queue with several partitions looks first (its turn; the
     partition is ``turn % partitions``): where the last receive found messages, for up to
     ``calls`` calls or ``window_s`` seconds, then the next partition, so that each is looked
-    at first now and then. Sends arrive a burst at a time on one partition (``SendSpread``),
-    so the partition that just had messages likely has more; taken in turn call by call, a
-    queue with four partitions on three nodes had most receives look at an empty partition
-    first (a call to a shard leader each), and the receives and deletes that did find
-    messages were spread over four shards' Raft entries (0.69x the messages received per
-    second of one partition, against 0.9-1.0x looking where messages were found)."""
+    at first now and then. Sends go to the queue's home partition while its leader keeps up
+    (``home_partition``), a burst at a time to a few when it does not, so the partition that
+    just had messages likely has more; taken in turn call by call, a queue with four
+    partitions on three nodes had most receives look at an empty partition first (a call to
+    a shard leader each), and the receives and deletes that did find messages were spread
+    over four shards' Raft entries (0.69x the messages received per second of one
+    partition, against 0.9-1.0x looking where messages were found)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, *,
-                 calls: int = BURST_CALLS, window_s: float = BURST_S,
+                 calls: int = 1 << 30, window_s: float = RECEIVE_STAY_S,
                  queues: int = MAX_SPREAD_QUEUES, start: int | None = None) -> None:
         self._clock, self._calls, self._window_s = clock, calls, window_s
         self._queues, self._start = queues, start

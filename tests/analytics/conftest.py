@@ -38,6 +38,7 @@ from sqsq.analytics.export import export_endpoint
 from sqsq.cli import export as export_cli
 from sqsq.cli.cluster import LocalCluster
 from sqsq.client import Client
+from sqsq.control.balance import ENV_BUSY_AT
 
 sys.path.insert(0, str(REPO / "spark_jobs"))  # the jobs import their sibling `common`
 
@@ -140,8 +141,11 @@ def head_start(request: pytest.FixtureRequest,
         return make_workload(tmp_path_factory.mktemp("analytics"))
 
     def cluster() -> LocalCluster:  # test_cluster_reports's: two shards, two partitions a queue
+        # every node says it is busy, so that a queue's sends take both partitions (they stay
+        # on the queue's home partition while its leader keeps up)
         return LocalCluster(tmp_path_factory.mktemp("acluster"), nodes=3,
-                            shards=CLUSTER_SHARDS, partitions=CLUSTER_SHARDS).start()
+                            shards=CLUSTER_SHARDS, partitions=CLUSTER_SHARDS,
+                            env={**os.environ, ENV_BUSY_AT: "0"}).start()
 
     def standalone() -> SparkStandalone:  # no Java: the tests that use it fail
         return SparkStandalone(tmp_path_factory.mktemp("spark"), workers=2).start()

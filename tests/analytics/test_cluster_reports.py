@@ -85,7 +85,9 @@ def exported(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) ->
     out = tmp_path_factory.mktemp("cluster-export")
     with Client(cluster.gateway.endpoint, timeout=30) as c:
         # Sends take the partitions call by call here, so that both shards hold messages (the
-        # SDK, like the gateway, sends a burst of calls made close together to one partition).
+        # SDK, like the gateway, sends a burst of calls made close together to one partition,
+        # and spreads them past the queue's home partition only while its leader is busy:
+        # this cluster's nodes all say they are).
         c._routes.sends = SendSpread(calls=1)
         c.create_queue("dlq")
         policy = {"deadLetterTargetArn": ARN + "dlq", "maxReceiveCount": 1}

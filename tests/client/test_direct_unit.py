@@ -5,6 +5,7 @@ splits it."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import grpc
 import pytest
@@ -16,7 +17,13 @@ from sqsq.core.receipts import ReceiptHandle, encode_receipt_handle
 from sqsq.core.receipts import shard_of_receipt_handle as core_shard_of
 from sqsq.errors import QueueError, not_leader_message
 from sqsq.v1 import queues_pb2 as pb
-from sqsq.wire import ReceiveSpread, SendSpread, group_partition, shard_of_receipt_handle
+from sqsq.wire import (
+    ReceiveSpread,
+    SendSpread,
+    group_partition,
+    send_partition,
+    shard_of_receipt_handle,
+)
 
 
 def _handle(shard: int) -> str:
@@ -109,6 +116,28 @@ def test_standard_sends_go_to_one_partition_a_burst_at_a_time() -> None:
     assert abs(counts[5] - counts[6]) <= 3
     # clients start at random turns, so that those started together do not move in step
     assert len({SendSpread().turn() for _ in range(20)}) > 1
+
+
+def test_standard_sends_go_where_the_route_says_the_gateways_own_go() -> None:
+    """A route that names a home partition and a width of one sends every call there; a
+    wider one takes the partitions from home on, a burst at a time; a route from a gateway
+    that names none takes every partition in turn."""
+    send = pb.SendMessageRequest(queue_url="q", message_body="b")
+    spread = SendSpread(calls=1, start=-1)  # a turn per call
+
+    def shards(route: _direct.QueueRoute, calls: int = 8) -> list[int]:
+        return [_direct.parts("SendMessage", send, route, spread)[0][0] for _ in range(calls)]
+
+    home = _direct.QueueRoute("q", "us-east-1", False, (5, 6, 7, 8), 1, 1e18, 2, 1)
+    assert shards(home) == [7] * 8
+    wider = dataclasses.replace(home, send_home=3, send_width=2)
+    assert set(shards(wider)) == {8, 5}
+    assert set(shards(dataclasses.replace(home, send_width=0))) == {5, 6, 7, 8}
+    read = _direct.QueueRoute.read(pb.QueueRoute(
+        queue_name="q", partitions=[pb.ShardRoute(shard=s) for s in (5, 6, 7, 8)],
+        send_home=2, send_width=1), now=0.0)
+    assert (read.send_home, read.send_width) == (2, 1)
+    assert send_partition(9, 3, 2, 4) in (3, 0) and send_partition(9, 0, 0, 4) == 1
 
 
 def _partitions(messages: dict[int, int], looked: list[int]) -> _routed.AsyncRouter:

@@ -4,11 +4,15 @@ groups: what it publishes, when it publishes again, and that a steady pass skips
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
+
+import pytest
 
 from etcdproc import EtcdProcess
 from sqsq.control import keys
 from sqsq.control.agent import NodeAgent
+from sqsq.control.balance import BUSY_AT, ENV_BUSY_AT, busy_after, busy_at
 from sqsq.control.controller import ControllerSettings
 from sqsq.control.etcd import Etcd, KeyValue
 from sqsq.control.keys import LeaderHint, NodeRecord, ShardRecord
@@ -204,3 +208,50 @@ def test_a_new_replica_set_changes_the_membership_then_the_hint_epoch(
         assert shard.changes == [(None, raft("c")), (raft("d"), None)]
 
     run(etcd_proc, scenario)
+
+
+def test_a_node_says_it_is_busy_while_its_loop_is_near_full_and_calm_after(
+        etcd_proc: EtcdProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent measures its event loop's CPU share between two looks (it runs on that
+    loop) and writes the node's record, under its lease, only when busy changes. (Busy at a
+    tenth of a core here: with the rest of the suite on two cores, a loop that never waits
+    gets well under the 0.8 of one a node has to itself.)"""
+    monkeypatch.setenv(ENV_BUSY_AT, "0.1")
+
+    async def scenario(etcd: Etcd, agent: NodeAgent, shard: FakeShard,
+                       leases: list[Lease]) -> None:
+        async def record() -> tuple[NodeRecord, int]:
+            kv = await etcd.get(keys.node_key("a"))
+            assert kv is not None
+            return keys.decode_node(kv.value), kv.lease
+
+        assert (await record())[0].busy is False
+        await agent._note_load()  # the first look only marks where the next one counts from
+        ends = time.monotonic() + 0.3
+        while time.monotonic() < ends:  # the loop's thread never waits meanwhile
+            pass
+        await agent._note_load()
+        node, lease = await record()
+        assert node.busy is True and lease == agent.lease.id  # type: ignore[union-attr]
+        revision = (await etcd.get(keys.node_key("a"))).mod_revision  # type: ignore[union-attr]
+        await agent._note_load()  # still near full (the look itself): nothing written
+        await asyncio.sleep(0.3)  # the loop idle
+        await agent._note_load()
+        node, _ = await record()
+        assert node.busy is False
+        assert (await etcd.get(keys.node_key("a"))).mod_revision > revision  # type: ignore[union-attr]
+
+    run(etcd_proc, scenario)
+
+
+def test_busy_and_calm_are_apart_and_a_node_can_be_told_to_be_always_busy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not busy_after(False, 0.79) and busy_after(False, 0.8)
+    assert busy_after(True, 0.5) and busy_after(True, 0.4) and not busy_after(True, 0.39)
+    assert busy_after(False, 0.0, at=0.0) and busy_after(True, 0.0, at=0.0)
+    assert busy_at() == BUSY_AT
+    monkeypatch.setenv(ENV_BUSY_AT, "0")
+    assert busy_at() == 0.0
+    monkeypatch.setenv(ENV_BUSY_AT, "-1")
+    with pytest.raises(ValueError):
+        busy_at()

@@ -50,6 +50,7 @@ def test_a_replica_change_raises_the_epoch() -> None:
     ("/sqsq/queues/q", b'{"name": "q", "queue_id": "x", "partitions": []}'),
     ("/sqsq/queues/q", b'{"name": "q", "queue_id": "x", "partitions": ["0"]}'),
     ("/sqsq/nodes/n1", b'{"node_id": "n1", "grpc": "h:1"}'),
+    ("/sqsq/nodes/n1", b'{"node_id": "n1", "grpc": "h:1", "raft": "h:2", "busy": 1}'),
     ("/sqsq/other/x", b"{}"),
 ])
 def test_corrupt_or_misplaced_records_are_refused(key: str, value: bytes) -> None:
@@ -74,3 +75,12 @@ def test_a_queue_outside_the_configured_region_is_keyed_by_its_region() -> None:
     assert keys.queue_key("eu-west-1/jobs") == "/sqsq/queues/eu-west-1/jobs"
     record = QueueRecord("eu-west-1/jobs", "q-2", (1,))
     assert keys.decode(keys.queue_key(record.name), keys.encode(record)) == record
+
+
+def test_a_node_says_busy_only_when_it_is_and_an_older_record_reads_as_not_busy() -> None:
+    calm = NodeRecord("n1", "h:1", "h:2")
+    assert b"busy" not in keys.encode(calm)  # an idle cluster's records stay as they were
+    busy = NodeRecord("n1", "h:1", "h:2", busy=True)
+    assert keys.decode(keys.node_key("n1"), keys.encode(busy)) == busy
+    assert keys.decode(keys.node_key("n1"),
+                       b'{"node_id": "n1", "grpc": "h:1", "raft": "h:2"}') == calm

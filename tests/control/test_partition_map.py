@@ -4,6 +4,7 @@ writes to a real etcd."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -21,6 +22,7 @@ from sqsq.control.partition_map import (
     publish_leader,
     register_node,
 )
+from sqsq.wire import home_partition
 
 
 def kv(key: str, record: keys.Record | bytes, revision: int) -> KeyValue:
@@ -70,6 +72,35 @@ def test_a_hint_for_a_node_outside_the_replica_set_is_not_given() -> None:
         kv(keys.leader_key(0), LeaderHint(0, "a", 1), 4),
     ), 4))
     assert snap.leader_hint(0) is None
+
+
+def test_a_standard_queues_sends_stay_home_until_its_leader_is_busy() -> None:
+    """Every gateway and client reads the same home partition for a queue; while the leader
+    there says it is busy the sends take the next partitions up to one whose leader is not
+    (a partition without a known leader counts as not busy)."""
+    a, b, c = nodes("a", "b", "c")
+    shards = [kv(keys.shard_key(s), ShardRecord(s, ("a", "b", "c"), 1), 5 + s)
+              for s in range(4)]
+    hints = [kv(keys.leader_key(s), LeaderHint(s, "abca"[s], 1), 10 + s) for s in range(4)]
+    queue = kv(keys.queue_key("jobs"), QueueRecord("jobs", "q1", (0, 1, 2, 3)), 20)
+
+    def snapshot(*busy: str, leaders: list[KeyValue] = hints) -> MapSnapshot:
+        records = [kv(keys.node_key(n.node_id), replace(n, busy=n.node_id in busy), 2)
+                   for n in (a, b, c)]
+        return MapSnapshot.from_range(RangeResult((*records, *shards, *leaders, queue), 20))
+
+    home, width = snapshot().send_partitions("jobs")
+    assert 0 <= home < 4 and width == 1
+    assert home == home_partition("jobs", 4) == snapshot("a", "b").send_partitions("jobs")[0]
+    leader = "abca"[home]
+    _, width = snapshot(leader).send_partitions("jobs")
+    assert width == (3 if leader == "a" and home == 3 else 2)  # past a's other partition too
+    assert snapshot("a", "b", "c").send_partitions("jobs") == (home, 4)
+    no_hints = snapshot("a", "b", "c", leaders=[])
+    assert no_hints.send_partitions("jobs") == (home, 1)
+    assert snapshot().send_partitions("missing") == (0, 0)
+    homes = {home_partition(f"queue-{i}", 4) for i in range(40)}
+    assert homes == {0, 1, 2, 3}  # a cluster's queues spread their homes over its shards
 
 
 def test_the_map_follows_changes_made_by_another_client(etcd_proc: EtcdProcess) -> None:

@@ -6,10 +6,11 @@ A client pointed at a cluster's gateway sends its message calls (send, receive, 
 change visibility and their batches) straight to the leader of the shard each is for, over
 the stream or frame connection it keeps to that node; queue calls stay on the gateway. A FIFO
 group's sends go to the partition its hash names and a receipt handle to the shard it names,
-as the gateway routes them (``sqsq.wire``). A standard queue's sends take the partitions in
-turn, a burst at a time (``sqsq.wire.SendSpread``): calls made close together go to one
-partition, whose shard commits them in one Raft entry; a receive looks first where the last
-one found messages (``sqsq.wire.ReceiveSpread``). Nothing about delivery is decided here: the
+as the gateway routes them (``sqsq.wire``). A standard queue's sends go where the route says
+the gateway's own go: its home partition, or while that partition's leader is busy, a few
+from there on, a burst at a time (``sqsq.wire.SendSpread``: calls made close together go to
+one partition, whose shard commits them in one Raft entry); a receive looks first where the
+last one found messages (``sqsq.wire.ReceiveSpread``). Nothing about delivery is decided here: the
 shard answers each call as it would the gateway's.
 
 What the client holds is a hint, refreshed when it is old (``ROUTE_TTL_S``: a dead-letter
@@ -34,6 +35,7 @@ from sqsq.wire import (
     ReceiveSpread,
     SendSpread,
     group_partition,
+    send_partition,
     shard_of_receipt_handle,
 )
 
@@ -77,11 +79,14 @@ class QueueRoute:
     shards: tuple[int, ...]  # partition i's shard
     version: int
     expires: float
+    send_home: int = 0  # a standard queue's sends: ``send_width`` partitions from this one
+    send_width: int = 0  # (0: all of them)
 
     @classmethod
     def read(cls, reply: pb.QueueRoute, now: float) -> QueueRoute:
         return cls(reply.queue_name, reply.region, reply.fifo,
-                   tuple(p.shard for p in reply.partitions), reply.version, now + ROUTE_TTL_S)
+                   tuple(p.shard for p in reply.partitions), reply.version, now + ROUTE_TTL_S,
+                   reply.send_home, reply.send_width)
 
     def metadata(self, shard: int) -> tuple[tuple[str, str], ...]:
         return ((SHARD_METADATA_KEY, str(shard)), (REGION_METADATA_KEY, self.region))
@@ -214,7 +219,8 @@ def parts(method: str, request: Any, route: QueueRoute, sends: SendSpread) -> li
     if n == 1:
         return [(shards[0], request)]
     if method in ("SendMessage", "SendMessageBatch") and not route.fifo:
-        return [(shards[sends.turn() % n], request)]
+        p = send_partition(sends.turn(), route.send_home, route.send_width, n)
+        return [(shards[p], request)]
     if method == "SendMessage":  # without a group: partition 0, whose shard refuses it
         group = request.message_group_id
         return [(shards[group_partition(group, n) if group else 0], request)]

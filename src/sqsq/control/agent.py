@@ -19,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Protocol
 
 from sqsq.control import keys
-from sqsq.control.balance import next_move
+from sqsq.control.balance import busy_after, busy_at, next_move
 from sqsq.control.controller import Controller, ControllerSettings
 from sqsq.control.etcd import Etcd, EtcdError, create_revision_is, put_op
 from sqsq.control.keys import LeaderHint, NodeRecord, ShardRecord
@@ -69,7 +71,6 @@ class NodeAgent:
         ``HINT_INTERVAL_S``; a node gives its Raft clock's heartbeat round, as often, so
         that the passes cost no wake-up of their own)."""
         self.etcd = etcd
-        self.me = me
         self.open_shard = open_shard
         self.controller = controller
         self.lease_ttl_s = lease_ttl_s
@@ -84,6 +85,10 @@ class NodeAgent:
         # that found nothing to do for it saw them (``_steady``)
         self._seen_steady: dict[int, tuple] = {}
         self._tasks: list[asyncio.Task] = []
+        self._busy_at = busy_at()
+        self._busy = self._busy_at == 0  # as ``busy_after`` last found it
+        self.me = replace(me, busy=self._busy)  # (``me.busy``: as published)
+        self._load_seen: tuple[float, float] | None = None  # (monotonic, loop CPU) then
 
     async def start(self) -> None:
         """Register, load the map, and start following it. Raises ``EtcdError`` if etcd
@@ -270,11 +275,13 @@ class NodeAgent:
         return True
 
     async def _balance_leaders(self) -> None:
-        """Hand a shard's leadership to a node leading two or more fewer (``balance``)."""
+        """Hand a shard's leadership to a node leading two or more fewer (``balance``), and
+        say in this node's record whether it is busy."""
         while True:
             await asyncio.sleep(BALANCE_INTERVAL_S)
             if self.map is None or not self._registered.is_set():
                 continue
+            await self._note_load()
             snapshot = self.map.snapshot
             move = next_move(snapshot, self.me.node_id)
             hosted = self.hosted.get(move.shard_id) if move else None
@@ -289,6 +296,27 @@ class NodeAgent:
             log.info("shard %d: leadership handed to %s to spread the leaders (asked for %s)",
                      move.shard_id, new, move.to_node)
             await asyncio.sleep(BALANCE_SETTLE_S)
+
+    async def _note_load(self) -> None:
+        """This node's record says busy while its event loop is near full (``busy_after``,
+        from the loop thread's CPU time since the last look; the agent runs on that thread).
+        Written only when it changes, so an idle cluster writes nothing."""
+        now, cpu = time.monotonic(), time.thread_time()
+        last, self._load_seen = self._load_seen, (now, cpu)
+        if last is None or now <= last[0]:
+            return
+        self._busy = busy_after(self._busy, (cpu - last[1]) / (now - last[0]), self._busy_at)
+        if self._busy == self.me.busy or self.lease is None:
+            return
+        me = replace(self.me, busy=self._busy)
+        try:
+            await register_node(self.etcd, me, self.lease)
+        except EtcdError as exc:
+            log.warning("node %s: load not published: %s", me.node_id, exc)
+            return
+        self.me = me  # (registering again after a lost lease writes it as it is now)
+        log.info("node %s: %s", me.node_id, "busy: standard queues' sends spread from the "
+                 "shards it leads" if me.busy else "no longer busy")
 
     def _hint_standing(self, shard_id: int, term: int, epoch: int) -> bool:
         """Our hint is what the map holds (it was not replaced or deleted meanwhile)."""

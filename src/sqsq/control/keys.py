@@ -84,6 +84,9 @@ class NodeRecord:
     grpc_address: str  # host:port the gateway and the other nodes call
     raft_address: str  # host:base_port; shard s's Raft group listens on base_port + s
     host: str = ""  # the machine it runs on (``--host-label``); "": its advertised address
+    # its event loop near full (``balance.busy_after``): standard queues' sends to the shards
+    # it leads spread to more partitions (``sqsq.wire.send_width``)
+    busy: bool = False
 
     @property
     def host_label(self) -> str:
@@ -139,7 +142,8 @@ def encode(record: Record) -> bytes:
     if isinstance(record, NodeRecord):
         body: dict[str, Any] = {"node_id": record.node_id, "grpc": record.grpc_address,
                                 "raft": record.raft_address,
-                                **({"host": record.host} if record.host else {})}
+                                **({"host": record.host} if record.host else {}),
+                                **({"busy": True} if record.busy else {})}
     elif isinstance(record, ShardRecord):
         body = {"shard_id": record.shard_id, "replicas": list(record.replicas),
                 "epoch": record.epoch}
@@ -157,7 +161,8 @@ def encode(record: Record) -> bytes:
 def decode_node(value: bytes) -> NodeRecord:
     body = _load(value)
     return NodeRecord(_get(body, "node_id", str), _get(body, "grpc", str),
-                      _get(body, "raft", str), _get(body, "host", str) if "host" in body else "")
+                      _get(body, "raft", str), _get(body, "host", str) if "host" in body else "",
+                      _get(body, "busy", bool) if "busy" in body else False)
 
 
 def decode_shard(value: bytes) -> ShardRecord:

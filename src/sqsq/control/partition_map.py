@@ -23,6 +23,7 @@ from sqsq.control.etcd import Etcd, KeyValue, RangeResult
 from sqsq.control.keys import LeaderHint, NodeRecord, QueueRecord, RecordError, ShardRecord
 from sqsq.control.lease import Lease
 from sqsq.control.watch import Watch, WatchBatch, watch_prefix
+from sqsq.wire import home_partition, send_width
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,20 @@ class MapSnapshot:
         if hint is None or hint.node_id not in self.replicas(shard_id):
             return None  # a hint about a node no longer in the group misleads
         return self.nodes.get(hint.node_id)
+
+    def send_partitions(self, name: str) -> tuple[int, int]:
+        """Where a standard queue's sends go: its home partition and how many from there on
+        (``sqsq.wire.send_width``, from whether each partition's leader says it is busy; a
+        partition with no known leader counts as not busy). (0, 0) for an unknown queue."""
+        shards = self.partitions(name)
+        if not shards:
+            return 0, 0
+        home = home_partition(name, len(shards))
+        busy = []
+        for shard in shards:
+            leader = self.leader_hint(shard)
+            busy.append(leader is not None and leader.busy)
+        return home, send_width(home, busy)
 
     def route(self, name: str, partition: int) -> Route | None:
         """Where partition ``partition`` of queue ``name`` lives; None if unknown."""

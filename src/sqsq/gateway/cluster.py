@@ -4,10 +4,11 @@ The gateway keeps no queue state. The partition map (etcd, cached through a watc
 shards hold a queue: one per partition, each partition a queue of the same name on its own
 shard, so every shard answers with the queue's own URL and ARN. What the gateway adds:
 
-- **Sends**: a standard queue's calls take its partitions in turn, a burst at a time (calls
-  made close together go to one partition, whose shard commits them in one Raft entry:
-  ``sqsq.wire.SendSpread``); a FIFO queue's entries go to the partition their
-  MessageGroupId hashes to, so a group's order holds.
+- **Sends**: a standard queue's calls go to its home partition, every client's and
+  gateway's alike, so that they share that shard's Raft entries; while the leader there is
+  busy (its node says so in the map), to a few partitions from there on, a burst at a time
+  (``MapSnapshot.send_partitions``, ``sqsq.wire.SendSpread``). A FIFO queue's entries go to
+  the partition their MessageGroupId hashes to, so a group's order holds.
 - **Receives** try the partitions in turn, starting where the last receive found messages
   (``sqsq.wire.ReceiveSpread``); a long poll
   that finds nothing waits on all of them and answers with the first that has messages.
@@ -52,7 +53,13 @@ from sqsq.gateway import forwarding as fw
 from sqsq.gateway.queuerecords import QueueRecords
 from sqsq.gateway.routing import ShardCaller, pass_through
 from sqsq.v1 import queues_pb2 as pb
-from sqsq.wire import first_found, group_partition, in_background, shard_of_receipt_handle
+from sqsq.wire import (
+    first_found,
+    group_partition,
+    in_background,
+    send_partition,
+    shard_of_receipt_handle,
+)
 
 # Computed per partition: the queue's figure is their sum.
 SUMMED_ATTRIBUTES = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
@@ -95,9 +102,10 @@ class ClusterApi:
             _raise(queue_does_not_exist())
         assert record is not None
         region, short = regions.split_key(name, self.endpoint.region)
-        route = pb.QueueRoute(queue_name=short, region=region, fifo=short.endswith(".fifo"),
-                              version=self.map.snapshot.revision)
         snapshot = self.map.snapshot
+        home, width = snapshot.send_partitions(name)
+        route = pb.QueueRoute(queue_name=short, region=region, fifo=short.endswith(".fifo"),
+                              version=snapshot.revision, send_home=home, send_width=width)
         for shard in record.partitions:
             leader, hint = snapshot.leader_hint(shard), snapshot.leaders.get(shard)
             route.partitions.add(shard=shard, nodes=self.caller.targets(shard),
@@ -277,7 +285,8 @@ class ClusterApi:
         request_id = request_id or str(uuid.uuid4())
         n = len(record.partitions)
         if n == 1 or not queue.endswith(".fifo"):
-            shard = record.partitions[self.caller.sends.turn() % n]
+            home, width = self.map.snapshot.send_partitions(queue)
+            shard = record.partitions[send_partition(self.caller.sends.turn(), home, width, n)]
             return await self.caller.call(shard, self._about(queue, fw.send_batch_call, entries,
                                                              request_id))
         by_partition: dict[int, list[c.SendEntry]] = {}

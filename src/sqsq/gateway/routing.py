@@ -205,7 +205,9 @@ async def pass_through(caller: ShardCaller, home: str, method: str, request: Any
     if record is None:
         return None
     region, name = regions.split_key(key, home)
-    route = _direct.QueueRoute(name, region, name.endswith(".fifo"), record.partitions, 0, 0.0)
+    home, width = caller.map.snapshot.send_partitions(key)
+    route = _direct.QueueRoute(name, region, name.endswith(".fifo"), record.partitions, 0, 0.0,
+                               home, width)
     if method == "ReceiveMessage" and len(record.partitions) > 1:
         return None
     split = _direct.parts(method, request, route, caller.sends)
