@@ -339,19 +339,20 @@ def in_background(held: set[asyncio.Future], work: Awaitable[Any]) -> None:
 # its version and whose next two (big-endian) are its shard, then a MAC. Only a routing hint,
 # read without the secret: the shard authenticates the handle.
 _HANDLE_VERSION = 1
-_HANDLE_BYTES = 51  # body (1 + 2 + 8 + 8 + 4 + 4 + 8) and a 16-byte MAC
+_HANDLE_CHARS = 68  # body (1 + 2 + 8 + 8 + 4 + 4 + 8) and a 16-byte MAC: 51 bytes, no padding
 _HANDLE_SHARD = struct.Struct(">BH")
 
 
 def shard_of_receipt_handle(text: str) -> int | None:
-    """The shard a receipt handle names, or None for what is not one."""
-    if not text or len(text) > 256:
+    """The shard a receipt handle names, or None for what is not one. Only its first four
+    characters (its version and shard) are decoded: a delete batch's handles are each read
+    here, and decoding all 68 was most of what a four-partition queue's deletes cost the
+    SDK over a one-partition queue's. A handle garbled past them reaches the shard it names,
+    which refuses it as SQS does."""
+    if len(text) != _HANDLE_CHARS:
         return None
     try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError):
+        version, shard = _HANDLE_SHARD.unpack(base64.urlsafe_b64decode(text[:4]))
+    except (binascii.Error, ValueError, struct.error):
         return None
-    if len(raw) != _HANDLE_BYTES:
-        return None
-    version, shard = _HANDLE_SHARD.unpack_from(raw)
     return shard if version == _HANDLE_VERSION else None

@@ -10,6 +10,8 @@ The cluster is shared by the module's tests, each with queues of its own.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -71,6 +73,11 @@ def wait_width(cluster: LocalCluster, queue: str, wide: bool) -> pb.QueueRoute:
         time.sleep(0.1)
 
 
+def status_of(cluster: LocalCluster, queue: str) -> dict:
+    """The queue as ``sqsq cluster status --json`` shows it."""
+    return next(q for q in cluster.status()["queues"] if q["name"] == queue)
+
+
 def leader_of(cluster: LocalCluster, shard: int) -> str:
     """The node id the shard's leader hint names."""
     async def get() -> str:
@@ -124,6 +131,7 @@ def test_sends_from_every_client_meet_on_the_queues_home_partition(
         send_both_ways(cluster, client, queue, 24)
         assert client.routing_stats["direct"] >= 24  # the SDK's went to the leader itself
         assert shards_received(client, queue, 48) == Counter({home_shard: 48})
+    assert status_of(cluster, queue)["sends_to"] == [first.send_home]
 
 
 def test_a_busy_leader_spreads_the_sends_past_home_until_it_is_calm(
@@ -141,6 +149,14 @@ def test_a_busy_leader_spreads_the_sends_past_home_until_it_is_calm(
         widened = {wide.partitions[(wide.send_home + k) % SHARDS].shard
                    for k in range(wide.send_width)}
         assert home_shard in widened
+        assert status_of(cluster, queue)["sends_to"] == [
+            (wide.send_home + k) % SHARDS for k in range(wide.send_width)]
+        text = subprocess.run(
+            [sys.executable, "-m", "sqsq.cli.main", "cluster", "status", "--etcd",
+             cluster.etcd_endpoint], capture_output=True, text=True, timeout=60).stdout
+        assert f"node {leader}: alive" in text and ", busy" in text.split(f"node {leader}:")[1] \
+            .splitlines()[0]
+        assert f"queue {queue}: partitions on shards" in text and "sends to partitions" in text
         with Client(cluster.gateway.endpoint, timeout=30) as client:  # (a route of its own)
             send_both_ways(cluster, client, queue, 24)
             spread = shards_received(client, queue, 48)

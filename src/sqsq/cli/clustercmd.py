@@ -192,12 +192,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     for n in status["nodes"]:
         leads = f", leads {len(n['leads'])} shard{'s' if len(n['leads']) != 1 else ''}" \
             if n["alive"] else ""
+        busy = ", busy" if n["busy"] else ""
         print(f"node {n['id']}: {'alive' if n['alive'] else 'DOWN'} ({n['grpc']}, host "
-              f"{n['host']}){leads}")
+              f"{n['host']}){leads}{busy}")
     for s in status["shards"]:
         print(f"shard {s['id']}: leader {s['leader'] or '-'}, replicas "
               f"{', '.join(s['replicas'])} (epoch {s['epoch']})")
     for q in status["queues"]:
+        to = q.get("sends_to")
+        sends = "" if to is None or len(q["partitions"]) == 1 else \
+            f"; sends to partition{'s' if len(to) > 1 else ''} {', '.join(map(str, to))}"
         print(f"queue {q['name']}: partitions on shards "
-              f"{', '.join(str(p) for p in q['partitions'])}")
+              f"{', '.join(str(p) for p in q['partitions'])}{sends}")
     return 0

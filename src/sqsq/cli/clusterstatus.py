@@ -34,14 +34,22 @@ def read_status(etcd_endpoint: str, *, replicas: bool = False) -> dict[str, Any]
 
     led = leaders_per_node(snapshot)
     nodes = [{"id": n, "alive": n in snapshot.nodes, "grpc": snapshot.members[n].grpc_address,
-              "leads": led.get(n, []), "host": snapshot.members[n].host_label}
+              "leads": led.get(n, []), "host": snapshot.members[n].host_label,
+              "busy": n in snapshot.nodes and snapshot.nodes[n].busy}
              for n in sorted(snapshot.members)]
+
+    def sends(name: str) -> list[int]:  # the partitions a standard queue's sends take now
+        home, width = snapshot.send_partitions(name)
+        count = len(snapshot.partitions(name))
+        return [(home + k) % count for k in range(width)]
+
     return {
         "nodes": nodes,
         "shards": [{"id": s.shard_id, "epoch": s.epoch, "replicas": list(s.replicas),
                     **hint(s.shard_id)}
                    for s in sorted(snapshot.shards.values(), key=lambda s: s.shard_id)],
-        "queues": [{"name": q.name, "partitions": list(q.partitions)}
+        "queues": [{"name": q.name, "partitions": list(q.partitions),
+                    **({} if q.name.endswith(".fifo") else {"sends_to": sends(q.name)})}
                    for q in sorted(snapshot.queues.values(), key=lambda q: q.name)],
         **({"replicas": rolling.read_replicas(nodes)} if replicas else {}),
     }
