@@ -38,8 +38,16 @@ SHARDS = 4
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     c = LocalCluster(tmp_path_factory.mktemp("spread"), nodes=3, shards=SHARDS,
                      partitions=SHARDS).start()
-    yield c
-    c.stop()
+    try:
+        # the leaders spread over the nodes first (they move in the cluster's first seconds,
+        # and a queue's sends follow whether its partitions' leaders are busy)
+        deadline = time.monotonic() + 60
+        while sorted(len(n["leads"]) for n in c.status()["nodes"]) != [1, 1, 2]:
+            assert time.monotonic() < deadline, c.status()["nodes"]
+            time.sleep(0.2)
+        yield c
+    finally:
+        c.stop()
 
 
 def route(cluster: LocalCluster, queue: str) -> pb.QueueRoute:

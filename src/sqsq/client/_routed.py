@@ -297,13 +297,16 @@ class AsyncRouter(_Router):
         messages winning (``sqsq.wire.first_found``: what the others took is released)."""
         request, spread, key = call.request, self.table.receives, (queue, region)
         first = spread.first(key)
-        order = self.receive_parts(route, request, first)
+        shards = route.shards
+        n = len(shards)
         quick = quick_receive(request)
-        now = dataclasses.replace(call, min_timeout=None)
+        # (made directly: most receives end at the first look, and ``replace`` costs more)
+        now = _call.Call(call.method, request, call.parse, call.retry, None, call.region)
         reply = pb.ReceiveMessageResponse()
         began = time.monotonic()
-        for k, (shard, _) in enumerate(order):
-            reply = await self._at(route, (shard, quick), now, queue, region, timeout)
+        for k in range(n):
+            reply = await self._at(route, (shards[(first + k) % n], quick), now, queue, region,
+                                   timeout)
             if reply.messages:
                 spread.found(key, first + k)
                 return reply
@@ -311,7 +314,7 @@ class AsyncRouter(_Router):
         left = _call.wait_left(request, time.monotonic() - began)
         if left.HasField("wait_time_seconds") and left.wait_time_seconds == 0:
             return reply
-        order = [(shard, left) for shard, _ in order]
+        order = [(shard, left) for shard, _ in self.receive_parts(route, request, first)]
         k, found = await first_found(
             [self._at(route, p, call, queue, region, timeout) for p in order],
             lambda r: bool(r.messages),

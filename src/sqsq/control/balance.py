@@ -30,8 +30,8 @@ from sqsq.control.partition_map import MapSnapshot
 
 # A node is busy once its event loop's thread spent this share of a second on the CPU, and
 # calm again below CALM_BELOW: apart, so that the sends it sheds do not bring it back at once.
-BUSY_AT = 0.8
-CALM_BELOW = 0.4
+BUSY_AT = 0.85
+CALM_BELOW = 0.45
 ENV_BUSY_AT = "SQSQ_BUSY_AT"  # BUSY_AT for this node (0: always busy, sends always spread)
 
 
