@@ -194,12 +194,15 @@ def _copy(request: Any, **changes: Any) -> Any:
 def _by_handle(route: QueueRoute, request: Any) -> list[Part]:
     """A delete or visibility batch: each entry to the shard its handle names (one naming
     no partition of the queue goes to the first, which refuses it as SQS would)."""
+    shards = route.shards
+    of = [shard_of_receipt_handle(entry.receipt_handle) for entry in request.entries]
+    if of and of.count(of[0]) == len(of):  # (most batches: one receive's messages)
+        return [(of[0] if of[0] in shards else shards[0], request)]
     groups: dict[int, list] = {}
-    for entry in request.entries:
-        shard = shard_of_receipt_handle(entry.receipt_handle)
-        groups.setdefault(shard if shard in route.shards else route.shards[0], []).append(entry)
+    for shard, entry in zip(of, request.entries, strict=True):
+        groups.setdefault(shard if shard in shards else shards[0], []).append(entry)
     if len(groups) <= 1:
-        return [(next(iter(groups), route.shards[0]), request)]
+        return [(next(iter(groups), shards[0]), request)]
     parts = []
     for shard, entries in groups.items():
         part = _copy(request)
@@ -219,6 +222,8 @@ def parts(method: str, request: Any, route: QueueRoute, sends: SendSpread) -> li
     if n == 1:
         return [(shards[0], request)]
     if method in ("SendMessage", "SendMessageBatch") and not route.fifo:
+        if route.send_width == 1:  # (the home partition: no turn to take)
+            return [(shards[route.send_home % n], request)]
         p = send_partition(sends.turn(), route.send_home, route.send_width, n)
         return [(shards[p], request)]
     if method == "SendMessage":  # without a group: partition 0, whose shard refuses it
