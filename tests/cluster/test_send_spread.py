@@ -128,14 +128,20 @@ def send_both_ways(cluster: LocalCluster, client: Client, queue: str, count: int
         sqs.send_message(QueueUrl=url, MessageBody=f"http-{i}")
 
 
-def test_sends_from_every_client_meet_on_the_queues_home_partition(
-        cluster: LocalCluster) -> None:
-    queue = f"home-{uuid.uuid4().hex[:8]}"
+def new_queue(cluster: LocalCluster, prefix: str) -> tuple[str, pb.QueueRoute, int]:
+    """A new standard queue, its route as the gateway first gives it, and its home shard."""
+    queue = f"{prefix}-{uuid.uuid4().hex[:8]}"
     with Client(cluster.gateway.endpoint, timeout=30) as client:
         client.create_queue(queue)
-        first = route(cluster, queue)
-        assert first.send_width == 1 and len(first.partitions) == SHARDS
-        home_shard = first.partitions[first.send_home].shard
+    first = route(cluster, queue)
+    return queue, first, first.partitions[first.send_home].shard
+
+
+def test_sends_from_every_client_meet_on_the_queues_home_partition(
+        cluster: LocalCluster) -> None:
+    queue, first, home_shard = new_queue(cluster, "home")
+    assert first.send_width == 1 and len(first.partitions) == SHARDS
+    with Client(cluster.gateway.endpoint, timeout=30) as client:
         send_both_ways(cluster, client, queue, 24)
         assert client.routing_stats["direct"] >= 24  # the SDK's went to the leader itself
         assert shards_received(client, queue, 48) == Counter({home_shard: 48})
@@ -144,12 +150,8 @@ def test_sends_from_every_client_meet_on_the_queues_home_partition(
 
 def test_a_busy_leader_spreads_the_sends_past_home_until_it_is_calm(
         cluster: LocalCluster) -> None:
-    queue = f"busy-{uuid.uuid4().hex[:8]}"
-    with Client(cluster.gateway.endpoint, timeout=30) as client:
-        client.create_queue(queue)
-        calm = route(cluster, queue)
-        home_shard = calm.partitions[calm.send_home].shard
-        leader = leader_of(cluster, home_shard)
+    queue, calm, home_shard = new_queue(cluster, "busy")
+    leader = leader_of(cluster, home_shard)
     set_busy(cluster, leader, True)
     try:
         wide = wait_width(cluster, queue, True)
