@@ -205,7 +205,8 @@ async def pass_through(caller: ShardCaller, home: str, method: str, request: Any
     if record is None:
         return None
     region, name = regions.split_key(key, home)
-    home, width = caller.map.snapshot.send_partitions(key)
+    # (only a send needs where sends go: the map's walk over its leaders is not paid by the rest)
+    home, width = caller.map.snapshot.send_partitions(key) if method in _RETRY else (0, 0)
     route = _direct.QueueRoute(name, region, name.endswith(".fifo"), record.partitions, 0, 0.0,
                                home, width)
     if method == "ReceiveMessage" and len(record.partitions) > 1:
