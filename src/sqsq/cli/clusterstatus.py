@@ -31,6 +31,7 @@ def read_status(etcd_endpoint: str, *, replicas: bool = False) -> dict[str, Any]
                 "applied_epoch": snapshot.leaders[shard_id].epoch if leader else None}
 
     from sqsq.control.balance import leaders_per_node
+    from sqsq.wire import send_partition
 
     led = leaders_per_node(snapshot)
     nodes = [{"id": n, "alive": n in snapshot.nodes, "grpc": snapshot.members[n].grpc_address,
@@ -41,7 +42,7 @@ def read_status(etcd_endpoint: str, *, replicas: bool = False) -> dict[str, Any]
     def sends(name: str) -> list[int]:  # the partitions a standard queue's sends take now
         home, width = snapshot.send_partitions(name)
         count = len(snapshot.partitions(name))
-        return [(home + k) % count for k in range(width)]
+        return [send_partition(turn, home, width, count) for turn in range(width)]
 
     return {
         "nodes": nodes,
