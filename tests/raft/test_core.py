@@ -447,6 +447,32 @@ def test_an_idle_group_goes_quiet_and_a_proposal_wakes_it() -> None:
     assert not any(n.quiesced for n in g.nodes.values())
 
 
+def test_a_read_wakes_a_quiet_group_for_its_round_only() -> None:
+    """A read leaves nothing for a follower to catch up on: once its round is answered the
+    group is quiet again on the leader's next heartbeat, not after another idle spell (a
+    receive's look at an idle partition every few hundred ms kept its group heartbeating)."""
+    g = _quiet_group()
+    leader = g.nodes["a"]
+    served: list[bytes] = []
+    ready = leader.ready
+
+    def recorded() -> object:
+        rd = ready()
+        served.extend(rs.context for rs in rd.read_states)
+        return rd
+
+    leader.ready = recorded  # type: ignore[method-assign]
+    assert leader.read_index(b"r")
+    g.flush()
+    assert served == [b"r"]
+    assert not any(n.quiesced for n in g.nodes.values())  # the read's round woke them
+    g.tick()
+    assert all(n.quiesced for n in g.nodes.values())
+    leader.propose(b"y")  # work still wakes it for a whole idle spell
+    g.tick(4)
+    assert not any(n.quiesced for n in g.nodes.values())
+
+
 def test_a_group_with_rare_heartbeats_goes_quiet_knowing_the_commit() -> None:
     g = Group(config=RaftConfig(election_ticks=10, heartbeat_ticks=3, quiesce_after_ticks=9))
     leader = g.elect("a")

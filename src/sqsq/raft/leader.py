@@ -111,11 +111,12 @@ class Leading:
         if not self.cfg.quiesce_after_ticks:
             return False
         last = self.log.last_index()
-        if (self.transferee is not None or self.pending_reads or self.waiting_reads
-                or self.log.commit != last
+        if (self.transferee is not None or self.log.commit != last
                 or any(pr.match != last for pr in self.progress.values())):
             self.idle_ticks = 0
             return False
+        if self.pending_reads or self.waiting_reads:
+            return False  # not while a read waits for its round; but it changed nothing
         self.idle_ticks += self.cfg.heartbeat_ticks
         return self.idle_ticks >= self.cfg.quiesce_after_ticks
 

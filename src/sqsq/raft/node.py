@@ -231,7 +231,14 @@ class RaftNode(Leading, Electing):
     def read_index(self, context: bytes) -> bool:
         """Ask for a linearizable read: a ReadState with ``context`` comes out once this
         leader has confirmed it still leads; False if it does not lead."""
-        self.wake()
+        if self.quiesced and self.role is _LEADER:
+            # Woken for this read's round only: it leaves nothing to catch up, so the idle
+            # count goes on and the group is quiet again on the next round. (A receive's
+            # look at an idle partition kept its group heartbeating for 2 s.) The read's
+            # own heartbeats wake the followers.
+            self.quiesced = False
+        else:
+            self.wake()
         if self.role is not _LEADER:
             return False
         if not self._committed_in_term():
