@@ -178,16 +178,20 @@ def test_a_receive_looks_first_where_the_last_one_found_messages() -> None:
     assert looked == [0, 1, 2, 2, 2, 2, 2, 2, 3]
 
 
-def test_a_receive_moves_on_after_a_burst_so_every_partition_is_looked_at_first() -> None:
+def test_once_a_window_one_receive_looks_first_at_the_next_partition() -> None:
     now = [0.0]
-    spread = ReceiveSpread(lambda: now[0], calls=3, window_s=1.0)
+    spread = ReceiveSpread(lambda: now[0], window_s=1.0)
     first = spread.first("q")
     spread.found("q", first + 2)  # messages two partitions on: the next receives start there
     assert [spread.first("q") for _ in range(3)] == [first + 2] * 3
-    assert spread.first("q") == first + 3  # three calls: the next partition
-    spread.found("q", first + 3)  # found there: it stays
-    now[0] += 1.0  # the window ends: the next partition
-    assert spread.first("q") == first + 4
+    now[0] += 1.0  # the window ends: one receive (a probe) starts at the next partition
+    assert [spread.first("q") for _ in range(3)] == [first + 3, first + 2, first + 2]
+    spread.found("q", first + 3)  # the probe found messages there: the next ones start there
+    assert [spread.first("q") for _ in range(2)] == [first + 3] * 2
+    now[0] += 0.5  # a window from the move, not from the last probe
+    assert spread.first("q") == first + 3
+    now[0] += 0.5
+    assert [spread.first("q") for _ in range(2)] == [first + 4, first + 3]
     other = spread.first("other")
     spread.found("q", first + 7)
     assert spread.first("other") == other  # each queue has its own
