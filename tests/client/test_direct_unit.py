@@ -82,6 +82,13 @@ def test_standard_sends_take_turns_and_handles_go_to_their_shard() -> None:
     split = dict(_direct.parts("DeleteMessageBatch", delete, route, spread))
     assert {s: [e.id for e in p.entries] for s, p in split.items()} == {6: ["a"],
                                                                          5: ["b", "c"]}
+    one = pb.DeleteMessageBatchRequest(queue_url="q", entries=[
+        pb.DeleteMessageBatchEntry(id=str(i), receipt_handle=_handle(6)) for i in range(10)])
+    assert _direct.parts("DeleteMessageBatch", one, route, spread) == [(6, one)]  # whole
+    # a first handle cut short begins like the rest but names no shard: read one by one
+    one.entries[0].receipt_handle = _handle(6)[:-1]
+    split = dict(_direct.parts("DeleteMessageBatch", one, route, spread))
+    assert {s: len(p.entries) for s, p in split.items()} == {5: 1, 6: 9}
     merged = _direct.merged("DeleteMessageBatch", [
         pb.BatchResponse(successful=["a"]), pb.BatchResponse(successful=["b"], failed=[
             pb.BatchResultErrorEntry(id="c", code="ReceiptHandleIsInvalid")])])

@@ -195,9 +195,18 @@ def _by_handle(route: QueueRoute, request: Any) -> list[Part]:
     """A delete or visibility batch: each entry to the shard its handle names (one naming
     no partition of the queue goes to the first, which refuses it as SQS would)."""
     shards = route.shards
-    of = [shard_of_receipt_handle(entry.receipt_handle) for entry in request.entries]
-    if of and of.count(of[0]) == len(of):  # (most batches: one receive's messages)
-        return [(of[0] if of[0] in shards else shards[0], request)]
+    handles = [entry.receipt_handle for entry in request.entries]
+    # Most batches are one receive's messages: handles that begin alike (version and shard,
+    # ``shard_of_receipt_handle``) name one shard, and only the first is read.
+    shard = shard_of_receipt_handle(handles[0]) if handles else None
+    if shard is not None:
+        head = handles[0][:4]
+        for h in handles:
+            if h[:4] != head:
+                break
+        else:
+            return [(shard if shard in shards else shards[0], request)]
+    of = [shard_of_receipt_handle(h) for h in handles]
     groups: dict[int, list] = {}
     for shard, entry in zip(of, request.entries, strict=True):
         groups.setdefault(shard if shard in shards else shards[0], []).append(entry)

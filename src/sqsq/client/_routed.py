@@ -302,7 +302,7 @@ class AsyncRouter(_Router):
         quick = quick_receive(request)
         # (made directly: most receives end at the first look, and ``replace`` costs more)
         now = _call.Call(call.method, request, call.parse, call.retry, None, call.region)
-        reply = pb.ReceiveMessageResponse()
+        reply = None  # (n > 1: every look sets it)
         began = time.monotonic()
         for k in range(n):
             reply = await self._at(route, (shards[(first + k) % n], quick), now, queue, region,
