@@ -198,14 +198,14 @@ def _by_handle(route: QueueRoute, request: Any) -> list[Part]:
     handles = [entry.receipt_handle for entry in request.entries]
     # Most batches are one receive's messages: handles that begin alike (version and shard,
     # ``shard_of_receipt_handle``) name one shard, and only the first is read.
-    shard = shard_of_receipt_handle(handles[0]) if handles else None
-    if shard is not None:
+    first = shard_of_receipt_handle(handles[0]) if handles else None
+    if first is not None:
         head = handles[0][:4]
         for h in handles:
             if h[:4] != head:
                 break
         else:
-            return [(shard if shard in shards else shards[0], request)]
+            return [(first if first in shards else shards[0], request)]
     of = [shard_of_receipt_handle(h) for h in handles]
     groups: dict[int, list] = {}
     for shard, entry in zip(of, request.entries, strict=True):
