@@ -352,9 +352,10 @@ _URLSAFE_SIXBITS = {c: i for i, c in enumerate(
 
 def shard_of_receipt_handle(text: str) -> int | None:
     """The shard a receipt handle names, or None for what is not one. Only its first four
-    characters, its first three bytes (version and shard), are decoded, by table: a delete
-    batch's handles are each read here, and base64-decoding all 68 was most of what a
-    four-partition queue's deletes cost the SDK over a one-partition queue's. A handle
+    characters, its first three bytes (version and shard), are decoded, by table: the SDK
+    reads a delete batch's handles here (the first, or each when they begin differently),
+    and base64-decoding all 68 was most of what a four-partition queue's deletes cost it
+    over a one-partition queue's. A handle
     garbled past them reaches the shard it names, which refuses it as SQS does."""
     if len(text) != _HANDLE_CHARS:
         return None
