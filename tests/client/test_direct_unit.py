@@ -226,6 +226,28 @@ def test_a_route_expires_and_an_unreachable_node_is_skipped_for_a_while() -> Non
     assert table.stats.refreshes == 2
 
 
+def test_a_partitioned_standard_queues_route_is_asked_for_again_sooner() -> None:
+    """Its send width follows the home leader's load; a FIFO queue's sends follow their
+    groups and a queue of one partition has nothing to widen: those keep their route."""
+    now = [100.0]
+    table = _direct.Table(lambda: now[0])
+
+    def learn(name: str, fifo: bool, partitions: int) -> None:
+        reply = pb.QueueRoute(queue_name=name, region="us-east-1", version=1, fifo=fifo)
+        for shard in range(partitions):
+            reply.partitions.add(shard=shard, nodes=["a:1"])
+        table.learn(name, None, reply)
+
+    learn("std", False, 4)
+    learn("fifo", True, 4)
+    learn("one", False, 1)
+    now[0] += _direct.SEND_WIDTH_TTL_S + 0.01
+    assert table.route("std", None) is None  # old: asked for again
+    assert table.route("fifo", None) and table.route("one", None)
+    now[0] += _direct.ROUTE_TTL_S
+    assert table.route("fifo", None) is None and table.route("one", None) is None
+
+
 def test_direct_routing_can_be_turned_off(monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.delenv(_direct.ENV_DIRECT, raising=False)
     assert _direct.enabled(None)

@@ -24,7 +24,7 @@ import pytest
 from botocore.config import Config
 
 from sqsq.cli.cluster import LocalCluster
-from sqsq.client import Client
+from sqsq.client import Client, _direct
 from sqsq.control import keys
 from sqsq.control.etcd import Etcd
 from sqsq.v1 import queues_pb2 as pb
@@ -146,6 +146,35 @@ def test_sends_from_every_client_meet_on_the_queues_home_partition(
         assert client.routing_stats["direct"] >= 24  # the SDK's went to the leader itself
         assert shards_received(client, queue, 48) == Counter({home_shard: 48})
     assert status_of(cluster, queue)["sends_to"] == [first.send_home]
+
+
+def test_a_client_already_sending_widens_within_a_second_or_two_of_the_leader_turning_busy(
+        cluster: LocalCluster) -> None:
+    """The route a client holds names the send width; a standard queue of several partitions
+    has it asked for again every ``SEND_WIDTH_TTL_S``, so a client that keeps sending follows
+    a leader that turns busy without a new client (after ``ROUTE_TTL_S`` it would still be
+    sending everything home)."""
+    queue, calm, home_shard = new_queue(cluster, "follow")
+    leader = leader_of(cluster, home_shard)
+    with Client(cluster.gateway.endpoint, timeout=30) as client:
+        client._routes.sends = SendSpread(calls=1)  # a burst per call: each may take a partition
+        client.send_message(queue, "before")  # the route learnt: the home partition only
+        learnt = time.monotonic()
+        set_busy(cluster, leader, True)
+        try:
+            wide = wait_width(cluster, queue, True)
+            widened = {wide.partitions[(wide.send_home + k) % SHARDS].shard
+                       for k in range(wide.send_width)}
+            sent = 1
+            while time.monotonic() < learnt + 3.0:  # a few of the route's seconds
+                client.send_message(queue, f"m{sent}")
+                sent += 1
+                time.sleep(0.05)  # (paced: a few dozen messages over the seconds it takes)
+            assert time.monotonic() < learnt + _direct.ROUTE_TTL_S, "too slow to tell apart"
+            spread = shards_received(client, queue, sent)
+        finally:
+            set_busy(cluster, leader, False)
+    assert spread[home_shard] >= 1 and len(spread) >= 2 and set(spread) <= widened, spread
 
 
 def test_a_busy_leader_spreads_the_sends_past_home_until_it_is_calm(

@@ -246,7 +246,7 @@ def test_a_node_says_it_is_busy_while_its_loop_is_near_full_and_calm_after(
 
 def test_busy_and_calm_are_apart_and_a_node_can_be_told_to_be_always_busy(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not busy_after(False, 0.84) and busy_after(False, 0.85)
+    assert not busy_after(False, 0.69) and busy_after(False, 0.7)
     assert busy_after(True, 0.6) and busy_after(True, 0.45) and not busy_after(True, 0.44)
     assert busy_after(False, 0.0, at=0.0) and busy_after(True, 0.0, at=0.0)
     assert busy_at() == BUSY_AT

@@ -14,8 +14,10 @@ last one found messages (``sqsq.wire.ReceiveSpread``). Nothing about delivery is
 shard answers each call as it would the gateway's.
 
 What the client holds is a hint, refreshed when it is old (``ROUTE_TTL_S``: a dead-letter
-queue can gain partitions), when a node answers that it does not know the queue, and when no
-replica of a shard answers; a NotLeader answer naming the leader is followed at once. A node
+queue can gain partitions; ``SEND_WIDTH_TTL_S`` for a standard queue of several partitions,
+whose sends widen while its home partition's leader is busy), when a node answers that it
+does not know the queue, and when no replica of a shard answers; a NotLeader answer naming
+the leader is followed at once. A node
 that cannot be reached is left alone for ``NODE_DOWN_S`` and its calls go through the
 gateway meanwhile. Env ``SQSQ_DIRECT=0`` (or ``direct=False``) turns direct routing off.
 """
@@ -41,6 +43,10 @@ from sqsq.wire import (
 
 ENV_DIRECT = "SQSQ_DIRECT"
 ROUTE_TTL_S = 5.0  # a queue's route is asked for again after this long
+# ... a standard queue's of several partitions: its send width follows its home leader's load
+# (a node says busy within a second), and a client that learnt it 5 s late spent most of a
+# burst of load on one leader (the width comes from the gateway's map: a lookup, no I/O)
+SEND_WIDTH_TTL_S = 1.0
 NO_ROUTE_S = 1.0  # a queue the gateway could not route (unknown, or the gateway away)
 NODE_DOWN_S = 5.0  # a node that could not be reached is tried again after this long
 MAX_ROUTES = 1024  # queues whose routes a client keeps (the oldest go first)
@@ -84,9 +90,10 @@ class QueueRoute:
 
     @classmethod
     def read(cls, reply: pb.QueueRoute, now: float) -> QueueRoute:
-        return cls(reply.queue_name, reply.region, reply.fifo,
-                   tuple(p.shard for p in reply.partitions), reply.version, now + ROUTE_TTL_S,
-                   reply.send_home, reply.send_width)
+        shards = tuple(p.shard for p in reply.partitions)
+        ttl = ROUTE_TTL_S if reply.fifo or len(shards) < 2 else SEND_WIDTH_TTL_S
+        return cls(reply.queue_name, reply.region, reply.fifo, shards, reply.version,
+                   now + ttl, reply.send_home, reply.send_width)
 
     def metadata(self, shard: int) -> tuple[tuple[str, str], ...]:
         return ((SHARD_METADATA_KEY, str(shard)), (REGION_METADATA_KEY, self.region))
