@@ -154,7 +154,7 @@ def test_a_client_already_sending_widens_within_a_second_or_two_of_the_leader_tu
     has it asked for again every ``SEND_WIDTH_TTL_S``, so a client that keeps sending follows
     a leader that turns busy without a new client (after ``ROUTE_TTL_S`` it would still be
     sending everything home)."""
-    queue, calm, home_shard = new_queue(cluster, "follow")
+    queue, _, home_shard = new_queue(cluster, "follow")
     leader = leader_of(cluster, home_shard)
     with Client(cluster.gateway.endpoint, timeout=30) as client:
         client._routes.sends = SendSpread(calls=1)  # a burst per call: each may take a partition

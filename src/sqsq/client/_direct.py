@@ -43,9 +43,9 @@ from sqsq.wire import (
 
 ENV_DIRECT = "SQSQ_DIRECT"
 ROUTE_TTL_S = 5.0  # a queue's route is asked for again after this long
-# ... a standard queue's of several partitions: its send width follows its home leader's load
-# (a node says busy within a second), and a client that learnt it 5 s late spent most of a
-# burst of load on one leader (the width comes from the gateway's map: a lookup, no I/O)
+# ... and a standard queue's of several partitions after this long: its send width follows its
+# home leader's load (a node says it is busy within a second); learnt 5 s late, most of a burst
+# of load went to one leader. (The gateway answers from its map in memory.)
 SEND_WIDTH_TTL_S = 1.0
 NO_ROUTE_S = 1.0  # a queue the gateway could not route (unknown, or the gateway away)
 NODE_DOWN_S = 5.0  # a node that could not be reached is tried again after this long
