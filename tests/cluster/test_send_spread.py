@@ -81,6 +81,12 @@ def wait_width(cluster: LocalCluster, queue: str, wide: bool) -> pb.QueueRoute:
         time.sleep(0.1)
 
 
+def shards_sent_to(route_now: pb.QueueRoute) -> set[int]:
+    """The shards a route's standard sends take: ``send_width`` partitions from home on."""
+    return {route_now.partitions[(route_now.send_home + k) % SHARDS].shard
+            for k in range(route_now.send_width)}
+
+
 def status_of(cluster: LocalCluster, queue: str) -> dict:
     """The queue as ``sqsq cluster status --json`` shows it."""
     return next(q for q in cluster.status()["queues"] if q["name"] == queue)
@@ -163,8 +169,7 @@ def test_a_client_already_sending_widens_within_a_second_or_two_of_the_leader_tu
         set_busy(cluster, leader, True)
         try:
             wide = wait_width(cluster, queue, True)
-            widened = {wide.partitions[(wide.send_home + k) % SHARDS].shard
-                       for k in range(wide.send_width)}
+            widened = shards_sent_to(wide)
             sent = 1
             while time.monotonic() < learnt + 3.0:  # a few of the route's seconds
                 client.send_message(queue, f"m{sent}")
@@ -185,8 +190,7 @@ def test_a_busy_leader_spreads_the_sends_past_home_until_it_is_calm(
     try:
         wide = wait_width(cluster, queue, True)
         assert wide.send_home == calm.send_home
-        widened = {wide.partitions[(wide.send_home + k) % SHARDS].shard
-                   for k in range(wide.send_width)}
+        widened = shards_sent_to(wide)
         assert home_shard in widened
         assert status_of(cluster, queue)["sends_to"] == [
             (wide.send_home + k) % SHARDS for k in range(wide.send_width)]
