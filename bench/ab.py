@@ -11,7 +11,9 @@ other's. Here both targets are started once and stay up; each workload is measur
 pair are seconds apart and drift falls on both. For each workload it prints each side's
 median msgs/s, the median of the pairs' ratios (B / A) and in how many pairs B was ahead
 (a ratio whose pairs split both ways is noise, one that holds in nearly every pair is not),
-and each side's median CPU time per message, its own processes and its clients.
+a 95% interval for that median (a bootstrap over the pairs: whether "B at least A" holds or
+fails beyond the noise, or the pairs cannot tell), and each side's median CPU time per
+message, its own processes and its clients.
 Each window is a fresh queue, as in ``python -m bench``; the idle target costs the other
 what its heartbeats do (a quiet sqsq cluster: a few percent of a core). Workloads that need
 a preloaded queue (``recv-*``, ``depth-*``) are not offered.
@@ -20,6 +22,7 @@ a preloaded queue (``recv-*``, ``depth-*``) are not offered.
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import tempfile
 from contextlib import ExitStack
@@ -37,14 +40,24 @@ def pairs(windows: int) -> list[tuple[int, int]]:
     return [(0, 1) if i % 2 == 0 else (1, 0) for i in range(windows)]
 
 
-def summary(rates: list[tuple[float, float]]) -> dict[str, float]:
-    """Each side's median msgs/s, the median of the pairs' B / A, and the share of pairs in
-    which B was ahead."""
+def summary(rates: list[tuple[float, float]]) -> dict[str, Any]:
+    """Each side's median msgs/s, the median of the pairs' B / A, the share of pairs in
+    which B was ahead, and the median's 95% interval (``low_high``)."""
     ratios = [b / a for a, b in rates if a > 0]
     return {"a": statistics.median(a for a, _ in rates),
             "b": statistics.median(b for _, b in rates),
             "ratio": statistics.median(ratios) if ratios else float("nan"),
-            "b_ahead": sum(1 for a, b in rates if b > a) / len(rates)}
+            "b_ahead": sum(1 for a, b in rates if b > a) / len(rates),
+            "low_high": interval(ratios) if ratios else (float("nan"), float("nan"))}
+
+
+def interval(ratios: list[float], resamples: int = 2000) -> tuple[float, float]:
+    """A 95% interval for the median of the pairs' ratios: the pairs resampled with
+    replacement, seeded so that the same pairs always print the same interval."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios)))
+                     for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
 
 
 def cpu_cell(windows: list[tuple[float, float]]) -> str:
@@ -94,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                         cpu[side].append((used["server"], used["clients"]))
                 rates.append((got[0], got[1]))
             s = summary(rates)
+            low, high = s["low_high"]
             print(f"{w.name:<16} {s['a']:>16,.0f} {s['b']:>16,.0f}  {s['ratio']:>5.2f}x  "
-                  f"{s['b_ahead']:>6.0%}", flush=True)
+                  f"{s['b_ahead']:>6.0%}  (95%: {low:.2f}-{high:.2f}x)", flush=True)
             print("  pairs: " + ", ".join(f"{a:,.0f}/{b:,.0f}" for a, b in rates), flush=True)
             print("  CPU us per msg, system + clients (median of windows): " + ", ".join(
                 f"{name} {cpu_cell(c)}" for name, c in zip(names, cpu, strict=True)), flush=True)

@@ -23,6 +23,17 @@ def test_the_ratio_is_the_median_of_the_pairs_and_drift_falls_on_both_sides() ->
     assert split["b_ahead"] == 0.5
 
 
+def test_the_interval_says_whether_the_pairs_can_tell_the_two_apart() -> None:
+    ahead = [1.04, 1.06, 1.05, 1.07, 1.03, 1.05, 1.06, 1.04, 1.05, 1.06]
+    low, high = ab.interval(ahead)
+    assert 1.0 < low <= ab.statistics.median(ahead) <= high < 1.1
+    split = [0.9, 1.1, 0.95, 1.08, 0.92, 1.05, 0.97, 1.02, 0.93, 1.06]
+    low, high = ab.interval(split)
+    assert low < 1.0 < high
+    assert ab.interval(split) == (low, high)  # the same pairs print the same interval
+    assert ab.summary([(100.0, 105.0)] * 4)["low_high"] == (1.05, 1.05)
+
+
 def test_a_workload_that_needs_a_preloaded_queue_is_refused() -> None:
     with pytest.raises(SystemExit):
         ab.main(["--targets", "sqsq-cluster,sqsq-cluster-4", "--workloads", "recv-1x100B"])
