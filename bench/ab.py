@@ -13,7 +13,10 @@ median msgs/s, the median of the pairs' ratios (B / A) and in how many pairs B w
 (a ratio whose pairs split both ways is noise, one that holds in nearly every pair is not),
 a 95% interval for that median (a bootstrap over the pairs: whether "B at least A" holds or
 fails beyond the noise, or the pairs cannot tell), and each side's median CPU time per
-message, its own processes and its clients.
+message, its own processes and its clients. On a virtual machine the hypervisor can take the
+CPU for seconds (``steal`` in ``/proc/stat``: a window at a tenth of its neighbours' rate); the
+same figures are printed again over the quiet pairs only, those in which neither window lost
+more than ``QUIET_STEAL`` of the machine's time that way.
 Each window is a fresh queue, as in ``python -m bench``; the idle target costs the other
 what its heartbeats do (a quiet sqsq cluster: a few percent of a core). Workloads that need
 a preloaded queue (``recv-*``, ``depth-*``) are not offered.
@@ -33,6 +36,30 @@ from bench.cli import warm_up
 from bench.runner import run_workload
 from bench.systems import targets
 from bench.workloads import catalogue, select
+
+QUIET_STEAL = 0.01  # the share of a window's CPU time the hypervisor may take, for a quiet pair
+
+
+def cpu_times() -> list[int]:
+    """The machine's CPU time counters: ``/proc/stat``'s first line (user, nice, system,
+    idle, iowait, irq, softirq, steal, ...)."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:]]
+
+
+def steal_share(before: list[int], after: list[int]) -> float:
+    """The share of the machine's CPU time between two readings that the hypervisor gave to
+    other guests (guest time is already counted in user, so only the first eight add up)."""
+    d = [b - a for a, b in zip(before[:8], after[:8], strict=True)]
+    total = sum(d)
+    return d[7] / total if len(d) == 8 and total > 0 else 0.0
+
+
+def quiet(rates: list[tuple[float, float]],
+          steals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The pairs in which neither window lost more than ``QUIET_STEAL`` to steal."""
+    return [r for r, (sa, sb) in zip(rates, steals, strict=True)
+            if sa <= QUIET_STEAL and sb <= QUIET_STEAL]
 
 
 def pairs(windows: int) -> list[tuple[int, int]]:
@@ -68,6 +95,13 @@ def cpu_cell(windows: list[tuple[float, float]]) -> str:
             f"{statistics.median(c for _, c in windows):,.0f}")
 
 
+def _line(name: str, rates: list[tuple[float, float]]) -> str:
+    s = summary(rates)
+    low, high = s["low_high"]
+    return (f"{name:<16} {s['a']:>16,.0f} {s['b']:>16,.0f}  {s['ratio']:>5.2f}x  "
+            f"{s['b_ahead']:>6.0%}  (95%: {low:.2f}-{high:.2f}x)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--targets", required=True, help="two targets: A,B (ratio B / A)")
@@ -95,22 +129,28 @@ def main(argv: list[str] | None = None) -> int:
               f"(median msgs/s of {args.windows} pairs of {args.duration:g} s windows)")
         for w in workloads:
             rates: list[tuple[float, float]] = []
+            steals: list[tuple[float, float]] = []
             cpu: list[list[tuple[float, float]]] = [[], []]
             for order in pairs(args.windows):
                 got: dict[int, Any] = {}
+                stolen: dict[int, float] = {}
                 for side in order:
+                    before = cpu_times()
                     res = run_workload(specs[side], w, duration_s=args.duration,
                                        server_pids=pids[side])
+                    stolen[side] = steal_share(before, cpu_times())
                     got[side] = res.get("msgs_per_s", 0.0)
                     used = res.get("cpu_us_per_msg") or {}
                     if used.get("server") is not None and used.get("clients") is not None:
                         cpu[side].append((used["server"], used["clients"]))
                 rates.append((got[0], got[1]))
-            s = summary(rates)
-            low, high = s["low_high"]
-            print(f"{w.name:<16} {s['a']:>16,.0f} {s['b']:>16,.0f}  {s['ratio']:>5.2f}x  "
-                  f"{s['b_ahead']:>6.0%}  (95%: {low:.2f}-{high:.2f}x)", flush=True)
+                steals.append((stolen[0], stolen[1]))
+            print(_line(w.name, rates), flush=True)
             print("  pairs: " + ", ".join(f"{a:,.0f}/{b:,.0f}" for a, b in rates), flush=True)
+            print("  steal %: " + ", ".join(f"{100 * a:.0f}/{100 * b:.0f}" for a, b in steals))
+            calm = quiet(rates, steals)
+            print(f"  quiet pairs, {len(calm)} of {len(rates)}: "
+                  + (_line("", calm).strip() if calm else "none"), flush=True)
             print("  CPU us per msg, system + clients (median of windows): " + ", ".join(
                 f"{name} {cpu_cell(c)}" for name, c in zip(names, cpu, strict=True)), flush=True)
     return 0

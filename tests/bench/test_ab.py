@@ -34,6 +34,21 @@ def test_the_interval_says_whether_the_pairs_can_tell_the_two_apart() -> None:
     assert ab.summary([(100.0, 105.0)] * 4)["low_high"] == (1.05, 1.05)
 
 
+def test_a_pair_is_quiet_when_neither_window_lost_time_to_the_hypervisor() -> None:
+    before = [100, 0, 50, 800, 10, 0, 0, 40, 0, 0]
+    after = [200, 0, 100, 1000, 20, 0, 0, 60, 7, 0]  # 380 ticks, 20 of them stolen
+    assert ab.steal_share(before, after) == pytest.approx(20 / 380)
+    assert ab.steal_share(before, before) == 0.0
+    rates = [(100.0, 110.0), (30.0, 105.0), (100.0, 108.0)]
+    steals = [(0.0, 0.005), (0.06, 0.0), (0.002, 0.0)]
+    assert ab.quiet(rates, steals) == [(100.0, 110.0), (100.0, 108.0)]
+
+
+def test_the_machines_cpu_times_are_read() -> None:
+    first = ab.cpu_times()
+    assert len(first) >= 8 and sum(first) > 0
+
+
 def test_a_workload_that_needs_a_preloaded_queue_is_refused() -> None:
     with pytest.raises(SystemExit):
         ab.main(["--targets", "sqsq-cluster,sqsq-cluster-4", "--workloads", "recv-1x100B"])
