@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cli import warm_up
+from bench.procs import stop_on_sigterm
 from bench.runner import run_workload
 from bench.systems import targets
 from bench.workloads import catalogue, select
@@ -157,4 +158,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_sigterm()
     raise SystemExit(main())

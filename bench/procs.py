@@ -14,6 +14,16 @@ from pathlib import Path
 from sqsq.cli.localprocs import free_port  # noqa: F401 - bench modules import it from here
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM unwinds the run as Ctrl-C does, so that every server it started is stopped
+    (by default the signal ends Python at once, and its clusters live on)."""
+
+    def _exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+
+
 def port_open(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.2):
