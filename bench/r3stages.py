@@ -113,7 +113,10 @@ def _serve(argv: list[str], out: Path) -> None:
     def timed_advance(self: Any, rd: Any) -> None:
         if rd.entries:
             note(("advance(entries)", pc()))
+        commit = self.log.commit
         advance(self, rd)
+        if self.log.commit != commit:  # a leader's own write, durable after a quorum's answer
+            note(("commit moved", pc()))
     raftnode.RaftNode.advance = timed_advance  # type: ignore[method-assign]
 
     step = raftnode.RaftNode.step
@@ -216,6 +219,44 @@ async def _calls(endpoint: str, pids: list[int], sends: int, outs: list[Path]) -
     report(rows, nodes)
 
 
+# What a node does for an entry once it has it: stamped before the node proposed the call's
+# entry (the leader) or got its append (a follower), they are the call before's, late.
+_OWN_ENTRY = frozenset({"got ack", "sent ack", "ready(entries)", "ready(committed)", "fsync",
+                        "fsync.end", "advance(entries)", "commit moved"})
+
+
+def node_stamps(events: list[tuple], j: int, t0: float,
+           end: float) -> tuple[dict[str, float], list[tuple[str, float]], int]:
+    """One node's events in a call that ran from ``t0`` to ``end`` (``events`` from cursor
+    ``j``): the first time of each, the pauses, and where the next call's begin."""
+    while j < len(events) and events[j][1] < t0:
+        j += 1
+    first: dict[str, float] = {}
+    pauses: list[tuple[str, float]] = []
+    index = 0  # the entry this node proposed in the call, if it did
+    has_entry = False
+    while j < len(events) and events[j][1] <= end:
+        name, t, *more = events[j]
+        j += 1
+        if name.startswith("pause "):
+            pauses.append((name[6:], more[0]))
+            continue
+        if name == "propose":
+            index, has_entry = more[0], True
+        elif name == "got append":
+            has_entry = True
+        elif name in _OWN_ENTRY and not has_entry:
+            continue  # the call before's: a late answer, a follower's write of its entry
+        elif name == "got ack" and more[0] < index:
+            continue  # a late answer about the call before
+        elif name == "got other":
+            continue
+        if name in first and name == "got ack":
+            name = "got ack (2nd)"
+        first.setdefault(name, t)
+    return first, pauses, j
+
+
 def report(rows: list[dict[str, float]], nodes: list[list[tuple[str, float]]]) -> None:
     """Each event's p50 time since the call began, by role, in the order they happen, and
     the p50 over the calls of the time from the row above to it (calls that had both)."""
@@ -227,27 +268,8 @@ def report(rows: list[dict[str, float]], nodes: list[list[tuple[str, float]]]) -
         seen: list[dict[str, float]] = []
         pauses: list[tuple[str, float]] = []
         for i, events in enumerate(nodes):
-            j = cursors[i]
-            while j < len(events) and events[j][1] < t0:
-                j += 1
-            first: dict[str, float] = {}
-            index = 0  # the entry this node proposed in the call, if it did
-            while j < len(events) and events[j][1] <= end:
-                name, t, *more = events[j]
-                j += 1
-                if name.startswith("pause "):
-                    pauses.append((f"node{i} {name[6:]}", more[0]))
-                    continue
-                if name == "propose":
-                    index = more[0]
-                elif name == "got ack" and more[0] < index:
-                    continue  # a late answer about the call before
-                elif name == "got other":
-                    continue
-                if name in first and name == "got ack":
-                    name = "got ack (2nd)"
-                first.setdefault(name, t)
-            cursors[i] = j
+            first, paused, cursors[i] = node_stamps(events, cursors[i], t0, end)
+            pauses += [(f"node{i} {name}", d) for name, d in paused]
             seen.append(first)
         leaders = [s for s in seen if "propose" in s]
         if len(leaders) != 1:
