@@ -88,13 +88,14 @@ def _serve(argv: list[str], out: Path) -> None:
     propose = replica.RaftReplica.propose
 
     def timed_propose(self: Any, data: bytes, done: Any) -> None:
-        started = pc()
+        # Stamped first, with the index the entry will take: the proposal's Ready can be
+        # written and sent within the call, and its stamps must come after this one.
+        note(("propose", pc(), self.core.log.last_index() + 1))
 
         def stamped(*a: Any) -> None:
             note(("answered", pc()))
             done(*a)
         propose(self, data, stamped)
-        note(("propose", started, self.core.log.last_index()))  # the entry's index
     replica.RaftReplica.propose = timed_propose  # type: ignore[method-assign]
 
     ready = raftnode.RaftNode.ready
