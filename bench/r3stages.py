@@ -227,9 +227,9 @@ _OWN_ENTRY = frozenset({"got ack", "sent ack", "ready(entries)", "ready(committe
 
 
 def node_stamps(events: list[tuple], j: int, t0: float,
-           end: float) -> tuple[dict[str, float], list[tuple[str, float]], int]:
+                end: float) -> tuple[dict[str, float], list[tuple[str, float]], int]:
     """One node's events in a call that ran from ``t0`` to ``end`` (``events`` from cursor
-    ``j``): the first time of each, the pauses, and where the next call's begin."""
+    ``j``): the first time of each, the pauses, and the cursor where the next call's begin."""
     while j < len(events) and events[j][1] < t0:
         j += 1
     first: dict[str, float] = {}
