@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                 steals.append((stolen[0], stolen[1]))
             print(_line(w.name, rates), flush=True)
             print("  pairs: " + ", ".join(f"{a:,.0f}/{b:,.0f}" for a, b in rates), flush=True)
-            print("  steal %: " + ", ".join(f"{100 * a:.0f}/{100 * b:.0f}" for a, b in steals))
+            print("  steal %: " + ", ".join(f"{100 * a:.0f}/{100 * b:.0f}" for a, b in steals),
+                  flush=True)
             calm = quiet(rates, steals)
             print(f"  quiet pairs, {len(calm)} of {len(rates)}: "
                   + (_line("", calm).strip() if calm else "none"), flush=True)

@@ -17,9 +17,9 @@ What the client holds is a hint, refreshed when it is old (``ROUTE_TTL_S``: a de
 queue can gain partitions; ``SEND_WIDTH_TTL_S`` for a standard queue of several partitions,
 whose sends widen while its home partition's leader is busy), when a node answers that it
 does not know the queue, and when no replica of a shard answers; a NotLeader answer naming
-the leader is followed at once. A node
-that cannot be reached is left alone for ``NODE_DOWN_S`` and its calls go through the
-gateway meanwhile. Env ``SQSQ_DIRECT=0`` (or ``direct=False``) turns direct routing off.
+the leader is followed at once. A node that cannot be reached is left alone for
+``NODE_DOWN_S`` and its calls go through the gateway meanwhile. Env ``SQSQ_DIRECT=0`` (or
+``direct=False``) turns direct routing off.
 """
 
 from __future__ import annotations
