@@ -1,5 +1,6 @@
 """The simulated network: every packet gets a seeded delay, and may be dropped, duplicated or
-delivered out of order; partitions cut links whole, one way, or around a bridge node."""
+delivered out of order; partitions cut links whole, one way, or around a bridge node; a
+scripted nemesis may hold chosen packets back and deliver some of them much later."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ class SimNetwork:
         self.cut: set[tuple[str, str]] = set()  # (from, to) links that carry nothing
         self.sent = 0
         self.dropped = 0
+        # Packets held back (``hold``): each rule by name, and what it caught, in order.
+        self._rules: dict[str, Callable[[str, str, object], bool]] = {}
+        self.held: list[tuple[str, str, object, Callable[[object], None]]] = []
 
     def send(self, frm: str, to: str, packet: object, deliver: Callable[[object], None]
              ) -> None:
@@ -33,6 +37,9 @@ class SimNetwork:
         f = self.faults
         if (frm, to) in self.cut or self.rng.random() < f.drop:
             self.dropped += 1
+            return
+        if any(rule(frm, to, packet) for rule in self._rules.values()):
+            self.held.append((frm, to, packet, deliver))
             return
         copies = 2 if self.rng.random() < f.duplicate else 1
         for _ in range(copies):
@@ -71,4 +78,27 @@ class SimNetwork:
         self.cut.difference_update({(x, middle) for x in left | right})
 
     def heal(self) -> None:
+        """Every link carries again; packets still held are lost."""
         self.cut.clear()
+        self._rules.clear()
+        self.dropped += len(self.held)
+        self.held.clear()
+
+    # ---- packets held back -----------------------------------------------------------------
+
+    def hold(self, name: str, rule: Callable[[str, str, object], bool]) -> None:
+        """From now on, packets ``rule(frm, to, packet)`` picks are held, not delivered
+        (until ``release`` or ``heal``): as a packet stuck in a queue for seconds is."""
+        self._rules[name] = rule
+
+    def stop_holding(self, name: str) -> None:
+        self._rules.pop(name, None)
+
+    def release(self, pick: Callable[[str, str, object], bool]) -> int:
+        """Deliver the held packets ``pick`` chooses, in the order they were sent (each a
+        moment from now, through the cuts in force then); the rest stay held. How many."""
+        out = [h for h in self.held if pick(h[0], h[1], h[2])]
+        self.held = [h for h in self.held if not pick(h[0], h[1], h[2])]
+        for i, (frm, to, packet, deliver) in enumerate(out):
+            self.schedule(1 + i, self._arrive(frm, to, deliver), packet)
+        return len(out)

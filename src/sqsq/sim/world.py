@@ -54,6 +54,7 @@ class World:
         self.ready = False  # the queues exist: clients may start their work
         self.calm = False
         self.checker = Checker()
+        self.notes: dict[str, int] = {}  # counts a scenario's nemesis keeps (in the stats)
         self.network = SimNetwork(self.rng, self._schedule_packet, scenario.network())
         self.node_ids = [f"n{i + 1}" for i in range(scenario.nodes)]  # members, not retired
         self._safeguards, self._disk_safeguards = safeguards, disk_safeguards
@@ -214,7 +215,8 @@ class World:
                 "replicas": len(self.replicas),
                 "retired": sum(r.retired for r in self.replicas.values()),
                 "written": self.checker.written,
-                "prepared": sum(r.prepared_used for r in self.replicas.values())}
+                "prepared": sum(r.prepared_used for r in self.replicas.values()),
+                **self.notes}
 
 
 def ticks_ms(ticks: int) -> int:
