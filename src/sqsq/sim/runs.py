@@ -8,9 +8,10 @@ from sqsq.sim.world import RunResult, World
 
 
 def run_one(scenario: str, seed: int, steps: int, mutant_name: str | None = None) -> RunResult:
-    raft, disk = mutant(mutant_name) if mutant_name else (None, None)
-    kwargs = {} if mutant_name is None else {"safeguards": raft, "disk_safeguards": disk}
-    return World(seed, SCENARIOS[scenario], **kwargs).run(steps)
+    if mutant_name is None:
+        return World(seed, SCENARIOS[scenario]).run(steps)
+    raft, disk, changed = mutant(mutant_name, SCENARIOS[scenario])
+    return World(seed, changed, safeguards=raft, disk_safeguards=disk).run(steps)
 
 
 def replay_command(r: RunResult, steps: int, mutant_name: str | None) -> str:

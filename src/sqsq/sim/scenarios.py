@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from sqsq.raft import ConfChange, ConfOp, Safeguards
 from sqsq.sim.disk import DiskSafeguards
 from sqsq.sim.network import NetworkFaults
+from sqsq.sim.rejoin import Rejoin
 from sqsq.sim.staleack import StaleAck
 
 if TYPE_CHECKING:
@@ -192,6 +193,14 @@ class StaleAckScenario(Scenario):
         StaleAck(world).start()
 
 
+@dataclass(frozen=True)
+class RejoinScenario(Scenario):
+    """Its faults are one schedule played again and again (``sqsq.sim.rejoin``)."""
+
+    def begin(self, world: World) -> None:
+        Rejoin(world).start()
+
+
 RANDOM = Scenario("random", description="every fault, mixed")
 # Clients that pause for seconds: the group goes quiet between calls and must wake for each
 # call, and elect a new leader when the quiet one is gone.
@@ -238,6 +247,11 @@ FINDINGS: dict[str, tuple[Scenario, str]] = {
         chances={"mid-install": 0.5},
         description="finding 7: a crash in the middle of a snapshot install"),
         "staged_snapshot_install"),
+    # The mutant is the scenario's own switch: pre-vote and check-quorum (``World``) off.
+    "rejoin": (RejoinScenario(
+        "rejoin", faults=(), drop=0.0, duplicate=0.0, slow=0.0, chances={},
+        description="finding 8: a follower cut off for a while, then back (sqsq.sim.rejoin)"),
+        "pre_vote"),
     "old-snapshot": (Scenario(
         "old-snapshot", faults=("partition", "crash"), compact_every=3, compact_keep=0,
         duplicate=0.5, slow=0.5, slow_ms=(200, 3000),
@@ -249,11 +263,14 @@ SCENARIOS: dict[str, Scenario] = {"random": RANDOM, "idle": IDLE} | {
     k: v[0] for k, v in FINDINGS.items()}
 
 
-def mutant(name: str) -> tuple[Safeguards, DiskSafeguards]:
-    """The safeguards with the one called ``name`` switched off."""
+def mutant(name: str, scenario: Scenario) -> tuple[Safeguards, DiskSafeguards, Scenario]:
+    """The safeguards, and ``scenario``, with the one called ``name`` switched off (a
+    scenario's ``pre_vote`` also switches check-quorum off)."""
     raft, disk = Safeguards(), DiskSafeguards()
+    if name == "pre_vote":
+        return raft, disk, replace(scenario, pre_vote=False)
     if hasattr(raft, name):
-        return replace(raft, **{name: False}), disk
+        return replace(raft, **{name: False}), disk, scenario
     if hasattr(disk, name):
-        return raft, replace(disk, **{name: False})
+        return raft, replace(disk, **{name: False}), scenario
     raise KeyError(f"no safeguard called {name}")
