@@ -46,6 +46,17 @@ def test_held_packets_arrive_only_when_released_and_in_the_order_sent() -> None:
     assert got == ["other", 1, 3, 9]
 
 
+def test_what_is_not_released_can_be_lost() -> None:
+    net, clock, got = _network()
+    net.hold("late", lambda frm, to, p: True)
+    for i in range(3):
+        net.send("f", "a", i, got.append)
+    assert net.lose(lambda frm, to, p: p == 1) == 1
+    assert net.release(lambda frm, to, p: True) == 2
+    clock.run()
+    assert got == [0, 2] and net.dropped == 1
+
+
 def test_heal_loses_what_is_still_held() -> None:
     net, clock, got = _network()
     net.hold("late", lambda frm, to, p: True)

@@ -95,10 +95,24 @@ class SimNetwork:
         self._rules.pop(name, None)
 
     def release(self, pick: Callable[[str, str, object], bool]) -> int:
-        """Deliver the held packets ``pick`` chooses, in the order they were sent (each a
-        moment from now, through the cuts in force then); the rest stay held. How many."""
-        out = [h for h in self.held if pick(h[0], h[1], h[2])]
-        self.held = [h for h in self.held if not pick(h[0], h[1], h[2])]
+        """Deliver the held packets ``pick`` chooses (asked once each), in the order they were
+        sent, each a moment from now, through the cuts in force then; the rest stay held.
+        How many."""
+        out, kept = self._split(pick)
+        self.held = kept
         for i, (frm, to, packet, deliver) in enumerate(out):
             self.schedule(1 + i, self._arrive(frm, to, deliver), packet)
         return len(out)
+
+    def lose(self, pick: Callable[[str, str, object], bool]) -> int:
+        """Drop the held packets ``pick`` chooses. How many."""
+        out, self.held = self._split(pick)
+        self.dropped += len(out)
+        return len(out)
+
+    def _split(self, pick: Callable[[str, str, object], bool]) -> tuple[list, list]:
+        out: list = []
+        kept: list = []
+        for h in self.held:
+            (out if pick(h[0], h[1], h[2]) else kept).append(h)
+        return out, kept

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from sqsq.sim.world import World
 
 FAULTS = ("crash", "crash-leader", "partition", "isolate-leader", "leader-minority", "one-way",
-          "bridge",
+          "bridge", "late",
           "clock-step", "drift", "transfer", "reconfigure")
 
 
@@ -115,6 +115,20 @@ class Nemesis:
             a = self.rng.choice(nodes)
             w.network.one_way({a}, set(nodes) - {a})
             w.after(heal_in, lambda _: w.network.heal())
+        elif kind == "late":
+            # A link's packets stuck for a while (a full queue, a paused process), then some
+            # of them delivered at once, in order, long after they were sent.
+            a, b = self.rng.sample(nodes, 2)
+            name = f"late-{a}-{b}-{w.now_ms}"
+            w.network.hold(name, lambda frm, to, p: frm == a and to == b)
+
+            def release(_: object) -> None:
+                w.network.stop_holding(name)
+                keep = self.rng.random()
+                w.network.release(lambda frm, to, p: frm == a and to == b
+                                  and self.rng.random() < keep)
+                w.network.lose(lambda frm, to, p: frm == a and to == b)  # the rest lost
+            w.after(heal_in, release)
         elif kind == "bridge" and len(nodes) >= 3:
             shuffled = self.rng.sample(nodes, len(nodes))
             middle, rest = shuffled[0], shuffled[1:]
