@@ -3,7 +3,8 @@
     python tests/chaos/filler.py --endpoint http://IP:PORT --queue NAME --mib 16 [--purge]
 
 Sends ``--mib`` MiB in messages of 512 KiB (retried until each is acknowledged), or with
-``--purge`` empties the queue again. Run in the client namespace (stdlib + boto3 only).
+``--purge`` empties the queue again (waiting out the minute SQS allows between two purges).
+Run in the client namespace (stdlib + boto3 only).
 The queue has one partition per shard, so each shard holds about its share.
 """
 
@@ -35,8 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.monotonic() + args.seconds
     url = sqs.create_queue(QueueName=args.queue)["QueueUrl"]
     if args.purge:
-        sqs.purge_queue(QueueUrl=url)
-        return 0
+        # One purge of a queue a minute, as in SQS: the scenario before this one may have
+        # just purged it (PurgeQueueInProgress), and then this one waits its turn.
+        while True:
+            try:
+                sqs.purge_queue(QueueUrl=url)
+                return 0
+            except sqs.exceptions.PurgeQueueInProgress:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(2)
     sent, n = 0, 0
     while sent < args.mib * 1024 * 1024:
         if time.monotonic() > deadline:
