@@ -44,11 +44,10 @@ class Rejoin:
         w = self.w
         if w.calm:
             return
-        leaders = [r for r in w.replicas.values() if r.core is not None and r.core.is_leader()]
-        if len(leaders) != 1 or not w.ready or any(not w.replicas[n].up for n in w.node_ids):
+        leader = w.sole_leader()
+        if leader is None or not w.ready or any(not w.replicas[n].up for n in w.node_ids):
             w.after(100, self._cut)
             return
-        leader = leaders[0]
         assert leader.core is not None
         self.leader, self.term = leader.id, leader.core.term
         alone = self.rng.choice(sorted(set(w.node_ids) - {leader.id}))

@@ -6,8 +6,9 @@ its path, and a mutant (the safeguard switched off) that the checker must catch 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqsq.raft import ConfChange, ConfOp, Safeguards
 from sqsq.sim.disk import DiskSafeguards
@@ -50,6 +51,8 @@ class Scenario:
     think_ms: tuple[int, int] = (1, 30)  # a client's pause between two calls
     disk_ms: tuple[int, int] = (0, 3)  # how long persisting a Ready takes
     quiesce_after_ticks: int = 20
+    # A scripted nemesis (``start()``s one schedule after another) in place of the random one
+    script: Callable[[World], Any] | None = None
     description: str = ""
 
     def network(self) -> NetworkFaults:
@@ -65,7 +68,10 @@ class Scenario:
         return rng.randint(1, 64)
 
     def begin(self, world: World) -> None:
-        Nemesis(world, self).schedule()
+        if self.script is not None:
+            self.script(world).start()
+        else:
+            Nemesis(world, self).schedule()
 
 
 class Nemesis:
@@ -199,22 +205,6 @@ class Nemesis:
         w.after(self.rng.randint(*self.s.heal_after_ms), lambda _: w.network.heal())
 
 
-@dataclass(frozen=True)
-class StaleAckScenario(Scenario):
-    """Its faults are one schedule played again and again (``sqsq.sim.staleack``)."""
-
-    def begin(self, world: World) -> None:
-        StaleAck(world).start()
-
-
-@dataclass(frozen=True)
-class RejoinScenario(Scenario):
-    """Its faults are one schedule played again and again (``sqsq.sim.rejoin``)."""
-
-    def begin(self, world: World) -> None:
-        Rejoin(world).start()
-
-
 RANDOM = Scenario("random", description="every fault, mixed")
 # Clients that pause for seconds: the group goes quiet between calls and must wake for each
 # call, and elect a new leader when the quiet one is gone.
@@ -233,8 +223,9 @@ FINDINGS: dict[str, tuple[Scenario, str]] = {
         max_append_bytes=1 << 20, fault_every_ms=(200, 1200),
         description="finding 2: old appends of large entries repeated to a follower"),
         "truncate_only_at_conflict"),
-    "stale-ack": (StaleAckScenario(
+    "stale-ack": (Scenario(
         "stale-ack", nodes=5, faults=(), drop=0.0, duplicate=0.0, slow=0.0, chances={},
+        script=StaleAck,
         description="finding 4: an acknowledgement from an old term arrives after its "
                     "leader lost those entries and leads again (sqsq.sim.staleack)"),
         "stale_responses_ignored"),
@@ -262,8 +253,8 @@ FINDINGS: dict[str, tuple[Scenario, str]] = {
         description="finding 7: a crash in the middle of a snapshot install"),
         "staged_snapshot_install"),
     # The mutant is the scenario's own switch: pre-vote and check-quorum (``World``) off.
-    "rejoin": (RejoinScenario(
-        "rejoin", faults=(), drop=0.0, duplicate=0.0, slow=0.0, chances={},
+    "rejoin": (Scenario(
+        "rejoin", faults=(), drop=0.0, duplicate=0.0, slow=0.0, chances={}, script=Rejoin,
         description="finding 8: a follower cut off for a while, then back (sqsq.sim.rejoin)"),
         "pre_vote"),
     "old-snapshot": (Scenario(

@@ -32,7 +32,6 @@ from sqsq.raft import Message, MsgType, RaftNode
 from sqsq.sim.wire import SnapshotChunk
 
 if TYPE_CHECKING:
-    from sqsq.sim.replica import SimReplica
     from sqsq.sim.world import World
 
 POLL_MS = 5
@@ -64,7 +63,7 @@ class StaleAck:
         w = self.w
         if w.calm:
             return
-        a = self._sole_leader()
+        a = self.w.sole_leader()
         if a is None or not w.ready or len(w.node_ids) != 5 or \
                 any(not w.replicas[n].up for n in w.node_ids):
             w.after(100, self._begin)
@@ -83,7 +82,7 @@ class StaleAck:
         self._wait(self._other_side_leads, self._heal)
 
     def _other_side_leads(self) -> bool:
-        b = self._sole_leader(self.rest)
+        b = self.w.sole_leader(self.rest)
         if b is None or b.core is None or b.core.term <= self.term:
             return False
         log = b.core.log
@@ -178,11 +177,6 @@ class StaleAck:
                 w.after(POLL_MS, check)
 
         self.w.after(POLL_MS, check)
-
-    def _sole_leader(self, among: list[str] | None = None) -> SimReplica | None:
-        found = [r for n, r in self.w.replicas.items() if (among is None or n in among)
-                 and r.core is not None and r.core.is_leader()]
-        return found[0] if len(found) == 1 else None
 
     def _core(self, node: str) -> RaftNode:
         """The core of a node that is up (``_wait`` checked)."""

@@ -93,6 +93,12 @@ class World:
         if node_id in self.node_ids:
             self.node_ids.remove(node_id)
 
+    def sole_leader(self, among: list[str] | None = None) -> SimReplica | None:
+        """The replica (of the nodes ``among``) that is up and leads, if exactly one does."""
+        found = [r for n, r in self.replicas.items() if (among is None or n in among)
+                 and r.core is not None and r.core.is_leader()]
+        return found[0] if len(found) == 1 else None
+
     # ---- scheduling -------------------------------------------------------------------------
 
     def after(self, delay_ms: int, fn: Callable[[Any], None], arg: Any = None) -> None:
