@@ -1,6 +1,6 @@
 """The simulated network: every packet gets a seeded delay, and may be dropped, duplicated or
 delivered out of order; partitions cut links whole, one way, or around a bridge node; a
-scripted nemesis may hold chosen packets back and deliver some of them much later."""
+nemesis may hold chosen packets back, then deliver some of them much later and lose the rest."""
 
 from __future__ import annotations
 

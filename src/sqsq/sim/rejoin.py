@@ -8,8 +8,9 @@ library). With them, the cut-off node's pre-votes fail while it is alone, so its
 and back in touch it follows the leader it finds.
 
 This nemesis cuts one follower off from the other nodes for 4-15 election timeouts, heals,
-and watches: a leader that led all along and loses its term within a few election timeouts
-of the heal, with no crash and no transfer, is reported (``deposed-by-rejoin``).
+and watches: a leader that led all along and loses its term within a second of the heal
+(ten election timeouts at the least), with no crash and no transfer, is reported
+(``deposed-by-rejoin``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from sqsq.sim.world import World
 
 POLL_MS = 10
-WATCH_MS = 1_000  # after the heal: ten election timeouts at the least
+WATCH_MS = 1_000  # how long after the heal the leader is watched
 
 
 class Rejoin:
