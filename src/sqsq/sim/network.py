@@ -77,12 +77,14 @@ class SimNetwork:
         self.cut.difference_update({(middle, x) for x in left | right})
         self.cut.difference_update({(x, middle) for x in left | right})
 
-    def heal(self) -> None:
-        """Every link carries again; packets still held are lost."""
+    def heal(self, *, held: bool = True) -> None:
+        """Every link carries again; packets still held are lost (``held=False``: the cuts
+        only, what is held and the rules that hold it stay)."""
         self.cut.clear()
-        self._rules.clear()
-        self.dropped += len(self.held)
-        self.held.clear()
+        if held:
+            self._rules.clear()
+            self.dropped += len(self.held)
+            self.held.clear()
 
     # ---- packets held back -----------------------------------------------------------------
 

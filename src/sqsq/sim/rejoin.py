@@ -45,8 +45,8 @@ class Rejoin:
         w = self.w
         if w.calm:
             return
-        leader = w.sole_leader()
-        if leader is None or not w.ready or any(not w.replicas[n].up for n in w.node_ids):
+        leader = w.steady_leader()
+        if leader is None:
             w.after(100, self._cut)
             return
         assert leader.core is not None

@@ -63,9 +63,8 @@ class StaleAck:
         w = self.w
         if w.calm:
             return
-        a = self.w.sole_leader()
-        if a is None or not w.ready or len(w.node_ids) != 5 or \
-                any(not w.replicas[n].up for n in w.node_ids):
+        a = w.steady_leader()
+        if a is None or len(w.node_ids) != 5:
             w.after(100, self._begin)
             return
         self.notes["attempts"] += 1
@@ -78,7 +77,7 @@ class StaleAck:
         f, leader = self.f, self.a
         w.network.hold("f-answers", lambda frm, to, p: frm == f and to == leader)
         w.network.isolate([{self.a, self.f}, set(self.rest)])
-        self._cut_clients_from(self.rest)
+        w.network.isolate([set(w.clients), set(self.rest)])
         self._wait(self._other_side_leads, self._heal)
 
     def _other_side_leads(self) -> bool:
@@ -100,8 +99,8 @@ class StaleAck:
         if f_log.term(b_last + 1) != self.term:
             self._end()  # F took too little on A's side: A's next entry would be above it
             return
-        w.network.cut.clear()
-        self._cut_clients_from(w.node_ids)
+        w.network.heal(held=False)
+        w.network.isolate([set(w.clients), set(w.node_ids)])
         leader, x = self.a, self.x
         w.network.hold("a-appends", lambda frm, to, p: frm == leader and to != x and (
             isinstance(p, SnapshotChunk) or (isinstance(p, Message) and p.type in _APPENDS)))
@@ -183,9 +182,3 @@ class StaleAck:
         core = self.w.replicas[node].core
         assert core is not None
         return core
-
-    def _cut_clients_from(self, nodes: list[str]) -> None:
-        cut = self.w.network.cut
-        for client in self.w.clients:
-            for node in nodes:
-                cut.update({(client, node), (node, client)})

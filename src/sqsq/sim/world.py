@@ -99,6 +99,13 @@ class World:
                  and r.core is not None and r.core.is_leader()]
         return found[0] if len(found) == 1 else None
 
+    def steady_leader(self) -> SimReplica | None:
+        """The sole leader, while the queues exist and every member is up (when a scripted
+        nemesis may begin its schedule); None otherwise."""
+        if not self.ready or any(not self.replicas[n].up for n in self.node_ids):
+            return None
+        return self.sole_leader()
+
     # ---- scheduling -------------------------------------------------------------------------
 
     def after(self, delay_ms: int, fn: Callable[[Any], None], arg: Any = None) -> None:
